@@ -1,0 +1,109 @@
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import type { Logger } from 'pino';
+import type { Config } from './config/schema.js';
+import { KeyRing } from './crypto/keyring.js';
+import { BodyBudget } from './http/body.js';
+import { Ingress } from './http/ingress.js';
+import { createHttpServer } from './http/server.js';
+import { createLogger } from './log.js';
+import { ingressMetrics, type IngressMetrics } from './metrics/registry.js';
+import { GroupCommitter } from './store/group-commit.js';
+import { openStore } from './store/open.js';
+import type { AcceptRecord, AcceptResult, InboxStore } from './store/port.js';
+
+export interface StartOptions {
+  /** Apply migrations before serving (default true). */
+  readonly migrate?: boolean;
+  readonly logger?: Logger;
+  readonly env?: NodeJS.ProcessEnv;
+  /** Use this store instead of opening `config.database` (the app then does not close it). */
+  readonly store?: InboxStore;
+}
+
+export interface RunningApp {
+  readonly server: Server;
+  /** Base URL, e.g. http://127.0.0.1:8080 */
+  readonly url: string;
+  readonly store: InboxStore;
+  readonly keyring: KeyRing;
+  readonly metrics: IngressMetrics;
+  readonly log: Logger;
+  close(): Promise<void>;
+}
+
+/** Wires config → keyring, store, group committer, ingress and HTTP server, and listens. */
+export async function startApp(config: Config, opts: StartOptions = {}): Promise<RunningApp> {
+  const log = opts.logger ?? createLogger(config.log.level);
+  const keyring = new KeyRing(config, opts.env);
+  for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; affected endpoints answer 503 until it loads');
+  const store = opts.store ?? openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs });
+  if (opts.migrate ?? true) {
+    const applied = await store.migrate();
+    if (applied.length) log.info({ applied }, 'migrations applied');
+  }
+  const metrics = ingressMetrics();
+  const committer = new GroupCommitter<AcceptRecord, AcceptResult>(
+    (items) => store.acceptBatch(items),
+    { ...config.groupCommit, maxInFlight: store.kind === 'sqlite' ? 1 : 2 },
+    (s) => {
+      metrics.commitLatency.observe(s.commitMs / 1000);
+      metrics.batchSize.observe(s.size);
+      if (!s.ok) metrics.commitFailures.inc();
+    },
+  );
+  const budget = new BodyBudget(config.limits.maxInFlightBodyBytes);
+  const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders });
+  const server = createHttpServer(config, ingress, {
+    metrics: () => {
+      metrics.inFlightBodyBytes.set([], budget.used);
+      return metrics.registry.render();
+    },
+    notReady: async () => {
+      const problems = [...keyring.problems];
+      try {
+        await store.ping();
+      } catch (err) {
+        problems.push(`database: ${(err as Error).message}`);
+      }
+      return problems.length ? problems : null;
+    },
+  });
+
+  // Secrets that failed to load are retried: a late secret mount heals without a restart.
+  const retry = setInterval(() => {
+    if (keyring.ready) return;
+    keyring.reload();
+    if (keyring.ready) log.info('all secrets loaded');
+  }, 10_000);
+  retry.unref();
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.listen.port, config.listen.host, () => resolve());
+  });
+  const addr = server.address() as AddressInfo;
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+
+  let closing: Promise<void> | undefined;
+  return {
+    server,
+    url: `http://${host}:${addr.port}`,
+    store,
+    keyring,
+    metrics,
+    log,
+    close() {
+      closing ??= (async () => {
+        clearInterval(retry);
+        await new Promise<void>((resolve) => {
+          server.close(() => resolve());
+          server.closeIdleConnections();
+        });
+        if (!opts.store) await store.close();
+        log.flush();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,18 @@
+import { randomBytes } from 'node:crypto';
+import { loadConfigFile } from '../config/load.js';
+import { ConfigError } from '../errors.js';
+import { resolveSecret } from '../config/secrets.js';
+
+/** Signs the adapter's sample event with the endpoint's first secret and POSTs it. */
+export async function runSendSample(configFile: string, endpointId: string, baseUrl?: string): Promise<number> {
+  const config = loadConfigFile(configFile);
+  const ep = config.endpoints.find((e) => e.id === endpointId);
+  if (!ep) throw new ConfigError('endpoints', `no endpoint with id "${endpointId}" (have: ${config.endpoints.map((e) => e.id).join(', ')})`);
+  const secret = resolveSecret(ep.secrets[0]!.ref);
+  const sample = ep.adapter.sample(randomBytes(6).toString('hex'));
+  const headers = { ...sample.headers, ...ep.adapter.sign(sample.body, secret, sample.signOptions) };
+  const url = `${baseUrl ?? `http://${config.listen.host}:${config.listen.port}`}/webhooks/${ep.id}`;
+  const res = await fetch(url, { method: 'POST', headers, body: sample.body });
+  console.log(`POST ${url} → ${res.status}\n${await res.text()}`);
+  return res.ok ? 0 : 1;
+}

@@ -1,0 +1,30 @@
+import { startApp } from '../app.js';
+import { loadConfigFile } from '../config/load.js';
+
+/** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
+export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean }): Promise<number> {
+  const config = loadConfigFile(configFile);
+  const app = await startApp(config, { migrate: opts.migrate });
+  const lines = [`webhook-inbox listening on ${app.url} (${app.store.kind})`];
+  for (const ep of config.endpoints) lines.push(`  POST ${app.url}/webhooks/${ep.id}   (${ep.provider})`);
+  lines.push(`  GET  ${app.url}/metrics  ${app.url}/healthz  ${app.url}/readyz`);
+  if (opts.demo) {
+    const first = config.endpoints[0]!;
+    lines.push('', 'Send a correctly signed sample event (in another terminal):',
+      `  npx webhook-inbox send-sample --config ${configFile} --endpoint ${first.id}`);
+  }
+  console.error(lines.join('\n'));
+
+  process.on('SIGHUP', () => {
+    app.keyring.reload();
+    app.log.info({ problems: app.keyring.problems }, 'secrets reloaded');
+  });
+  await new Promise<void>((resolve) => {
+    const stop = () => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  console.error('webhook-inbox: shutting down (finishing in-flight requests)');
+  await app.close();
+  return 0;
+}

@@ -1,0 +1,82 @@
+import { ConfigError } from '../errors.js';
+
+/**
+ * Tiny typed readers over parsed YAML/JSON. Every failure is a ConfigError naming the
+ * exact path (`endpoints[2].rateLimit.burst`), and unknown keys are errors, so a typo
+ * never silently falls back to a default.
+ */
+export type Obj = Record<string, unknown>;
+
+export function child(path: string, key: string | number): string {
+  return typeof key === 'number' ? `${path}[${key}]` : path ? `${path}.${key}` : key;
+}
+
+export function asObject(v: unknown, path: string, allowed: readonly string[]): Obj {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new ConfigError(path || '(root)', 'must be an object');
+  for (const k of Object.keys(v)) {
+    if (!allowed.includes(k)) throw new ConfigError(child(path, k), `unknown key (allowed: ${allowed.join(', ')})`);
+  }
+  return v as Obj;
+}
+
+export function asArray(v: unknown, path: string): unknown[] {
+  if (!Array.isArray(v)) throw new ConfigError(path, 'must be a list');
+  return v;
+}
+
+export function reqString(o: Obj, key: string, path: string): string {
+  const v = o[key];
+  if (typeof v !== 'string' || v.length === 0) throw new ConfigError(child(path, key), 'is required and must be a non-empty string');
+  return v;
+}
+
+export function optString(o: Obj, key: string, path: string): string | undefined {
+  const v = o[key];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string' || v.length === 0) throw new ConfigError(child(path, key), 'must be a non-empty string');
+  return v;
+}
+
+export function optInt(o: Obj, key: string, path: string, min: number, max: number): number | undefined {
+  const v = o[key];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw new ConfigError(child(path, key), `must be an integer from ${min} to ${max}`);
+  }
+  return v;
+}
+
+export function optNumber(o: Obj, key: string, path: string, min: number, max: number): number | undefined {
+  const v = o[key];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) {
+    throw new ConfigError(child(path, key), `must be a number from ${min} to ${max}`);
+  }
+  return v;
+}
+
+export function optBool(o: Obj, key: string, path: string): boolean | undefined {
+  const v = o[key];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'boolean') throw new ConfigError(child(path, key), 'must be true or false');
+  return v;
+}
+
+export function optEnum<T extends string>(o: Obj, key: string, path: string, values: readonly T[]): T | undefined {
+  const v = o[key];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string' || !(values as readonly string[]).includes(v)) {
+    throw new ConfigError(child(path, key), `must be one of: ${values.join(', ')}`);
+  }
+  return v as T;
+}
+
+export function optStringArray(o: Obj, key: string, path: string): string[] | undefined {
+  const v = o[key];
+  if (v === undefined) return undefined;
+  const p = child(path, key);
+  return asArray(v, p).map((s, i) => {
+    if (typeof s !== 'string' || s.length === 0) throw new ConfigError(child(p, i), 'must be a non-empty string');
+    return s;
+  });
+}

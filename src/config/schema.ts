@@ -1,0 +1,147 @@
+import { ConfigError } from '../errors.js';
+import type { ProviderAdapter } from '../providers/contract.js';
+import { PROVIDERS } from '../providers/registry.js';
+import { asArray, asObject, child, optInt, optNumber, optEnum, optString, optStringArray, reqString, type Obj } from './read.js';
+import { parseSecretRef, type SecretRef } from './secrets.js';
+
+export interface SecretVersionConfig {
+  readonly version: string;
+  readonly ref: SecretRef;
+  readonly retireAtMs: number | undefined;
+}
+
+export interface EndpointConfig {
+  readonly id: string;
+  readonly provider: string;
+  readonly adapter: ProviderAdapter;
+  readonly secrets: readonly SecretVersionConfig[];
+  /** Allowed event-type globs; undefined = all. */
+  readonly events: readonly string[] | undefined;
+  /** Freshness window in seconds (both directions); null when the provider signs no timestamp. */
+  readonly toleranceSeconds: number | null;
+  readonly maxBodyBytes: number;
+  readonly rateLimit: { readonly perSecond: number; readonly burst: number } | undefined;
+}
+
+export interface Config {
+  readonly listen: { readonly host: string; readonly port: number };
+  readonly database: string;
+  readonly payloadKeys: { readonly current: string; readonly keys: ReadonlyMap<string, SecretRef> };
+  readonly limits: {
+    readonly maxHeaders: number;
+    readonly maxHeaderBytes: number;
+    readonly headersTimeoutMs: number;
+    readonly requestTimeoutMs: number;
+    readonly keepAliveTimeoutMs: number;
+    /** Body bytes held in memory across all in-flight requests; past it → 503 overloaded. */
+    readonly maxInFlightBodyBytes: number;
+  };
+  readonly groupCommit: { readonly maxBatch: number; readonly maxWaitMs: number; readonly commitTimeoutMs: number };
+  readonly log: { readonly level: 'debug' | 'info' | 'warn' | 'error' | 'silent' };
+  readonly endpoints: readonly EndpointConfig[];
+}
+
+export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const TOP_KEYS = ['listen', 'database', 'payloadKeys', 'endpoints', 'limits', 'groupCommit', 'log'] as const;
+const ENDPOINT_KEYS = ['id', 'provider', 'secrets', 'events', 'toleranceSeconds', 'maxBodyBytes', 'rateLimit', 'options'] as const;
+
+function parseEndpoint(raw: unknown, path: string): EndpointConfig {
+  const o = asObject(raw, path, ENDPOINT_KEYS);
+  const id = reqString(o, 'id', path);
+  if (!ID_RE.test(id)) throw new ConfigError(child(path, 'id'), 'must be 1-64 characters of A-Z a-z 0-9 _ . - (it becomes the URL path)');
+  const provider = reqString(o, 'provider', path);
+  const factory = PROVIDERS[provider];
+  if (!factory) throw new ConfigError(child(path, 'provider'), `unknown provider "${provider}" (known: ${Object.keys(PROVIDERS).join(', ')})`);
+  const options = o.options === undefined ? undefined : asObject(o.options, child(path, 'options'), Object.keys(o.options as Obj));
+  const adapter = factory(options, child(path, 'options'));
+
+  const secretsPath = child(path, 'secrets');
+  const secretList = asArray(o.secrets, secretsPath);
+  if (secretList.length === 0) throw new ConfigError(secretsPath, 'needs at least one secret version');
+  const versions = new Set<string>();
+  const secrets = secretList.map((s, i) => {
+    const p = child(secretsPath, i);
+    const so = asObject(s, p, ['version', 'value', 'retireAt']);
+    const version = reqString(so, 'version', p);
+    if (versions.has(version)) throw new ConfigError(child(p, 'version'), `duplicate version "${version}"`);
+    versions.add(version);
+    const retireAt = optString(so, 'retireAt', p);
+    const retireAtMs = retireAt === undefined ? undefined : Date.parse(retireAt);
+    if (retireAtMs !== undefined && Number.isNaN(retireAtMs)) throw new ConfigError(child(p, 'retireAt'), 'must be an ISO-8601 date-time');
+    return { version, ref: parseSecretRef(so.value, child(p, 'value')), retireAtMs };
+  });
+
+  const events = optStringArray(o, 'events', path);
+  let toleranceSeconds = adapter.defaultToleranceSeconds;
+  const tol = optInt(o, 'toleranceSeconds', path, 1, 86_400);
+  if (tol !== undefined) {
+    if (toleranceSeconds === null) throw new ConfigError(child(path, 'toleranceSeconds'), `provider "${provider}" signs no timestamp, so there is nothing to check`);
+    toleranceSeconds = tol;
+  }
+  const maxBodyBytes = optInt(o, 'maxBodyBytes', path, 1, 64 * 1024 * 1024) ?? DEFAULT_MAX_BODY_BYTES;
+  let rateLimit: EndpointConfig['rateLimit'];
+  if (o.rateLimit !== undefined) {
+    const rp = child(path, 'rateLimit');
+    const r = asObject(o.rateLimit, rp, ['perSecond', 'burst']);
+    const perSecond = optNumber(r, 'perSecond', rp, 0.001, 1e7);
+    if (perSecond === undefined) throw new ConfigError(child(rp, 'perSecond'), 'is required');
+    rateLimit = { perSecond, burst: optInt(r, 'burst', rp, 1, 1e8) ?? Math.max(1, Math.ceil(perSecond)) };
+  }
+  return { id, provider, adapter, secrets, events, toleranceSeconds, maxBodyBytes, rateLimit };
+}
+
+/** Validates a parsed config document. `env` supplies DATABASE_URL (which overrides `database`). */
+export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env): Config {
+  const o = asObject(doc, '', TOP_KEYS);
+
+  const lp = 'listen';
+  const l = asObject(o.listen ?? {}, lp, ['host', 'port']);
+  const listen = { host: optString(l, 'host', lp) ?? '127.0.0.1', port: optInt(l, 'port', lp, 0, 65535) ?? 8080 };
+
+  const database = env.DATABASE_URL || reqString(o, 'database', '');
+  if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(database)) {
+    throw new ConfigError(env.DATABASE_URL ? 'DATABASE_URL' : 'database', 'must start with sqlite: or postgres://');
+  }
+
+  const kp = 'payloadKeys';
+  const k = asObject(o.payloadKeys, kp, ['current', 'keys']);
+  const current = reqString(k, 'current', kp);
+  const keysObj = asObject(k.keys, child(kp, 'keys'), Object.keys((k.keys ?? {}) as Obj));
+  const keys = new Map<string, SecretRef>();
+  for (const [id, v] of Object.entries(keysObj)) keys.set(id, parseSecretRef(v, child(child(kp, 'keys'), id)));
+  if (!keys.has(current)) throw new ConfigError(child(kp, 'current'), `"${current}" is not one of payloadKeys.keys`);
+
+  const limp = 'limits';
+  const lim = asObject(o.limits ?? {}, limp, ['maxHeaders', 'maxHeaderBytes', 'headersTimeoutMs', 'requestTimeoutMs', 'keepAliveTimeoutMs', 'maxInFlightBodyBytes']);
+  const limits = {
+    maxHeaders: optInt(lim, 'maxHeaders', limp, 8, 1000) ?? 100,
+    maxHeaderBytes: optInt(lim, 'maxHeaderBytes', limp, 1024, 1024 * 1024) ?? 16 * 1024,
+    headersTimeoutMs: optInt(lim, 'headersTimeoutMs', limp, 100, 600_000) ?? 10_000,
+    requestTimeoutMs: optInt(lim, 'requestTimeoutMs', limp, 100, 600_000) ?? 30_000,
+    keepAliveTimeoutMs: optInt(lim, 'keepAliveTimeoutMs', limp, 100, 600_000) ?? 65_000,
+    maxInFlightBodyBytes: optInt(lim, 'maxInFlightBodyBytes', limp, 1024, 16 * 1024 ** 3) ?? 64 * 1024 * 1024,
+  };
+
+  const gp = 'groupCommit';
+  const g = asObject(o.groupCommit ?? {}, gp, ['maxBatch', 'maxWaitMs', 'commitTimeoutMs']);
+  const groupCommit = {
+    maxBatch: optInt(g, 'maxBatch', gp, 1, 1000) ?? 256,
+    maxWaitMs: optInt(g, 'maxWaitMs', gp, 0, 50) ?? 0,
+    commitTimeoutMs: optInt(g, 'commitTimeoutMs', gp, 100, 120_000) ?? 10_000,
+  };
+
+  const log = { level: optEnum(asObject(o.log ?? {}, 'log', ['level']), 'level', 'log', ['debug', 'info', 'warn', 'error', 'silent'] as const) ?? 'info' };
+
+  const endpointList = asArray(o.endpoints, 'endpoints');
+  if (endpointList.length === 0) throw new ConfigError('endpoints', 'needs at least one endpoint');
+  const seen = new Set<string>();
+  const endpoints = endpointList.map((e, i) => {
+    const ep = parseEndpoint(e, child('endpoints', i));
+    if (seen.has(ep.id)) throw new ConfigError(child(child('endpoints', i), 'id'), `duplicate endpoint id "${ep.id}"`);
+    seen.add(ep.id);
+    return ep;
+  });
+
+  return { listen, database, payloadKeys: { current, keys }, limits, groupCommit, log, endpoints };
+}

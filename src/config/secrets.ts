@@ -1,0 +1,52 @@
+import { readFileSync } from 'node:fs';
+import { ConfigError } from '../errors.js';
+
+/**
+ * A secret is configured by reference — `${env:NAME}`, `${file:PATH}` — or inline (local demos).
+ * References are resolved at load and on reload; the value never appears in logs or errors.
+ */
+export type SecretRef =
+  | { readonly kind: 'env'; readonly name: string; readonly path: string }
+  | { readonly kind: 'file'; readonly file: string; readonly path: string }
+  | { readonly kind: 'inline'; readonly value: string; readonly path: string };
+
+const REF_RE = /^\$\{(env|file):([^}]+)\}$/;
+
+export function parseSecretRef(v: unknown, path: string): SecretRef {
+  if (typeof v !== 'string' || v.length === 0) throw new ConfigError(path, 'must be a non-empty string (${env:NAME}, ${file:PATH} or an inline value)');
+  const m = REF_RE.exec(v);
+  if (!m) return { kind: 'inline', value: v, path };
+  return m[1] === 'env' ? { kind: 'env', name: m[2]!, path } : { kind: 'file', file: m[2]!, path };
+}
+
+/** Thrown when a referenced secret cannot be read; the message names the config path, never the value. */
+export class SecretUnavailableError extends Error {
+  constructor(readonly path: string, message: string) {
+    super(`${path}: ${message}`);
+    this.name = 'SecretUnavailableError';
+  }
+}
+
+export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.env): string {
+  switch (ref.kind) {
+    case 'inline':
+      return ref.value;
+    case 'env': {
+      const v = env[ref.name];
+      if (v === undefined || v === '') throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is not set`);
+      return v;
+    }
+    case 'file': {
+      let v: string;
+      try {
+        v = readFileSync(ref.file, 'utf8');
+      } catch (err) {
+        throw new SecretUnavailableError(ref.path, `cannot read ${ref.file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+      }
+      // Mounted secret files usually end with a newline that is not part of the secret.
+      v = v.replace(/\r?\n$/, '');
+      if (v === '') throw new SecretUnavailableError(ref.path, `${ref.file} is empty`);
+      return v;
+    }
+  }
+}

@@ -1,0 +1,67 @@
+import type { Config } from '../config/schema.js';
+import { resolveSecret, SecretUnavailableError } from '../config/secrets.js';
+import type { TrustedKey } from './hmac.js';
+import { decodeBase64 } from './hmac.js';
+import { PayloadCipher } from './payload-cipher.js';
+
+/**
+ * The resolved secrets of a running server: trusted verification keys per endpoint and the
+ * payload cipher. Anything that cannot be resolved is absent, and the ingress answers 503
+ * for it (fail closed) instead of guessing. `reload()` re-reads every reference.
+ */
+export class KeyRing {
+  private endpointKeys = new Map<string, readonly TrustedKey[]>();
+  private payloadCipher: PayloadCipher | null = null;
+  /** Problems from the last load, each naming a config path (never a value). */
+  problems: string[] = [];
+
+  constructor(private readonly config: Config, private readonly env: NodeJS.ProcessEnv = process.env) {
+    this.reload();
+  }
+
+  reload(): void {
+    const problems: string[] = [];
+    const endpointKeys = new Map<string, readonly TrustedKey[]>();
+    for (const ep of this.config.endpoints) {
+      try {
+        endpointKeys.set(ep.id, ep.secrets.map((s) => {
+          const value = resolveSecret(s.ref, this.env);
+          try {
+            return { version: s.version, key: ep.adapter.prepareSecret(value), retireAtMs: s.retireAtMs };
+          } catch (err) {
+            throw new SecretUnavailableError(s.ref.path, (err as Error).message);
+          }
+        }));
+      } catch (err) {
+        problems.push((err as Error).message);
+      }
+    }
+    let cipher: PayloadCipher | null = null;
+    try {
+      const keys = new Map<string, Buffer>();
+      for (const [id, ref] of this.config.payloadKeys.keys) {
+        const key = decodeBase64(resolveSecret(ref, this.env));
+        if (key === null || key.length !== 32) throw new SecretUnavailableError(ref.path, 'must be 32 bytes, base64-encoded (openssl rand -base64 32)');
+        keys.set(id, key);
+      }
+      cipher = new PayloadCipher(keys, this.config.payloadKeys.current);
+    } catch (err) {
+      problems.push((err as Error).message);
+    }
+    this.endpointKeys = endpointKeys;
+    this.payloadCipher = cipher;
+    this.problems = problems;
+  }
+
+  keysFor(endpointId: string): readonly TrustedKey[] | undefined {
+    return this.endpointKeys.get(endpointId);
+  }
+
+  get cipher(): PayloadCipher | null {
+    return this.payloadCipher;
+  }
+
+  get ready(): boolean {
+    return this.problems.length === 0;
+  }
+}

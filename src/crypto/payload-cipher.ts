@@ -1,0 +1,71 @@
+import { createCipheriv, createDecipheriv, createHash } from 'node:crypto';
+import { randomBytesFromPool } from './ids.js';
+
+/** An encrypted raw payload as stored: the key id travels with the ciphertext. */
+export interface SealedPayload {
+  readonly keyId: string;
+  readonly nonce: Buffer;
+  /** AES-256-GCM ciphertext followed by its 16-byte tag. */
+  readonly ciphertext: Buffer;
+}
+
+export interface PayloadBinding {
+  readonly provider: string;
+  readonly endpointId: string;
+  readonly providerEventId: string;
+}
+
+const TAG_BYTES = 16;
+const NONCE_BYTES = 12;
+
+/**
+ * Associated data binds a ciphertext to its row's unique key, so a ciphertext copied onto
+ * another row fails authentication instead of decrypting as that row's payload.
+ * JSON array encoding keeps the three fields unambiguous whatever characters they contain.
+ */
+export function payloadAad(b: PayloadBinding): Buffer {
+  return Buffer.from(JSON.stringify(['webhook-inbox/payload/v1', b.provider, b.endpointId, b.providerEventId]));
+}
+
+export function sha256(data: Buffer): Buffer {
+  return createHash('sha256').update(data).digest();
+}
+
+/**
+ * AES-256-GCM with random 96-bit nonces (NIST SP 800-38D §8.3 bound: rotate `current`
+ * before ~2^32 payloads under one key). Old keys stay to decrypt old rows.
+ */
+export class PayloadCipher {
+  constructor(
+    private readonly keys: ReadonlyMap<string, Buffer>,
+    readonly currentKeyId: string,
+  ) {
+    const current = keys.get(currentKeyId);
+    if (!current) throw new Error(`current payload key "${currentKeyId}" is not among the keys`);
+    for (const [id, k] of keys) if (k.length !== 32) throw new Error(`payload key "${id}" must be 32 bytes`);
+  }
+
+  seal(plain: Buffer, binding: PayloadBinding): SealedPayload {
+    const nonce = randomBytesFromPool(NONCE_BYTES);
+    const cipher = createCipheriv('aes-256-gcm', this.keys.get(this.currentKeyId)!, nonce);
+    cipher.setAAD(payloadAad(binding));
+    const out = Buffer.allocUnsafeSlow(plain.length + TAG_BYTES);
+    const n = cipher.update(plain).copy(out, 0);
+    const tail = cipher.final();
+    tail.copy(out, n);
+    cipher.getAuthTag().copy(out, n + tail.length);
+    return { keyId: this.currentKeyId, nonce, ciphertext: out };
+  }
+
+  /** Throws if the key is unknown or the ciphertext/binding does not authenticate. */
+  open(sealed: SealedPayload, binding: PayloadBinding): Buffer {
+    const key = this.keys.get(sealed.keyId);
+    if (!key) throw new Error(`payload key "${sealed.keyId}" is not configured`);
+    const body = sealed.ciphertext.subarray(0, sealed.ciphertext.length - TAG_BYTES);
+    const tag = sealed.ciphertext.subarray(sealed.ciphertext.length - TAG_BYTES);
+    const decipher = createDecipheriv('aes-256-gcm', key, sealed.nonce);
+    decipher.setAAD(payloadAad(binding));
+    decipher.setAuthTag(tag);
+    return Buffer.concat([decipher.update(body), decipher.final()]);
+  }
+}

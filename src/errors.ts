@@ -1,0 +1,82 @@
+/**
+ * Every answer the ingress gives to a bad or unservable request has a typed reason code.
+ * The reason is returned to the sender (`{"error": reason}`), logged, and mapped to one
+ * metrics outcome, so operators and providers see the same vocabulary.
+ */
+
+/** The outcomes counted by `webhook_requests_total{outcome}`. */
+export type Outcome =
+  | 'accepted'
+  | 'duplicate'
+  | 'invalid_signature'
+  | 'stale'
+  | 'oversized'
+  | 'unsupported'
+  | 'malformed'
+  | 'rate_limited'
+  | 'unavailable'
+  | 'rejected';
+
+export const OUTCOMES: readonly Outcome[] = [
+  'accepted', 'duplicate', 'invalid_signature', 'stale', 'oversized',
+  'unsupported', 'malformed', 'rate_limited', 'unavailable', 'rejected',
+];
+
+interface ReasonSpec { readonly status: number; readonly outcome: Outcome; readonly retryAfter?: number }
+
+export const REASONS = {
+  method_not_allowed: { status: 405, outcome: 'rejected' },
+  unknown_endpoint: { status: 404, outcome: 'rejected' },
+  rate_limited: { status: 429, outcome: 'rate_limited', retryAfter: 1 },
+  too_many_headers: { status: 431, outcome: 'malformed' },
+  unsupported_media_type: { status: 415, outcome: 'malformed' },
+  payload_too_large: { status: 413, outcome: 'oversized' },
+  bad_content_length: { status: 400, outcome: 'malformed' },
+  request_aborted: { status: 400, outcome: 'malformed' },
+  missing_signature: { status: 401, outcome: 'invalid_signature' },
+  malformed_signature: { status: 401, outcome: 'invalid_signature' },
+  ambiguous_signature: { status: 400, outcome: 'malformed' },
+  invalid_signature: { status: 401, outcome: 'invalid_signature' },
+  stale_timestamp: { status: 401, outcome: 'stale' },
+  malformed_payload: { status: 400, outcome: 'malformed' },
+  missing_event_id: { status: 400, outcome: 'malformed' },
+  missing_event_type: { status: 400, outcome: 'malformed' },
+  secrets_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 10 },
+  storage_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 5 },
+  overloaded: { status: 503, outcome: 'unavailable', retryAfter: 1 },
+  shutting_down: { status: 503, outcome: 'unavailable', retryAfter: 5 },
+} as const satisfies Record<string, ReasonSpec>;
+
+export type Reason = keyof typeof REASONS;
+
+/** A rejection of one request. `detail` is a short, safe explanation (never secrets or body bytes). */
+export class IngressError extends Error {
+  readonly reason: Reason;
+  readonly status: number;
+  readonly outcome: Outcome;
+  readonly retryAfter: number | undefined;
+  constructor(reason: Reason, readonly detail?: string, retryAfterSeconds?: number) {
+    super(detail ? `${reason}: ${detail}` : reason);
+    const spec: ReasonSpec = REASONS[reason];
+    this.reason = reason;
+    this.status = spec.status;
+    this.outcome = spec.outcome;
+    this.retryAfter = retryAfterSeconds ?? spec.retryAfter;
+  }
+}
+
+/** A configuration problem; `path` names the offending key, e.g. `endpoints[0].secrets[1].value`. */
+export class ConfigError extends Error {
+  constructor(readonly path: string, message: string) {
+    super(`${path}: ${message}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** The store could not durably commit (or cannot say whether it did). Always answered with 503. */
+export class StorageUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StorageUnavailableError';
+  }
+}

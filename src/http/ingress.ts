@@ -1,0 +1,174 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import type { EndpointConfig } from '../config/schema.js';
+import { uuidv7 } from '../crypto/ids.js';
+import type { KeyRing } from '../crypto/keyring.js';
+import { sha256 } from '../crypto/payload-cipher.js';
+import { IngressError, StorageUnavailableError, type Outcome } from '../errors.js';
+import type { IngressMetrics } from '../metrics/registry.js';
+import type { GroupCommitter } from '../store/group-commit.js';
+import type { AcceptRecord, AcceptResult } from '../store/port.js';
+import { readBody, declaredContentLength, type BodyBudget } from './body.js';
+import { eventMatcher } from './event-filter.js';
+import { TokenBucket } from './rate-limit.js';
+import { requestView } from './request-view.js';
+import { sendError, sendJson } from './respond.js';
+
+export interface IngressDeps {
+  readonly keyring: KeyRing;
+  readonly committer: GroupCommitter<AcceptRecord, AcceptResult>;
+  readonly metrics: IngressMetrics;
+  readonly log: Logger;
+  readonly budget: BodyBudget;
+  readonly maxHeaders: number;
+}
+
+interface EndpointRuntime {
+  readonly config: EndpointConfig;
+  readonly bucket: TokenBucket | undefined;
+  readonly accepts: (type: string) => boolean;
+}
+
+/** What one request ended as; logged as one JSON line and counted once. */
+interface Result {
+  status: number;
+  outcome: Outcome;
+  reason?: string;
+  eventId?: string;
+  eventType?: string;
+  inboxId?: string;
+}
+
+/**
+ * The ingress pipeline — the same for every provider, in this order:
+ *  1 method/endpoint/rate limit  2 header and length bounds, content type  3 exact raw bytes
+ *  4 signature metadata (headers)  5 verify (constant time, every trusted version)
+ *  6 signed freshness  7 parse the verified body  8 durable accept, THEN answer.
+ * Provider specifics live only in the adapter it calls.
+ */
+export class Ingress {
+  private readonly endpoints = new Map<string, EndpointRuntime>();
+
+  constructor(endpoints: readonly EndpointConfig[], private readonly deps: IngressDeps) {
+    for (const e of endpoints) {
+      this.endpoints.set(e.id, {
+        config: e,
+        bucket: e.rateLimit ? new TokenBucket(e.rateLimit.perSecond, e.rateLimit.burst) : undefined,
+        accepts: eventMatcher(e.events),
+      });
+    }
+  }
+
+  has(endpointId: string): boolean {
+    return this.endpoints.has(endpointId);
+  }
+
+  async handle(req: IncomingMessage, res: ServerResponse, endpointId: string, startedAt: number): Promise<void> {
+    const ep = this.endpoints.get(endpointId);
+    const label = ep ? endpointId : '(unknown)';
+    let result: Result;
+    try {
+      if (!ep) throw new IngressError('unknown_endpoint', `no endpoint "${endpointId}"`);
+      result = await this.pipeline(req, res, ep, startedAt);
+    } catch (err) {
+      const e = toIngressError(err, this.deps.log);
+      sendError(req, res, e);
+      result = { status: e.status, outcome: e.outcome, reason: e.reason };
+    }
+    const seconds = (performance.now() - startedAt) / 1000;
+    this.deps.metrics.requests.inc([label, result.outcome]);
+    this.deps.metrics.ackLatency.observe(seconds, [label]);
+    this.deps.log.info({
+      endpoint: label,
+      provider: ep?.config.provider,
+      event_id: result.eventId,
+      event_type: result.eventType,
+      inbox_id: result.inboxId,
+      outcome: result.outcome,
+      reason: result.reason,
+      status: result.status,
+      latency_ms: Math.round(seconds * 1e5) / 100,
+    });
+  }
+
+  private async pipeline(req: IncomingMessage, res: ServerResponse, ep: EndpointRuntime, startedAt: number): Promise<Result> {
+    const { config } = ep;
+    const adapter = config.adapter;
+
+    // 1. Rate limit (the cheapest refusal first).
+    if (ep.bucket) {
+      const t = ep.bucket.take();
+      if (!t.ok) throw new IngressError('rate_limited', undefined, t.retryAfterSeconds);
+    }
+    // 2. Bounds before reading any body byte.
+    if (req.rawHeaders.length / 2 > this.deps.maxHeaders) throw new IngressError('too_many_headers', `more than ${this.deps.maxHeaders} headers`);
+    const view = requestView(req);
+    if (!adapter.contentTypes.includes(view.mediaType)) {
+      throw new IngressError('unsupported_media_type', `expected ${adapter.contentTypes.join(' or ')}`);
+    }
+    const declared = declaredContentLength(req);
+    if (declared !== null && declared > config.maxBodyBytes) throw new IngressError('payload_too_large', `Content-Length exceeds ${config.maxBodyBytes} bytes`);
+    const keys = this.deps.keyring.keysFor(config.id);
+    const cipher = this.deps.keyring.cipher;
+    if (!keys || !cipher) throw new IngressError('secrets_unavailable');
+
+    // 3. The exact raw bytes, bounded.
+    const { body, reserved } = await readBody(req, config.maxBodyBytes, this.deps.budget, declared);
+    try {
+      // 4. Signature metadata from headers only.
+      const meta = adapter.parseSignature(view);
+      // 5. Verify the raw bytes against every trusted, non-retired secret version.
+      const nowMs = Date.now();
+      const matched = adapter.verify(meta, body, keys, nowMs);
+      if (!matched) throw new IngressError('invalid_signature');
+      // 6. Signed freshness, both directions (a future timestamp is as suspect as an old one).
+      if (meta.timestamp !== null && config.toleranceSeconds !== null) {
+        if (Math.abs(nowMs / 1000 - meta.timestamp) > config.toleranceSeconds) {
+          throw new IngressError('stale_timestamp', `signed timestamp is outside ±${config.toleranceSeconds} s`);
+        }
+      }
+      this.deps.metrics.secretMatches.inc([config.id, matched.version]);
+      // 7. Only now parse the verified body.
+      const env = adapter.envelope(body, view, meta);
+      if (!ep.accepts(env.eventType)) {
+        sendJson(res, 200, `{"inbox_id":null,"duplicate":false,"ignored":"unsupported_event_type"}`);
+        return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type', eventId: env.eventId, eventType: env.eventType };
+      }
+      // 8. Durably accept (group commit), then answer.
+      const binding = { provider: config.provider, endpointId: config.id, providerEventId: env.eventId };
+      const receivedAtMs = Math.round(performance.timeOrigin + startedAt);
+      const inboxId = uuidv7(receivedAtMs);
+      const record: AcceptRecord = {
+        inboxId,
+        payloadId: uuidv7(receivedAtMs),
+        outboxId: uuidv7(receivedAtMs),
+        ...binding,
+        eventType: env.eventType,
+        objectId: env.objectId,
+        objectVersion: env.objectVersion,
+        providerCreatedAtMs: env.providerCreatedAtMs,
+        receivedAtMs,
+        payloadHash: sha256(body),
+        matchedSecretVersion: matched.version,
+        payload: cipher.seal(body, binding),
+        topic: `${config.provider}.${env.eventType}`,
+      };
+      const r = await this.deps.committer.submit(record);
+      sendJson(res, 200, `{"inbox_id":"${r.inboxId}","duplicate":${r.duplicate}}`);
+      return { status: 200, outcome: r.duplicate ? 'duplicate' : 'accepted', eventId: env.eventId, eventType: env.eventType, inboxId: r.inboxId };
+    } finally {
+      this.deps.budget.release(reserved);
+    }
+  }
+}
+
+function toIngressError(err: unknown, log: Logger): IngressError {
+  if (err instanceof IngressError) return err;
+  if (err instanceof StorageUnavailableError) {
+    log.warn({ err: err.message }, 'storage unavailable');
+    return new IngressError('storage_unavailable');
+  }
+  // An unexpected bug must never turn into a 2xx: answer 503 so the provider retries.
+  log.error({ err: err instanceof Error ? err.stack : String(err) }, 'unexpected ingress error');
+  return new IngressError('storage_unavailable');
+}

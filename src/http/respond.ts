@@ -1,0 +1,21 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IngressError } from '../errors.js';
+
+export function sendJson(res: ServerResponse, status: number, json: string, headers: Record<string, string | number> = {}): void {
+  if (res.headersSent) return;
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), ...headers });
+  res.end(json);
+}
+
+/**
+ * Answers a rejection with `{"error": reason}`. If the request body was not (fully) read,
+ * the connection is closed after the answer rather than draining an unwanted body.
+ */
+export function sendError(req: IncomingMessage, res: ServerResponse, e: IngressError): void {
+  const headers: Record<string, string | number> = {};
+  if (e.retryAfter !== undefined) headers['retry-after'] = e.retryAfter;
+  if (e.reason === 'method_not_allowed') headers.allow = 'POST';
+  if (!req.complete) headers.connection = 'close';
+  const body = e.detail ? JSON.stringify({ error: e.reason, detail: e.detail }) : `{"error":"${e.reason}"}`;
+  sendJson(res, e.status, body, headers);
+}

@@ -1,0 +1,10 @@
+/** Library entry: embed the receiver, or use its parts. */
+export { startApp, type RunningApp, type StartOptions } from './app.js';
+export { loadConfigFile } from './config/load.js';
+export { parseConfig, type Config, type EndpointConfig } from './config/schema.js';
+export { openStore } from './store/open.js';
+export type { InboxStore, InboxRow, AcceptRecord, AcceptResult } from './store/port.js';
+export { PayloadCipher } from './crypto/payload-cipher.js';
+export { PROVIDERS } from './providers/registry.js';
+export type { ProviderAdapter, Envelope, RequestView } from './providers/contract.js';
+export { IngressError, ConfigError, StorageUnavailableError, REASONS, type Reason, type Outcome } from './errors.js';

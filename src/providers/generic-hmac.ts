@@ -1,0 +1,166 @@
+import { hmac, matchHmac, decodeDigest, decodeBase64, decodeHex, type HmacAlgorithm } from '../crypto/hmac.js';
+import { ConfigError, IngressError } from '../errors.js';
+import { asObject, child, optEnum, optInt, optString, optStringArray, reqString } from '../config/read.js';
+import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
+import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+
+/**
+ * A configurable HMAC adapter for providers without a dedicated one:
+ *
+ *   options:
+ *     signatureHeader: x-signature        # required
+ *     algorithm: sha256                   # sha1 | sha256 | sha512
+ *     encoding: hex                       # hex | base64
+ *     prefix: "sha256="                   # stripped before decoding (optional)
+ *     separator: ","                      # several signatures in one header (optional)
+ *     secretEncoding: utf8                # utf8 | base64 | hex
+ *     signedContent: "{timestamp}.{body}" # placeholders {id} {timestamp} {body}; default "{body}"
+ *     timestampHeader: x-timestamp        # Unix seconds; must appear in signedContent
+ *     idHeader: x-event-id                # or idPath: id (JSON path in the body)
+ *     typeHeader: x-event-type            # or typePath: type (default typePath "type")
+ *     objectIdPath, objectVersionPath, createdAtPath
+ *     contentTypes: [application/json]
+ *
+ * Header values used for the key or for freshness must be covered by the signature, otherwise
+ * an attacker could replay a captured body under a new id or a fresh timestamp: config refuses that.
+ */
+const KEYS = [
+  'signatureHeader', 'algorithm', 'encoding', 'prefix', 'separator', 'secretEncoding', 'signedContent',
+  'timestampHeader', 'idHeader', 'idPath', 'typeHeader', 'typePath', 'objectIdPath', 'objectVersionPath',
+  'createdAtPath', 'contentTypes', 'toleranceSeconds',
+] as const;
+
+type Part = { literal: string } | { field: 'id' | 'timestamp' | 'body' };
+
+interface GenericSignature extends SignatureMetadata {
+  readonly candidates: readonly Buffer[];
+  readonly id: string | undefined;
+  readonly timestampText: string | undefined;
+}
+
+function parseTemplate(t: string, path: string): Part[] {
+  const parts: Part[] = [];
+  const re = /\{(\w+)\}/g;
+  let last = 0;
+  for (let m = re.exec(t); m; m = re.exec(t)) {
+    if (m.index > last) parts.push({ literal: t.slice(last, m.index) });
+    const f = m[1];
+    if (f !== 'id' && f !== 'timestamp' && f !== 'body') throw new ConfigError(path, `unknown placeholder {${f}} (use {id}, {timestamp}, {body})`);
+    parts.push({ field: f });
+    last = m.index + m[0].length;
+  }
+  if (last < t.length) parts.push({ literal: t.slice(last) });
+  if (parts.filter((p) => 'field' in p && p.field === 'body').length !== 1) throw new ConfigError(path, 'must contain {body} exactly once');
+  return parts;
+}
+
+export const createGenericHmac: AdapterFactory = (options, path) => {
+  const o = asObject(options ?? {}, path, KEYS);
+  const signatureHeader = reqString(o, 'signatureHeader', path).toLowerCase();
+  const algorithm: HmacAlgorithm = optEnum(o, 'algorithm', path, ['sha1', 'sha256', 'sha512'] as const) ?? 'sha256';
+  const encoding = optEnum(o, 'encoding', path, ['hex', 'base64'] as const) ?? 'hex';
+  const prefix = optString(o, 'prefix', path) ?? '';
+  const separator = optString(o, 'separator', path);
+  const secretEncoding = optEnum(o, 'secretEncoding', path, ['utf8', 'base64', 'hex'] as const) ?? 'utf8';
+  const template = parseTemplate(optString(o, 'signedContent', path) ?? '{body}', child(path, 'signedContent'));
+  const timestampHeader = optString(o, 'timestampHeader', path)?.toLowerCase();
+  const idHeader = optString(o, 'idHeader', path)?.toLowerCase();
+  const idPath = optString(o, 'idPath', path);
+  const typeHeader = optString(o, 'typeHeader', path)?.toLowerCase();
+  const typePath = optString(o, 'typePath', path) ?? (typeHeader ? undefined : 'type');
+  const objectIdPath = optString(o, 'objectIdPath', path);
+  const objectVersionPath = optString(o, 'objectVersionPath', path);
+  const createdAtPath = optString(o, 'createdAtPath', path);
+  const contentTypes = optStringArray(o, 'contentTypes', path)?.map((s) => s.toLowerCase()) ?? ['application/json'];
+  const tolerance = optInt(o, 'toleranceSeconds', path, 1, 86_400);
+  const digestBytes = { sha1: 20, sha256: 32, sha512: 64 }[algorithm];
+  const uses = (f: string) => template.some((p) => 'field' in p && p.field === f);
+
+  if ((idHeader === undefined) === (idPath === undefined)) throw new ConfigError(path, 'set exactly one of idHeader or idPath');
+  if (idHeader && !uses('id')) throw new ConfigError(child(path, 'idHeader'), 'the id header must be signed: add {id} to signedContent');
+  if (uses('id') && !idHeader) throw new ConfigError(child(path, 'signedContent'), '{id} needs idHeader');
+  if (timestampHeader && !uses('timestamp')) throw new ConfigError(child(path, 'timestampHeader'), 'the timestamp must be signed: add {timestamp} to signedContent');
+  if (uses('timestamp') && !timestampHeader) throw new ConfigError(child(path, 'signedContent'), '{timestamp} needs timestampHeader');
+  if (tolerance !== undefined && !timestampHeader) throw new ConfigError(child(path, 'toleranceSeconds'), 'needs timestampHeader');
+
+  function signedParts(m: { id?: string | undefined; timestampText?: string | undefined }, body: Buffer): (Buffer | string)[] {
+    return template.map((p) => ('literal' in p ? p.literal : p.field === 'body' ? body : p.field === 'id' ? m.id! : m.timestampText!));
+  }
+
+  function decodeSecret(value: string): Buffer {
+    const key = secretEncoding === 'utf8' ? Buffer.from(value, 'utf8') : secretEncoding === 'hex' ? decodeHex(value) : decodeBase64(value);
+    if (key === null || key.length === 0) throw new Error(`secret is not valid ${secretEncoding}`);
+    return key;
+  }
+
+  const adapter: ProviderAdapter = {
+    name: 'generic-hmac',
+    contentTypes,
+    defaultToleranceSeconds: timestampHeader ? tolerance ?? 300 : null,
+    prepareSecret: decodeSecret,
+    parseSignature(req: RequestView): GenericSignature {
+      const header = req.single(signatureHeader);
+      if (header === undefined || header === '') throw new IngressError('missing_signature', `${signatureHeader} header is absent`);
+      const candidates: Buffer[] = [];
+      for (const raw of separator ? header.split(separator) : [header]) {
+        const s = raw.trim();
+        if (!s.startsWith(prefix)) throw new IngressError('malformed_signature', `${signatureHeader} must start with "${prefix}"`);
+        const d = decodeDigest(s.slice(prefix.length), encoding);
+        if (d === null || d.length !== digestBytes) throw new IngressError('malformed_signature', `${signatureHeader} is not a ${encoding} ${algorithm} digest`);
+        candidates.push(d);
+      }
+      let timestamp: number | null = null;
+      let timestampText: string | undefined;
+      if (timestampHeader) {
+        timestampText = req.single(timestampHeader);
+        timestamp = parseUnixSeconds(timestampText);
+        if (timestamp === null) throw new IngressError('malformed_signature', `${timestampHeader} is absent or not Unix seconds`);
+      }
+      const id = idHeader ? req.single(idHeader) : undefined;
+      if (idHeader && !id) throw new IngressError('malformed_signature', `${idHeader} header is absent`);
+      return { timestamp, timestampText, id, candidates };
+    },
+    verify(meta, body, keys, nowMs) {
+      const m = meta as GenericSignature;
+      return matchHmac(algorithm, signedParts(m, body), m.candidates, keys, nowMs);
+    },
+    envelope(body, req, meta) {
+      const e = parseJsonObject(body);
+      const m = meta as GenericSignature;
+      return envelope({
+        eventId: idHeader ? requireEventId(m.id, `${idHeader} header`) : requireEventId(pathValue(e, idPath!), idPath!),
+        eventType: typeHeader ? requireEventType(req.single(typeHeader), `${typeHeader} header`) : requireEventType(pathValue(e, typePath!), typePath!),
+        objectId: objectIdPath ? idString(pathValue(e, objectIdPath)) : null,
+        objectVersion: objectVersionPath ? idString(pathValue(e, objectVersionPath)) : null,
+        providerCreatedAtMs: createdAtPath ? toEpochMs(pathValue(e, createdAtPath)) : null,
+      });
+    },
+    sign(body, secret, opts) {
+      const timestampText = String(opts.timestamp ?? Math.floor(Date.now() / 1000));
+      const id = opts.id ?? `evt_${Date.now().toString(36)}`;
+      const digest = hmac(algorithm, decodeSecret(secret), signedParts({ id, timestampText }, body));
+      const headers: Record<string, string> = { [signatureHeader]: prefix + digest.toString(encoding) };
+      if (timestampHeader) headers[timestampHeader] = timestampText;
+      if (idHeader) headers[idHeader] = id;
+      if (typeHeader && opts.type) headers[typeHeader] = opts.type;
+      return headers;
+    },
+    sample(seq) {
+      const doc: Record<string, unknown> = { data: { id: `obj_sample_${seq}` } };
+      const setPath = (path: string, v: unknown) => {
+        const keys = path.split('.');
+        let cur = doc;
+        for (const k of keys.slice(0, -1)) cur = (cur[k] ??= {}) as Record<string, unknown>;
+        cur[keys[keys.length - 1]!] = v;
+      };
+      if (idPath) setPath(idPath, `evt_sample_${seq}`);
+      if (typePath) setPath(typePath, 'sample.event');
+      return {
+        body: Buffer.from(JSON.stringify(doc)),
+        headers: { 'content-type': contentTypes[0]! },
+        signOptions: { id: `evt_sample_${seq}`, type: 'sample.event' },
+      };
+    },
+  };
+  return adapter;
+};

@@ -1,0 +1,68 @@
+import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
+import { IngressError } from '../errors.js';
+import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
+import { envelope, parseJsonObject, idString, requireEventId, requireEventType } from './json.js';
+
+/**
+ * GitHub: `X-Hub-Signature-256: sha256=<hex>` = HMAC-SHA256(secret, raw body). Nothing else is
+ * signed — no timestamp (so no freshness check) and not the delivery GUID. Key =
+ * (X-GitHub-Hook-ID, X-GitHub-Delivery): redelivery keeps the GUID, and one GUID can reach two hooks.
+ */
+interface GithubSignature extends SignatureMetadata {
+  readonly digest: Buffer;
+}
+
+const HEADER = 'x-hub-signature-256';
+const PREFIX = 'sha256=';
+
+function formPayload(body: Buffer): Buffer {
+  // Form-encoded deliveries carry the JSON in the `payload` field.
+  const payload = new URLSearchParams(body.toString('utf8')).get('payload');
+  if (payload === null) throw new IngressError('malformed_payload', 'form body has no payload field');
+  return Buffer.from(payload, 'utf8');
+}
+
+const adapter: ProviderAdapter = {
+  name: 'github',
+  contentTypes: ['application/json', 'application/x-www-form-urlencoded'],
+  defaultToleranceSeconds: null,
+  prepareSecret(value) {
+    if (value.length === 0) throw new Error('secret is empty');
+    return Buffer.from(value, 'utf8');
+  },
+  parseSignature(req) {
+    const header = req.single(HEADER);
+    if (header === undefined) throw new IngressError('missing_signature', `${HEADER} header is absent`);
+    if (!header.startsWith(PREFIX)) throw new IngressError('malformed_signature', `${HEADER} must start with "${PREFIX}"`);
+    const digest = decodeHex(header.slice(PREFIX.length));
+    if (digest === null || digest.length !== 32) throw new IngressError('malformed_signature', `${HEADER} is not a 64-digit hex digest`);
+    return { timestamp: null, digest } satisfies GithubSignature;
+  },
+  verify(meta, body, keys, nowMs) {
+    return matchHmac('sha256', [body], [(meta as GithubSignature).digest], keys, nowMs);
+  },
+  envelope(body: Buffer, req: RequestView) {
+    const delivery = requireEventId(req.single('x-github-delivery'), 'X-GitHub-Delivery header');
+    const hookId = req.single('x-github-hook-id');
+    const e = parseJsonObject(req.mediaType === 'application/x-www-form-urlencoded' ? formPayload(body) : body);
+    const repo = e.repository as Record<string, unknown> | undefined;
+    return envelope({
+      eventId: hookId ? `${hookId}:${delivery}` : delivery,
+      eventType: requireEventType(req.single('x-github-event'), 'X-GitHub-Event header'),
+      objectId: idString(repo?.full_name),
+    });
+  },
+  sign(body, secret) {
+    return { [HEADER]: PREFIX + hmac('sha256', Buffer.from(secret, 'utf8'), [body]).toString('hex') };
+  },
+  sample(seq) {
+    const body = JSON.stringify({ zen: 'Design for failure.', hook_id: 1, repository: { id: 1, full_name: 'octo-org/octo-repo' } });
+    return {
+      body: Buffer.from(body),
+      headers: { 'content-type': 'application/json', 'x-github-event': 'ping', 'x-github-delivery': `00000000-0000-4000-8000-${seq.padStart(12, '0').slice(-12)}`, 'x-github-hook-id': '1' },
+      signOptions: {},
+    };
+  },
+};
+
+export const createGithub: AdapterFactory = () => adapter;

@@ -1,0 +1,80 @@
+import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
+import { IngressError } from '../errors.js';
+import type { AdapterFactory, ProviderAdapter, SignatureMetadata } from './contract.js';
+import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+
+/**
+ * Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…][,v0=…]`, HMAC-SHA256 over
+ * `${t}.${raw}` keyed by the whole `whsec_…` string. Only v1 counts; during a secret roll
+ * Stripe sends one v1 per active secret, any of which may match. Key = body `id` (evt_…).
+ */
+interface StripeSignature extends SignatureMetadata {
+  readonly timestamp: number;
+  readonly v1: readonly Buffer[];
+}
+
+const HEADER = 'stripe-signature';
+
+function parseSignature(req: Parameters<ProviderAdapter['parseSignature']>[0]): StripeSignature {
+  const header = req.single(HEADER);
+  if (header === undefined || header.trim() === '') throw new IngressError('missing_signature', `${HEADER} header is absent`);
+  let t: string | undefined;
+  const v1: Buffer[] = [];
+  for (const item of header.split(',')) {
+    const eq = item.indexOf('=');
+    if (eq <= 0) throw new IngressError('malformed_signature', `${HEADER} has an item without "="`);
+    const k = item.slice(0, eq).trim();
+    const v = item.slice(eq + 1).trim();
+    if (k === 't') {
+      if (t !== undefined) throw new IngressError('ambiguous_signature', `${HEADER} carries two timestamps`);
+      t = v;
+    } else if (k === 'v1') {
+      const d = decodeHex(v);
+      if (d === null || d.length !== 32) throw new IngressError('malformed_signature', 'v1 is not a 64-digit hex digest');
+      v1.push(d);
+    }
+  }
+  const timestamp = parseUnixSeconds(t);
+  if (timestamp === null) throw new IngressError('malformed_signature', `${HEADER} has no valid t=`);
+  if (v1.length === 0) throw new IngressError('missing_signature', `${HEADER} has no v1 signature`);
+  return { timestamp, v1 };
+}
+
+const adapter: ProviderAdapter = {
+  name: 'stripe',
+  contentTypes: ['application/json'],
+  defaultToleranceSeconds: 300,
+  prepareSecret(value) {
+    if (!value.startsWith('whsec_')) throw new Error('a Stripe endpoint secret starts with "whsec_"');
+    return Buffer.from(value, 'utf8');
+  },
+  parseSignature,
+  verify(meta, body, keys, nowMs) {
+    const m = meta as StripeSignature;
+    return matchHmac('sha256', [`${m.timestamp}.`, body], m.v1, keys, nowMs);
+  },
+  envelope(body) {
+    const e = parseJsonObject(body);
+    return envelope({
+      eventId: requireEventId(e.id, 'id'),
+      eventType: requireEventType(e.type, 'type'),
+      objectId: idString(pathValue(e, 'data.object.id')),
+      providerCreatedAtMs: toEpochMs(e.created),
+    });
+  },
+  sign(body, secret, opts) {
+    const t = opts.timestamp ?? Math.floor(Date.now() / 1000);
+    const sig = hmac('sha256', Buffer.from(secret, 'utf8'), [`${t}.`, body]).toString('hex');
+    return { 'stripe-signature': `t=${t},v1=${sig}` };
+  },
+  sample(seq) {
+    const created = Math.floor(Date.now() / 1000);
+    const body = JSON.stringify({
+      id: `evt_sample_${seq}`, object: 'event', api_version: '2024-06-20', created, livemode: false, type: 'payment_intent.succeeded',
+      data: { object: { id: `pi_sample_${seq}`, object: 'payment_intent', amount: 2000, currency: 'usd', status: 'succeeded' } },
+    });
+    return { body: Buffer.from(body), headers: { 'content-type': 'application/json; charset=utf-8' }, signOptions: {} };
+  },
+};
+
+export const createStripe: AdapterFactory = () => adapter;

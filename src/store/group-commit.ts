@@ -1,0 +1,94 @@
+import { StorageUnavailableError } from '../errors.js';
+
+export interface GroupCommitOptions {
+  /** Most items in one transaction. */
+  readonly maxBatch: number;
+  /** Extra wait to gather a batch when the store is idle; 0 = natural batching only. */
+  readonly maxWaitMs: number;
+  /** Batches committing at once (SQLite: 1 writer; PostgreSQL: a few connections). */
+  readonly maxInFlight: number;
+  /** A commit not answered by then is reported unavailable (its outcome is unknown). */
+  readonly commitTimeoutMs: number;
+}
+
+export interface BatchStats {
+  size: number;
+  commitMs: number;
+  ok: boolean;
+}
+
+interface Pending<I, R> {
+  item: I;
+  resolve(r: R): void;
+  reject(e: unknown): void;
+}
+
+/**
+ * Group commit: concurrent submissions share one transaction, so one fsync serves many
+ * requests. Natural batching — while a commit is in flight, new items queue; when it ends,
+ * everything queued goes in the next batch. So the wait is bounded by one commit time
+ * (plus `maxWaitMs`, default 0), and at low load a lone item commits at once.
+ * Every item's promise settles only after its own batch committed or failed.
+ */
+export class GroupCommitter<I, R> {
+  private queue: Pending<I, R>[] = [];
+  private inFlight = 0;
+  private scheduled = false;
+
+  constructor(
+    private readonly commit: (items: I[]) => Promise<R[]>,
+    private readonly opts: GroupCommitOptions,
+    private readonly onBatch?: (stats: BatchStats) => void,
+  ) {}
+
+  submit(item: I): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  get queued(): number {
+    return this.queue.length;
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.inFlight >= this.opts.maxInFlight || this.queue.length === 0) return;
+    this.scheduled = true;
+    // setImmediate lets the other requests of this I/O turn join the batch.
+    if (this.opts.maxWaitMs > 0 && this.queue.length < this.opts.maxBatch) setTimeout(() => this.flush(), this.opts.maxWaitMs);
+    else setImmediate(() => this.flush());
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    if (this.queue.length === 0 || this.inFlight >= this.opts.maxInFlight) return;
+    const batch = this.queue.splice(0, this.opts.maxBatch);
+    this.inFlight++;
+    const started = performance.now();
+    let settled = false;
+    const settle = (ok: boolean, results: R[] | null, err: unknown) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      this.onBatch?.({ size: batch.length, commitMs: performance.now() - started, ok });
+      if (ok && results) for (let i = 0; i < batch.length; i++) batch[i]!.resolve(results[i]!);
+      else for (const p of batch) p.reject(err);
+    };
+    const timer = setTimeout(() => {
+      settle(false, null, new StorageUnavailableError(`commit did not finish within ${this.opts.commitTimeoutMs} ms; outcome unknown`));
+    }, this.opts.commitTimeoutMs);
+    this.commit(batch.map((p) => p.item)).then(
+      (results) => {
+        if (results.length !== batch.length) settle(false, null, new StorageUnavailableError('store returned a wrong result count'));
+        else settle(true, results, null);
+      },
+      (err) => settle(false, null, err instanceof StorageUnavailableError ? err : new StorageUnavailableError('commit failed', { cause: err })),
+    ).finally(() => {
+      // The slot frees only when the store is really done, even if callers were already answered.
+      this.inFlight--;
+      this.schedule();
+    });
+    this.schedule();
+  }
+}

@@ -1,0 +1,98 @@
+/**
+ * Versioned schema migrations. Each version has the SQL for both stores side by side, so a
+ * reviewer sees at once that the two schemas say the same thing. Applied in order, each in
+ * its own transaction, recorded in `schema_migrations`. Never edit a released version: add one.
+ */
+export interface Migration {
+  readonly version: number;
+  readonly name: string;
+  readonly sqlite: string;
+  readonly postgres: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'inbox, outbox and encrypted payloads',
+    sqlite: `
+      CREATE TABLE webhook_payload (
+        payload_id  TEXT PRIMARY KEY,
+        key_id      TEXT NOT NULL,
+        nonce       BLOB NOT NULL,
+        ciphertext  BLOB NOT NULL,          -- AES-256-GCM ciphertext || 16-byte tag
+        created_at  INTEGER NOT NULL        -- Unix ms
+      ) STRICT;
+      CREATE TABLE webhook_inbox (
+        inbox_id               TEXT PRIMARY KEY,
+        provider               TEXT NOT NULL,
+        endpoint_id            TEXT NOT NULL,
+        provider_event_id      TEXT NOT NULL,
+        event_type             TEXT NOT NULL,
+        object_id              TEXT,
+        object_version         TEXT,
+        provider_created_at    INTEGER,
+        received_at            INTEGER NOT NULL,
+        raw_payload_ref        TEXT REFERENCES webhook_payload (payload_id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED,
+        payload_hash           BLOB NOT NULL,
+        matched_secret_version TEXT,
+        status                 TEXT NOT NULL DEFAULT 'PENDING'
+                               CHECK (status IN ('PENDING', 'PROCESSING', 'PROCESSED', 'FAILED')),
+        attempt_count          INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at        INTEGER,
+        lease_until            INTEGER,
+        last_error             TEXT,
+        UNIQUE (provider, endpoint_id, provider_event_id)
+      ) STRICT;
+      CREATE INDEX webhook_inbox_due ON webhook_inbox (next_attempt_at) WHERE status IN ('PENDING', 'PROCESSING');
+      CREATE TABLE webhook_outbox (
+        outbox_id    TEXT PRIMARY KEY,
+        inbox_id     TEXT NOT NULL REFERENCES webhook_inbox (inbox_id),
+        topic        TEXT NOT NULL,
+        created_at   INTEGER NOT NULL,
+        published_at INTEGER
+      ) STRICT;
+      CREATE INDEX webhook_outbox_unpublished ON webhook_outbox (created_at) WHERE published_at IS NULL;
+    `,
+    postgres: `
+      CREATE TABLE webhook_payload (
+        payload_id  uuid PRIMARY KEY,
+        key_id      text NOT NULL,
+        nonce       bytea NOT NULL,
+        ciphertext  bytea NOT NULL,         -- AES-256-GCM ciphertext || 16-byte tag
+        created_at  timestamptz NOT NULL
+      );
+      -- Ciphertext does not compress: store it out of line without trying (EXTERNAL = no pglz).
+      ALTER TABLE webhook_payload ALTER COLUMN ciphertext SET STORAGE EXTERNAL;
+      CREATE TABLE webhook_inbox (
+        inbox_id               uuid PRIMARY KEY,
+        provider               text NOT NULL,
+        endpoint_id            text NOT NULL,
+        provider_event_id      text NOT NULL,
+        event_type             text NOT NULL,
+        object_id              text,
+        object_version         text,
+        provider_created_at    timestamptz,
+        received_at            timestamptz NOT NULL,
+        raw_payload_ref        uuid REFERENCES webhook_payload (payload_id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED,
+        payload_hash           bytea NOT NULL,
+        matched_secret_version text,
+        status                 text NOT NULL DEFAULT 'PENDING'
+                               CHECK (status IN ('PENDING', 'PROCESSING', 'PROCESSED', 'FAILED')),
+        attempt_count          integer NOT NULL DEFAULT 0,
+        next_attempt_at        timestamptz,
+        lease_until            timestamptz,
+        last_error             text,
+        UNIQUE (provider, endpoint_id, provider_event_id)
+      );
+      CREATE INDEX webhook_inbox_due ON webhook_inbox (next_attempt_at) WHERE status IN ('PENDING', 'PROCESSING');
+      CREATE TABLE webhook_outbox (
+        outbox_id    uuid PRIMARY KEY,
+        inbox_id     uuid NOT NULL REFERENCES webhook_inbox (inbox_id),
+        topic        text NOT NULL,
+        created_at   timestamptz NOT NULL,
+        published_at timestamptz
+      );
+      CREATE INDEX webhook_outbox_unpublished ON webhook_outbox (created_at) WHERE published_at IS NULL;
+    `,
+  },
+];

@@ -1,0 +1,71 @@
+/** The SQL the PostgreSQL adapter runs, in plain sight. */
+
+const statements = new Map<number, string>();
+
+/**
+ * One statement = one transaction for a whole batch: insert the inbox rows that win their
+ * unique key (ON CONFLICT DO NOTHING — atomic, never read-then-write), and, for exactly
+ * those winners, their encrypted payload and outbox rows. Returns the winners' ids.
+ * Each bytea is its own parameter, so the driver sends it in binary (no hex/escape blow-up).
+ */
+export function acceptStatement(rows: number, cols: number): string {
+  let sql = statements.get(rows);
+  if (sql) return sql;
+  const tuples: string[] = [];
+  for (let r = 0; r < rows; r++) {
+    const p = (c: number) => `$${r * cols + c}`;
+    tuples.push(`(${p(1)}::uuid, ${p(2)}::uuid, ${p(3)}::uuid, ${p(4)}::text, ${p(5)}::text, ${p(6)}::text, ${p(7)}::text,
+      ${p(8)}::text, ${p(9)}::text, ${p(10)}::float8, ${p(11)}::float8, ${p(12)}::bytea, ${p(13)}::text,
+      ${p(14)}::text, ${p(15)}::bytea, ${p(16)}::bytea, ${p(17)}::text)`);
+  }
+  sql = `
+    WITH input (inbox_id, payload_id, outbox_id, provider, endpoint_id, provider_event_id, event_type,
+                object_id, object_version, provider_created_ms, received_ms, payload_hash, matched_secret_version,
+                key_id, nonce, ciphertext, topic) AS (
+      VALUES ${tuples.join(',\n')}
+    ),
+    ins AS (
+      INSERT INTO webhook_inbox (inbox_id, provider, endpoint_id, provider_event_id, event_type, object_id,
+        object_version, provider_created_at, received_at, raw_payload_ref, payload_hash, matched_secret_version,
+        status, attempt_count, next_attempt_at)
+      SELECT inbox_id, provider, endpoint_id, provider_event_id, event_type, object_id,
+        object_version, to_timestamp(provider_created_ms / 1000.0), to_timestamp(received_ms / 1000.0), payload_id,
+        payload_hash, matched_secret_version, 'PENDING', 0, to_timestamp(received_ms / 1000.0)
+      FROM input
+      ON CONFLICT (provider, endpoint_id, provider_event_id) DO NOTHING
+      RETURNING inbox_id
+    ),
+    pay AS (
+      INSERT INTO webhook_payload (payload_id, key_id, nonce, ciphertext, created_at)
+      SELECT i.payload_id, i.key_id, i.nonce, i.ciphertext, to_timestamp(i.received_ms / 1000.0)
+      FROM input i JOIN ins USING (inbox_id)
+    ),
+    obx AS (
+      INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at)
+      SELECT i.outbox_id, i.inbox_id, i.topic, to_timestamp(i.received_ms / 1000.0)
+      FROM input i JOIN ins USING (inbox_id)
+    )
+    SELECT inbox_id::text FROM ins`;
+  statements.set(rows, sql);
+  return sql;
+}
+
+export const SELECT_WINNERS = `
+  SELECT w.inbox_id::text, w.provider, w.endpoint_id, w.provider_event_id
+  FROM webhook_inbox w
+  JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint_id, provider_event_id)
+    USING (provider, endpoint_id, provider_event_id)`;
+
+const epochMs = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;
+
+export const SELECT_INBOX = `
+  SELECT inbox_id::text, provider, endpoint_id, provider_event_id, event_type, object_id, object_version,
+    ${epochMs('provider_created_at')} AS provider_created_ms, ${epochMs('received_at')} AS received_ms,
+    raw_payload_ref::text, payload_hash, matched_secret_version, status, attempt_count,
+    ${epochMs('next_attempt_at')} AS next_attempt_ms, ${epochMs('lease_until')} AS lease_until_ms, last_error
+  FROM webhook_inbox WHERE inbox_id = $1`;
+
+export const COUNT_ROWS = `
+  SELECT (SELECT count(*) FROM webhook_inbox) AS inbox,
+         (SELECT count(*) FROM webhook_outbox) AS outbox,
+         (SELECT count(*) FROM webhook_payload) AS payload`;

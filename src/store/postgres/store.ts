@@ -1,0 +1,159 @@
+import pg from 'pg';
+import { StorageUnavailableError } from '../../errors.js';
+import { acceptUnique } from '../dedupe.js';
+import { MIGRATIONS } from '../migrations.js';
+import { logicalKey, type AcceptRecord, type AcceptResult, type InboxRow, type InboxStore, type StoredPayload } from '../port.js';
+import * as SQL from './sql.js';
+
+export interface PostgresOptions {
+  readonly poolSize?: number;
+  /** Client-side bound on one statement; past it the outcome is unknown → 503. */
+  readonly queryTimeoutMs?: number;
+  readonly connectTimeoutMs?: number;
+}
+
+const COLS = 17;
+
+/** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch. */
+export class PostgresStore implements InboxStore {
+  readonly kind = 'postgres' as const;
+  readonly pool: pg.Pool;
+
+  constructor(url: string, opts: PostgresOptions = {}) {
+    this.pool = new pg.Pool({
+      connectionString: url,
+      max: opts.poolSize ?? 4,
+      connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000,
+      query_timeout: opts.queryTimeoutMs ?? 10_000,
+      keepAlive: true,
+      application_name: 'webhook-inbox',
+    });
+    // An idle client losing its connection must not crash the process; the next query reconnects.
+    this.pool.on('error', () => undefined);
+  }
+
+  private async query<R extends pg.QueryResultRow>(config: pg.QueryConfig): Promise<pg.QueryResult<R>> {
+    try {
+      return await this.pool.query<R>(config);
+    } catch (err) {
+      throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  async migrate(): Promise<number[]> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN');
+      // Two servers starting together must not both migrate.
+      await client.query("SELECT pg_advisory_xact_lock(hashtext('webhook-inbox:migrations'))");
+      await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
+        version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+      const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+      const applied = new Set(rows.map((r) => r.version));
+      const now: number[] = [];
+      for (const m of MIGRATIONS) {
+        if (applied.has(m.version)) continue;
+        await client.query(m.postgres);
+        await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+        now.push(m.version);
+      }
+      await client.query('COMMIT');
+      return now;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+
+  acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
+    return acceptUnique(records, (unique) => this.insertUnique(unique));
+  }
+
+  private async insertUnique(records: AcceptRecord[]): Promise<AcceptResult[]> {
+    // A fixed key order across batches means two concurrent batches lock rows in the same
+    // order, so overlapping batches wait for each other instead of deadlocking.
+    const order = records.map((r, i) => ({ k: logicalKey(r), i })).sort((a, b) => (a.k < b.k ? -1 : a.k > b.k ? 1 : 0));
+    const values: unknown[] = [];
+    for (const { i } of order) {
+      const r = records[i]!;
+      values.push(r.inboxId, r.payloadId, r.outboxId, r.provider, r.endpointId, r.providerEventId, r.eventType,
+        r.objectId, r.objectVersion, r.providerCreatedAtMs, r.receivedAtMs, r.payloadHash, r.matchedSecretVersion,
+        r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic);
+    }
+    const n = records.length;
+    const inserted = await this.query<{ inbox_id: string }>({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
+    const won = new Set(inserted.rows.map((r) => r.inbox_id));
+    const results: (AcceptResult | undefined)[] = records.map((r) => (won.has(r.inboxId) ? { inboxId: r.inboxId, duplicate: false } : undefined));
+    const losers = records.filter((_, i) => results[i] === undefined);
+    if (losers.length > 0) {
+      const { rows } = await this.query<{ inbox_id: string; provider: string; endpoint_id: string; provider_event_id: string }>({
+        name: 'wi_winners',
+        text: SQL.SELECT_WINNERS,
+        values: [losers.map((r) => r.provider), losers.map((r) => r.endpointId), losers.map((r) => r.providerEventId)],
+      });
+      const byKey = new Map(rows.map((w) => [logicalKey({ provider: w.provider, endpointId: w.endpoint_id, providerEventId: w.provider_event_id }), w.inbox_id]));
+      records.forEach((r, i) => {
+        if (results[i]) return;
+        const winner = byKey.get(logicalKey(r));
+        if (winner === undefined) throw new StorageUnavailableError('unique conflict without a visible winner');
+        results[i] = { inboxId: winner, duplicate: true };
+      });
+    }
+    return results as AcceptResult[];
+  }
+
+  async ping(): Promise<void> {
+    await this.query({ text: 'SELECT 1' });
+  }
+
+  async getInbox(inboxId: string): Promise<InboxRow | null> {
+    const { rows } = await this.query<Record<string, unknown>>({ text: SQL.SELECT_INBOX, values: [inboxId] });
+    const r = rows[0];
+    if (!r) return null;
+    const ms = (v: unknown) => (v === null ? null : Number(v));
+    return {
+      inboxId: r.inbox_id as string,
+      provider: r.provider as string,
+      endpointId: r.endpoint_id as string,
+      providerEventId: r.provider_event_id as string,
+      eventType: r.event_type as string,
+      objectId: r.object_id as string | null,
+      objectVersion: r.object_version as string | null,
+      providerCreatedAtMs: ms(r.provider_created_ms),
+      receivedAtMs: Number(r.received_ms),
+      rawPayloadRef: r.raw_payload_ref as string | null,
+      payloadHash: r.payload_hash as Buffer,
+      matchedSecretVersion: r.matched_secret_version as string,
+      status: r.status as InboxRow['status'],
+      attemptCount: r.attempt_count as number,
+      nextAttemptAtMs: ms(r.next_attempt_ms),
+      leaseUntilMs: ms(r.lease_until_ms),
+      lastError: r.last_error as string | null,
+    };
+  }
+
+  async getPayload(payloadId: string): Promise<StoredPayload | null> {
+    const { rows } = await this.query<{ payload_id: string; key_id: string; nonce: Buffer; ciphertext: Buffer }>({
+      text: 'SELECT payload_id::text, key_id, nonce, ciphertext FROM webhook_payload WHERE payload_id = $1', values: [payloadId],
+    });
+    const r = rows[0];
+    return r ? { payloadId: r.payload_id, keyId: r.key_id, nonce: r.nonce, ciphertext: r.ciphertext } : null;
+  }
+
+  async countRows(): Promise<{ inbox: number; outbox: number; payload: number }> {
+    const { rows } = await this.query<{ inbox: string; outbox: string; payload: string }>({ text: SQL.COUNT_ROWS });
+    const r = rows[0]!;
+    return { inbox: Number(r.inbox), outbox: Number(r.outbox), payload: Number(r.payload) };
+  }
+
+  async listInboxIds(): Promise<string[]> {
+    const { rows } = await this.query<{ inbox_id: string }>({ text: 'SELECT inbox_id::text FROM webhook_inbox ORDER BY inbox_id' });
+    return rows.map((r) => r.inbox_id);
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+}

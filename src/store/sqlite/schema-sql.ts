@@ -1,0 +1,27 @@
+/** The SQL the SQLite worker runs; kept apart from the thread plumbing so it reads as plain SQL. */
+export const INSERT_INBOX = `
+  INSERT INTO webhook_inbox (inbox_id, provider, endpoint_id, provider_event_id, event_type, object_id,
+    object_version, provider_created_at, received_at, raw_payload_ref, payload_hash, matched_secret_version,
+    status, attempt_count, next_attempt_at)
+  VALUES (@inboxId, @provider, @endpointId, @providerEventId, @eventType, @objectId,
+    @objectVersion, @providerCreatedAtMs, @receivedAtMs, @payloadId, @payloadHash, @matchedSecretVersion,
+    'PENDING', 0, @receivedAtMs)
+  ON CONFLICT (provider, endpoint_id, provider_event_id) DO NOTHING
+  RETURNING inbox_id`;
+
+export const INSERT_PAYLOAD = `
+  INSERT INTO webhook_payload (payload_id, key_id, nonce, ciphertext, created_at)
+  VALUES (?, ?, ?, ?, ?)`;
+
+export const INSERT_OUTBOX = `
+  INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at) VALUES (?, ?, ?, ?)`;
+
+export const SELECT_WINNER = `
+  SELECT inbox_id FROM webhook_inbox WHERE provider = ? AND endpoint_id = ? AND provider_event_id = ?`;
+
+export const SELECT_INBOX = `SELECT * FROM webhook_inbox WHERE inbox_id = ?`;
+export const SELECT_PAYLOAD = `SELECT * FROM webhook_payload WHERE payload_id = ?`;
+export const COUNT_ROWS = `
+  SELECT (SELECT count(*) FROM webhook_inbox) AS inbox,
+         (SELECT count(*) FROM webhook_outbox) AS outbox,
+         (SELECT count(*) FROM webhook_payload) AS payload`;

@@ -1,0 +1,137 @@
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import { StorageUnavailableError } from '../../errors.js';
+import { acceptUnique } from '../dedupe.js';
+import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
+import type { WorkerInit } from './worker.js';
+
+/** `sqlite:./data/inbox.db?busyTimeoutMs=2000` → file + options. */
+export function parseSqliteUrl(url: string): WorkerInit {
+  const rest = url.slice('sqlite:'.length);
+  const q = rest.indexOf('?');
+  const file = q < 0 ? rest : rest.slice(0, q);
+  const params = new URLSearchParams(q < 0 ? '' : rest.slice(q + 1));
+  const busy = Number(params.get('busyTimeoutMs') ?? 2000);
+  if (!file) throw new Error('sqlite URL needs a file path, e.g. sqlite:./data/webhook-inbox.db');
+  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: Number.isFinite(busy) ? busy : 2000 };
+}
+
+// Under the TypeScript test runner this file is .ts and so is the worker; the worker thread
+// then needs tsx to load it. Built code (dist/) runs plain JavaScript.
+const workerUrl = new URL(import.meta.url.endsWith('.ts') ? './worker.ts' : './worker.js', import.meta.url);
+const workerExecArgv = import.meta.url.endsWith('.ts') ? ['--import', 'tsx'] : [];
+
+type RawRow = Record<string, unknown>;
+const blob = (v: unknown): Buffer => {
+  const u = v as Uint8Array;
+  return Buffer.from(u.buffer, u.byteOffset, u.byteLength);
+};
+
+function toInboxRow(r: RawRow): InboxRow {
+  return {
+    inboxId: r.inbox_id as string,
+    provider: r.provider as string,
+    endpointId: r.endpoint_id as string,
+    providerEventId: r.provider_event_id as string,
+    eventType: r.event_type as string,
+    objectId: r.object_id as string | null,
+    objectVersion: r.object_version as string | null,
+    providerCreatedAtMs: r.provider_created_at as number | null,
+    receivedAtMs: r.received_at as number,
+    rawPayloadRef: r.raw_payload_ref as string | null,
+    payloadHash: blob(r.payload_hash),
+    matchedSecretVersion: r.matched_secret_version as string,
+    status: r.status as InboxRow['status'],
+    attemptCount: r.attempt_count as number,
+    nextAttemptAtMs: r.next_attempt_at as number | null,
+    leaseUntilMs: r.lease_until as number | null,
+    lastError: r.last_error as string | null,
+  };
+}
+
+/** SQLite adapter: a single writer thread owns the connection; this side only passes messages. */
+export class SqliteStore implements InboxStore {
+  readonly kind = 'sqlite' as const;
+  private worker!: Worker;
+  private nextId = 1;
+  private pending = new Map<number, { resolve(v: unknown): void; reject(e: unknown): void }>();
+  private closed = false;
+
+  constructor(readonly init: WorkerInit) {
+    if (init.file !== ':memory:') mkdirSync(dirname(init.file), { recursive: true });
+    this.spawn();
+  }
+
+  static fromUrl(url: string): SqliteStore {
+    return new SqliteStore(parseSqliteUrl(url));
+  }
+
+  private spawn(): void {
+    const w = new Worker(workerUrl, { workerData: this.init, execArgv: workerExecArgv });
+    w.on('message', (m: { id: number; ok: boolean; result?: unknown; message?: string; code?: string }) => {
+      const p = this.pending.get(m.id);
+      if (!p) return;
+      this.pending.delete(m.id);
+      if (m.ok) p.resolve(m.result);
+      else p.reject(Object.assign(new Error(m.message), { code: m.code }));
+    });
+    const fail = (err: unknown) => {
+      for (const p of this.pending.values()) p.reject(new StorageUnavailableError('SQLite worker stopped', { cause: err }));
+      this.pending.clear();
+      // A crashed writer is replaced; requests in its batch were answered 503 above.
+      if (!this.closed) setTimeout(() => this.spawn(), 100).unref();
+    };
+    w.on('error', fail);
+    w.on('exit', (code) => { if (this.worker === w) fail(new Error(`exit ${code}`)); });
+    this.worker = w;
+  }
+
+  private call<T>(op: string, arg?: unknown): Promise<T> {
+    if (this.closed) return Promise.reject(new StorageUnavailableError('store is closed'));
+    return new Promise<T>((resolve, reject) => {
+      const id = this.nextId++;
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      this.worker.postMessage({ id, op, arg });
+    });
+  }
+
+  migrate(): Promise<number[]> {
+    return this.call('migrate');
+  }
+
+  acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
+    return acceptUnique(records, (unique) => this.call<AcceptResult[]>('accept', unique)).catch((err) => {
+      throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite commit failed: ${(err as Error).message}`, { cause: err });
+    });
+  }
+
+  async ping(): Promise<void> {
+    await this.call('ping');
+  }
+
+  async getInbox(inboxId: string): Promise<InboxRow | null> {
+    const r = await this.call<RawRow | null>('getInbox', inboxId);
+    return r ? toInboxRow(r) : null;
+  }
+
+  async getPayload(payloadId: string): Promise<StoredPayload | null> {
+    const r = await this.call<RawRow | null>('getPayload', payloadId);
+    return r ? { payloadId: r.payload_id as string, keyId: r.key_id as string, nonce: blob(r.nonce), ciphertext: blob(r.ciphertext) } : null;
+  }
+
+  countRows(): Promise<{ inbox: number; outbox: number; payload: number }> {
+    return this.call('count');
+  }
+
+  listInboxIds(): Promise<string[]> {
+    return this.call('listIds');
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.call('close').catch(() => undefined);
+    this.closed = true;
+    await this.worker.terminate();
+  }
+}

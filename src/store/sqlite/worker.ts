@@ -1,0 +1,93 @@
+import { parentPort, workerData } from 'node:worker_threads';
+import Database from 'better-sqlite3';
+import { MIGRATIONS } from '../migrations.js';
+import type { AcceptRecord, AcceptResult } from '../port.js';
+import * as SQL from './schema-sql.js';
+
+/**
+ * The SQLite writer thread. better-sqlite3 is synchronous, so its work (including the
+ * fsync of each group commit) runs here, never on the HTTP event loop.
+ */
+export interface WorkerInit {
+  readonly file: string;
+  readonly busyTimeoutMs: number;
+}
+
+const { file, busyTimeoutMs } = workerData as WorkerInit;
+const db = new Database(file);
+db.pragma('journal_mode = WAL');
+// FULL: every commit is fsynced to the WAL before we answer 2xx (NORMAL could lose the tail on power loss).
+db.pragma('synchronous = FULL');
+db.pragma('foreign_keys = ON');
+db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+
+const buf = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength);
+
+function migrate(): number[] {
+  db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`);
+  const applied = new Set((db.prepare('SELECT version FROM schema_migrations').all() as { version: number }[]).map((r) => r.version));
+  const now: number[] = [];
+  for (const m of MIGRATIONS) {
+    if (applied.has(m.version)) continue;
+    db.transaction(() => {
+      db.exec(m.sqlite);
+      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now());
+    }).immediate();
+    now.push(m.version);
+  }
+  return now;
+}
+
+let statements: ReturnType<typeof prepare> | undefined;
+function prepare() {
+  return {
+    inbox: db.prepare(SQL.INSERT_INBOX),
+    payload: db.prepare(SQL.INSERT_PAYLOAD),
+    outbox: db.prepare(SQL.INSERT_OUTBOX),
+    winner: db.prepare(SQL.SELECT_WINNER).pluck(),
+    selectInbox: db.prepare(SQL.SELECT_INBOX),
+    selectPayload: db.prepare(SQL.SELECT_PAYLOAD),
+    count: db.prepare(SQL.COUNT_ROWS),
+    ids: db.prepare('SELECT inbox_id FROM webhook_inbox ORDER BY inbox_id').pluck(),
+  };
+}
+const st = () => (statements ??= prepare());
+
+// One transaction per batch: BEGIN IMMEDIATE takes the write lock up front, so a second
+// writer process waits (busy_timeout) instead of failing mid-transaction.
+const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
+  const s = st();
+  return records.map((r) => {
+    const won = s.inbox.get({ ...r, payloadHash: buf(r.payloadHash) });
+    if (won !== undefined) {
+      s.payload.run(r.payloadId, r.payload.keyId, buf(r.payload.nonce), buf(r.payload.ciphertext), r.receivedAtMs);
+      s.outbox.run(r.outboxId, r.inboxId, r.topic, r.receivedAtMs);
+      return { inboxId: r.inboxId, duplicate: false };
+    }
+    const winner = s.winner.get(r.provider, r.endpointId, r.providerEventId) as string | undefined;
+    if (winner === undefined) throw new Error('unique conflict without a visible winner');
+    return { inboxId: winner, duplicate: true };
+  });
+});
+
+const ops: Record<string, (arg: any) => unknown> = {
+  migrate,
+  accept: (records: AcceptRecord[]) => acceptTx.immediate(records),
+  ping: () => db.prepare('SELECT 1').get(),
+  getInbox: (id: string) => st().selectInbox.get(id) ?? null,
+  getPayload: (id: string) => st().selectPayload.get(id) ?? null,
+  count: () => st().count.get(),
+  listIds: () => st().ids.all(),
+  close: () => db.close(),
+};
+
+parentPort!.on('message', (msg: { id: number; op: string; arg: unknown }) => {
+  try {
+    const result = ops[msg.op]!(msg.arg);
+    parentPort!.postMessage({ id: msg.id, ok: true, result });
+  } catch (err) {
+    const e = err as { message?: string; code?: string };
+    parentPort!.postMessage({ id: msg.id, ok: false, message: e.message ?? String(err), code: e.code });
+  }
+});
