@@ -17,10 +17,15 @@ export function parseSqliteUrl(url: string): WorkerInit {
   return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: Number.isFinite(busy) ? busy : 2000 };
 }
 
-// Under the TypeScript test runner this file is .ts and so is the worker; the worker thread
-// then needs tsx to load it. Built code (dist/) runs plain JavaScript.
-const workerUrl = new URL(import.meta.url.endsWith('.ts') ? './worker.ts' : './worker.js', import.meta.url);
-const workerExecArgv = import.meta.url.endsWith('.ts') ? ['--import', 'tsx'] : [];
+// Built code (dist/) runs the plain JavaScript worker. Under the TypeScript test runner this
+// file is .ts and so is the worker: the thread then registers tsx before importing it.
+const fromSource = import.meta.url.endsWith('.ts');
+const workerUrl = new URL(fromSource ? './worker.ts' : './worker.js', import.meta.url);
+function newWorker(workerData: WorkerInit): Worker {
+  if (!fromSource) return new Worker(workerUrl, { workerData });
+  const boot = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(workerUrl.href)}); })`;
+  return new Worker(boot, { eval: true, workerData });
+}
 
 type RawRow = Record<string, unknown>;
 const blob = (v: unknown): Buffer => {
@@ -68,7 +73,7 @@ export class SqliteStore implements InboxStore {
   }
 
   private spawn(): void {
-    const w = new Worker(workerUrl, { workerData: this.init, execArgv: workerExecArgv });
+    const w = newWorker(this.init);
     w.on('message', (m: { id: number; ok: boolean; result?: unknown; message?: string; code?: string }) => {
       const p = this.pending.get(m.id);
       if (!p) return;

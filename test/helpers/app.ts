@@ -1,0 +1,38 @@
+import pino from 'pino';
+import { startApp, type RunningApp } from '../../src/app.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { freshDatabase, type TestDatabase } from './stores.js';
+
+export const PAYLOAD_KEY = Buffer.alloc(32, 7).toString('base64');
+export const STRIPE_SECRET = 'whsec_test_secret_for_webhook_inbox';
+
+/** Minimal valid config document; tests override endpoints and limits. */
+export function configDoc(database: string, over: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    listen: { host: '127.0.0.1', port: 0 },
+    database,
+    payloadKeys: { current: 'k1', keys: { k1: PAYLOAD_KEY } },
+    endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }],
+    log: { level: 'silent' },
+    ...over,
+  };
+}
+
+export interface TestApp extends RunningApp {
+  readonly db: TestDatabase;
+  stop(): Promise<void>;
+}
+
+/** Starts a real server on an ephemeral port against a fresh database of the given kind. */
+export async function startTestApp(kind: 'sqlite' | 'postgres', over: Record<string, unknown> = {}, env: NodeJS.ProcessEnv = {}): Promise<TestApp> {
+  const db = await freshDatabase(kind);
+  const config = parseConfig(configDoc(db.url, over), env);
+  const app = await startApp(config, { logger: pino({ level: 'silent' }), env });
+  return Object.assign(app, {
+    db,
+    async stop() {
+      await app.close();
+      await db.cleanup();
+    },
+  });
+}
