@@ -19,6 +19,8 @@ export interface StartOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** Use this store instead of opening `config.database` (the app then does not close it). */
   readonly store?: InboxStore;
+  /** On close, how long open requests may take to finish before their connections are cut. */
+  readonly shutdownGraceMs?: number;
 }
 
 export interface RunningApp {
@@ -96,9 +98,12 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     close() {
       closing ??= (async () => {
         clearInterval(retry);
+        // Stop accepting; requests already in the pipeline finish (their commits are answered);
+        // connections that linger past the grace period (stalled senders) are cut.
         await new Promise<void>((resolve) => {
           server.close(() => resolve());
           server.closeIdleConnections();
+          setTimeout(() => server.closeAllConnections(), opts.shutdownGraceMs ?? 5000).unref();
         });
         if (!opts.store) await store.close();
         log.flush();

@@ -22,6 +22,8 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     headersTimeout: config.limits.headersTimeoutMs,
     requestTimeout: config.limits.requestTimeoutMs,
     keepAliveTimeout: config.limits.keepAliveTimeoutMs,
+    // How often Node checks the two timeouts above (default 30 s would let slow senders linger).
+    connectionsCheckingInterval: Math.min(1000, config.limits.headersTimeoutMs),
     noDelay: true,
   });
   // Count is checked by the pipeline (431); 0 = Node must not silently drop extra headers.

@@ -27,7 +27,7 @@ export interface TestApp extends RunningApp {
 export async function startTestApp(kind: 'sqlite' | 'postgres', over: Record<string, unknown> = {}, env: NodeJS.ProcessEnv = {}): Promise<TestApp> {
   const db = await freshDatabase(kind);
   const config = parseConfig(configDoc(db.url, over), env);
-  const app = await startApp(config, { logger: pino({ level: 'silent' }), env });
+  const app = await startApp(config, { logger: pino({ level: 'silent' }), env, shutdownGraceMs: 500 });
   return Object.assign(app, {
     db,
     async stop() {

@@ -1,0 +1,63 @@
+import { describe, expect, it } from 'vitest';
+import { PayloadCipher } from '../../src/crypto/payload-cipher.js';
+import { uuidv7 } from '../../src/crypto/ids.js';
+
+const k1 = Buffer.alloc(32, 1);
+const k2 = Buffer.alloc(32, 2);
+const bind = (id: string) => ({ provider: 'stripe', endpointId: 'ep', providerEventId: id });
+
+describe('payload encryption', () => {
+  it('round-trips the exact bytes, including invalid UTF-8', () => {
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1');
+    const raw = Buffer.from([0x7b, 0xff, 0xfe, 0x00, 0xc3, 0xa9, 0x7d]);
+    const sealed = c.seal(raw, bind('a'));
+    expect(sealed.keyId).toBe('k1');
+    expect(sealed.ciphertext.includes(raw)).toBe(false);
+    expect(c.open(sealed, bind('a')).equals(raw)).toBe(true);
+  });
+
+  it('refuses a ciphertext moved to another row (associated data binds the unique key)', () => {
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1');
+    const sealed = c.seal(Buffer.from('{"amount":1}'), bind('evt_a'));
+    expect(() => c.open(sealed, bind('evt_b'))).toThrow();
+    expect(() => c.open(sealed, { ...bind('evt_a'), endpointId: 'other' })).toThrow();
+  });
+
+  it('refuses a tampered ciphertext', () => {
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1');
+    const sealed = c.seal(Buffer.from('{"amount":1}'), bind('a'));
+    sealed.ciphertext[0]! ^= 1;
+    expect(() => c.open(sealed, bind('a'))).toThrow();
+  });
+
+  it('encrypts with the current key and still decrypts rows written under an older key', () => {
+    const old = new PayloadCipher(new Map([['k1', k1]]), 'k1');
+    const rotated = new PayloadCipher(new Map([['k1', k1], ['k2', k2]]), 'k2');
+    const oldRow = old.seal(Buffer.from('old'), bind('a'));
+    const newRow = rotated.seal(Buffer.from('new'), bind('b'));
+    expect(newRow.keyId).toBe('k2');
+    expect(rotated.open(oldRow, bind('a')).toString()).toBe('old');
+    expect(() => old.open(newRow, bind('b'))).toThrow(/k2/);
+  });
+
+  it('never reuses a nonce', () => {
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1');
+    const nonces = new Set(Array.from({ length: 5000 }, () => c.seal(Buffer.from('x'), bind('a')).nonce.toString('hex')));
+    expect(nonces.size).toBe(5000);
+  });
+
+  it('rejects keys that are not 32 bytes and a current id that is not a key', () => {
+    expect(() => new PayloadCipher(new Map([['k1', Buffer.alloc(16)]]), 'k1')).toThrow(/32 bytes/);
+    expect(() => new PayloadCipher(new Map([['k1', k1]]), 'k9')).toThrow(/k9/);
+  });
+});
+
+describe('uuidv7', () => {
+  it('is a valid, time-ordered v7 UUID', () => {
+    const a = uuidv7(1_800_000_000_000);
+    const b = uuidv7(1_800_000_000_001);
+    expect(a).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(a < b).toBe(true);
+    expect(parseInt(a.replace(/-/g, '').slice(0, 12), 16)).toBe(1_800_000_000_000);
+  });
+});

@@ -1,0 +1,20 @@
+import { PROVIDERS } from '../../src/providers/registry.js';
+import { STRIPE_SECRET } from './app.js';
+
+const stripe = PROVIDERS.stripe!(undefined, 'test');
+
+/** A Stripe-style event body of (at least) `size` bytes, exactly `size` when padding allows. */
+export function stripeEvent(id: string, opts: { type?: string; size?: number } = {}): Buffer {
+  const base = { id, object: 'event', type: opts.type ?? 'payment_intent.succeeded', created: 1700000000, data: { object: { id: `pi_${id}` } }, pad: '' };
+  let text = JSON.stringify(base);
+  if (opts.size !== undefined && opts.size > text.length) {
+    base.pad = 'x'.repeat(opts.size - text.length);
+    text = JSON.stringify(base);
+  }
+  return Buffer.from(text);
+}
+
+/** Headers a correct Stripe delivery of `body` carries. */
+export function stripeHeaders(body: Buffer, secret = STRIPE_SECRET, timestamp?: number): Record<string, string> {
+  return { 'content-type': 'application/json', ...stripe.sign(body, secret, timestamp === undefined ? {} : { timestamp }) };
+}

@@ -1,0 +1,44 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { stringify } from 'yaml';
+
+export const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
+
+/** The shipped CLI (dist/) as a separate process — `npm test` builds it before the tests run. */
+export function assertBuilt(): void {
+  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm test" (it builds first) or "npm run build"`);
+}
+
+export interface ServerProcess {
+  readonly child: ChildProcess;
+  readonly url: string;
+  stderr(): string;
+}
+
+/** Starts `webhook-inbox serve` with a config document and waits until it listens. */
+export async function spawnServer(configFile: string, doc: Record<string, unknown>, env: NodeJS.ProcessEnv = {}): Promise<ServerProcess> {
+  assertBuilt();
+  writeFileSync(configFile, stringify(doc));
+  const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let err = '';
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${err}`)), 15_000);
+    child.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+      const m = /listening on (http:\/\/[^\s]+)/.exec(err);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with ${code}:\n${err}`));
+    });
+  });
+  return { child, url, stderr: () => err };
+}

@@ -1,0 +1,126 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { uuidv7 } from '../../src/crypto/ids.js';
+import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
+import { openStore } from '../../src/store/open.js';
+import type { AcceptRecord, InboxStore } from '../../src/store/port.js';
+import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
+
+const cipher = new PayloadCipher(new Map([['k1', Buffer.alloc(32, 1)]]), 'k1');
+
+function record(eventId: string, body = `{"id":"${eventId}"}`, over: Partial<AcceptRecord> = {}): AcceptRecord {
+  const raw = Buffer.from(body);
+  const binding = { provider: 'stripe', endpointId: 'ep', providerEventId: eventId };
+  return {
+    inboxId: uuidv7(), payloadId: uuidv7(), outboxId: uuidv7(), ...binding,
+    eventType: 'payment_intent.succeeded', objectId: 'pi_1', objectVersion: null,
+    providerCreatedAtMs: 1_700_000_000_000, receivedAtMs: 1_800_000_000_123,
+    payloadHash: sha256(raw), matchedSecretVersion: 'v1', payload: cipher.seal(raw, binding),
+    topic: 'stripe.payment_intent.succeeded', ...over,
+  };
+}
+
+/** The storage port contract; the same assertions for both adapters. */
+describeEachStore('store contract', (kind) => {
+  let db: TestDatabase;
+  let store: InboxStore;
+  beforeAll(async () => {
+    db = await freshDatabase(kind);
+    store = openStore(db.url);
+    expect(await store.migrate()).toEqual([1]);
+  });
+  afterAll(async () => {
+    await store?.close();
+    await db?.cleanup();
+  });
+
+  it('migrations are idempotent', async () => {
+    expect(await store.migrate()).toEqual([]);
+  });
+
+  it('stores a new event as PENDING with every field, its payload and one outbox row', async () => {
+    const r = record('evt_fields');
+    const [res] = await store.acceptBatch([r]);
+    expect(res).toEqual({ inboxId: r.inboxId, duplicate: false });
+    const row = (await store.getInbox(r.inboxId))!;
+    expect(row).toMatchObject({
+      inboxId: r.inboxId, provider: 'stripe', endpointId: 'ep', providerEventId: 'evt_fields',
+      eventType: 'payment_intent.succeeded', objectId: 'pi_1', objectVersion: null,
+      providerCreatedAtMs: 1_700_000_000_000, receivedAtMs: 1_800_000_000_123,
+      rawPayloadRef: r.payloadId, matchedSecretVersion: 'v1', status: 'PENDING', attemptCount: 0,
+      nextAttemptAtMs: 1_800_000_000_123, leaseUntilMs: null, lastError: null,
+    });
+    expect(row.payloadHash.equals(r.payloadHash)).toBe(true);
+    const stored = (await store.getPayload(r.payloadId))!;
+    expect(cipher.open(stored, { provider: 'stripe', endpointId: 'ep', providerEventId: 'evt_fields' }).toString()).toBe('{"id":"evt_fields"}');
+  });
+
+  it('answers a later copy of a stored event as a duplicate of the first row, writing nothing', async () => {
+    const first = record('evt_dup');
+    await store.acceptBatch([first]);
+    const before = await store.countRows();
+    const [res] = await store.acceptBatch([record('evt_dup')]);
+    expect(res).toEqual({ inboxId: first.inboxId, duplicate: true });
+    expect(await store.countRows()).toEqual(before);
+  });
+
+  it('de-duplicates copies inside one batch and keeps results in input order', async () => {
+    const a1 = record('evt_a'), b = record('evt_b'), a2 = record('evt_a'), c = record('evt_c'), a3 = record('evt_a');
+    const before = await store.countRows();
+    const res = await store.acceptBatch([a1, b, a2, c, a3]);
+    expect(res).toEqual([
+      { inboxId: a1.inboxId, duplicate: false },
+      { inboxId: b.inboxId, duplicate: false },
+      { inboxId: a1.inboxId, duplicate: true },
+      { inboxId: c.inboxId, duplicate: false },
+      { inboxId: a1.inboxId, duplicate: true },
+    ]);
+    const after = await store.countRows();
+    expect(after.inbox - before.inbox).toBe(3);
+    expect(after.outbox - before.outbox).toBe(3);
+    expect(after.payload - before.payload).toBe(3);
+  });
+
+  it('keys uniqueness on (provider, endpoint, event id): the same id elsewhere is a new row', async () => {
+    const a = record('evt_scope');
+    const otherEndpoint = record('evt_scope', undefined, { endpointId: 'ep2' });
+    const otherProvider = record('evt_scope', undefined, { provider: 'github' });
+    const res = await store.acceptBatch([a, otherEndpoint, otherProvider]);
+    expect(res.map((r) => r.duplicate)).toEqual([false, false, false]);
+  });
+
+  it('commits a batch all-or-nothing', async () => {
+    const before = await store.countRows();
+    const good = record('evt_atomic_good');
+    // A payload id that collides with an existing one makes the batch fail inside the transaction.
+    const existing = record('evt_atomic_existing');
+    await store.acceptBatch([existing]);
+    const bad = record('evt_atomic_bad', undefined, { payloadId: existing.payloadId });
+    await expect(store.acceptBatch([good, bad])).rejects.toThrow();
+    const after = await store.countRows();
+    expect(after.inbox - before.inbox).toBe(1);
+    expect(await store.getInbox(good.inboxId)).toBeNull();
+  });
+
+  it('serves many concurrent batches from several callers without losing or doubling a row', async () => {
+    const ids = Array.from({ length: 50 }, (_, i) => `evt_conc_${i}`);
+    const calls = Array.from({ length: 8 }, () => store.acceptBatch(ids.map((id) => record(id))));
+    const results = await Promise.all(calls);
+    for (let i = 0; i < ids.length; i++) {
+      const forId = results.map((r) => r[i]!);
+      expect(forId.filter((r) => !r.duplicate)).toHaveLength(1);
+      expect(new Set(forId.map((r) => r.inboxId)).size).toBe(1);
+    }
+  });
+
+  it('a second store instance on the same database sees the same rows (and the unique key across processes)', async () => {
+    const other = openStore(db.url);
+    try {
+      const first = record('evt_cross');
+      await store.acceptBatch([first]);
+      const [res] = await other.acceptBatch([record('evt_cross')]);
+      expect(res).toEqual({ inboxId: first.inboxId, duplicate: true });
+    } finally {
+      await other.close();
+    }
+  });
+});

@@ -1,0 +1,80 @@
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import pino from 'pino';
+import { startApp } from '../../src/app.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { openStore } from '../../src/store/open.js';
+import { configDoc, startTestApp } from '../helpers/app.js';
+import { post } from '../helpers/http.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { freshDatabase } from '../helpers/stores.js';
+import { pgAvailable } from '../helpers/pg.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+
+const send = (url: string, id: string) => {
+  const body = stripeEvent(id);
+  return post(`${url}/webhooks/stripe`, body, stripeHeaders(body));
+};
+
+describe('storage unavailable [sqlite]', () => {
+  it('answers 503 with Retry-After while the database is locked, acknowledges nothing, and recovers', async () => {
+    const db = await freshDatabase('sqlite');
+    const app = await startTestApp('sqlite', { database: `${db.url}?busyTimeoutMs=200` });
+    try {
+      expect((await send(app.url, 'evt_before')).status).toBe(200);
+      // Another process holds the write lock: our commit cannot happen.
+      const blocker = new Database(db.url.slice('sqlite:'.length));
+      blocker.exec('BEGIN IMMEDIATE');
+      const r = await send(app.url, 'evt_during');
+      expect(r.status).toBe(503);
+      expect(r.json().error).toBe('storage_unavailable');
+      expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
+      expect((await post(`${app.url}/webhooks/stripe`, '', {}, 'GET')).status).toBe(405);
+      blocker.exec('ROLLBACK');
+      blocker.close();
+      const again = await send(app.url, 'evt_during');
+      expect(again.status).toBe(200);
+      expect(again.json().duplicate).toBe(false); // nothing was stored by the failed attempt
+      expect((await app.store.countRows()).inbox).toBe(2);
+    } finally {
+      await app.stop();
+      await db.cleanup();
+    }
+  });
+});
+
+describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
+  const cleanups: (() => Promise<void>)[] = [];
+  afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
+
+  it('answers 503 while PostgreSQL is unreachable, /readyz says not ready, and accepts again when it is back', async () => {
+    const db = await freshDatabase('postgres');
+    cleanups.push(() => db.cleanup());
+    const proxy = new TcpProxy(5432);
+    await proxy.start();
+    cleanups.push(() => proxy.stop());
+    const url = new URL(db.url);
+    url.port = String(proxy.port);
+    const config = parseConfig(configDoc(url.toString(), { groupCommit: { commitTimeoutMs: 3000 } }), {});
+    const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200 });
+    cleanups.push(() => app.close());
+
+    expect((await send(app.url, 'evt_up')).status).toBe(200);
+    await proxy.stop();
+    const down = await send(app.url, 'evt_down');
+    expect(down.status).toBe(503);
+    expect(down.json().error).toBe('storage_unavailable');
+    expect(down.headers['retry-after']).toBeDefined();
+    expect((await post(`${app.url}/readyz`, '', {}, 'GET')).status).toBe(503);
+    expect((await post(`${app.url}/healthz`, '', {}, 'GET')).status).toBe(200);
+
+    await proxy.start();
+    const back = await send(app.url, 'evt_down');
+    expect(back.status).toBe(200);
+    expect(back.json().duplicate).toBe(false);
+    expect((await post(`${app.url}/readyz`, '', {}, 'GET')).status).toBe(200);
+    const direct = openStore(db.url);
+    expect((await direct.countRows()).inbox).toBe(2);
+    await direct.close();
+  });
+});
