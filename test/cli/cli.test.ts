@@ -1,0 +1,77 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { configDoc } from '../helpers/app.js';
+import { assertBuilt, CLI, spawnServer } from '../helpers/server-process.js';
+
+function run(args: string[], env: NodeJS.ProcessEnv = {}) {
+  assertBuilt();
+  const r = spawnSync(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 30_000 });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+
+describe('webhook-inbox CLI', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wi-cli-'));
+
+  it.each(['serve', 'migrate', 'check-config', 'send-sample'])('%s --help prints usage and exits 0', (cmd) => {
+    const r = run([cmd, '--help']);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain(`Usage: webhook-inbox ${cmd}`);
+  });
+
+  it('an unknown command or option exits 2 with usage', () => {
+    expect(run(['serv']).code).toBe(2);
+    const r = run(['migrate', '--config', 'x', '--bogus']);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("Unknown option '--bogus'");
+    expect(run(['migrate']).err).toContain('--config is required');
+  });
+
+  it('check-config exits 78 naming the bad path, and 0 for a valid file', () => {
+    const bad = join(dir, 'bad.yaml');
+    writeFileSync(bad, stringify({ ...configDoc('sqlite:./x.db'), endpoints: [{ id: 'e', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_x' }], maxBodyBytes: -1 }] }));
+    const r = run(['check-config', '--config', bad]);
+    expect(r.code).toBe(78);
+    expect(r.err).toContain('endpoints[0].maxBodyBytes: must be an integer');
+    const missing = join(dir, 'missing-secret.yaml');
+    writeFileSync(missing, stringify({ ...configDoc('sqlite:./x.db'), endpoints: [{ id: 'e', provider: 'stripe', secrets: [{ version: 'v1', value: '${env:NOT_SET_ANYWHERE}' }] }] }));
+    const m = run(['check-config', '--config', missing]);
+    expect(m.code).toBe(78);
+    expect(m.err).toContain('endpoints[0].secrets[0].value: environment variable NOT_SET_ANYWHERE is not set');
+    const good = join(dir, 'good.yaml');
+    writeFileSync(good, stringify(configDoc('sqlite:./x.db')));
+    expect(run(['check-config', '--config', good]).code).toBe(0);
+  });
+
+  it('migrate applies the schema once', () => {
+    const file = join(dir, 'm.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, 'm.db')}`)));
+    expect(run(['migrate', '--config', file]).out).toContain('applied migrations: 1');
+    expect(run(['migrate', '--config', file]).out).toContain('schema is up to date');
+  });
+
+  it('serve + send-sample: the sample event is signed correctly and accepted', async () => {
+    const file = join(dir, 's.yaml');
+    const doc = configDoc(`sqlite:${join(dir, 's.db')}`, {
+      endpoints: [
+        { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_cli' }] },
+        { id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 'gh-secret' }] },
+        { id: 'sw', provider: 'standard-webhooks', secrets: [{ version: 'v1', value: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' }] },
+      ],
+    });
+    const server = await spawnServer(file, doc);
+    try {
+      for (const ep of ['stripe', 'gh', 'sw']) {
+        const r = run(['send-sample', '--config', file, '--endpoint', ep, '--url', server.url]);
+        expect(r.out, r.err).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
+      }
+    } finally {
+      server.child.kill('SIGTERM');
+      await new Promise((r) => server.child.once('exit', r));
+    }
+    expect(server.stderr()).toContain('shutting down');
+  });
+});

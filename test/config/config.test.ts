@@ -1,0 +1,119 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { loadConfigFile } from '../../src/config/load.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { KeyRing } from '../../src/crypto/keyring.js';
+import { configDoc, PAYLOAD_KEY } from '../helpers/app.js';
+
+const base = () => configDoc('sqlite:/tmp/x.db');
+const withEndpoint = (ep: Record<string, unknown>) => ({ ...base(), endpoints: [ep] });
+const stripeEp = (over: Record<string, unknown> = {}) => ({ id: 'ep', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_abc' }], ...over });
+
+function errorOf(doc: unknown, env: NodeJS.ProcessEnv = {}): string {
+  try {
+    parseConfig(doc, env);
+  } catch (err) {
+    return (err as Error).message;
+  }
+  throw new Error('config was accepted');
+}
+
+describe('config validation names the bad path', () => {
+  it.each([
+    ['unknown top-level key', { ...base(), endpiont: [] }, /^endpiont: unknown key/],
+    ['unknown provider', withEndpoint(stripeEp({ provider: 'strip' })), /^endpoints\[0\]\.provider: unknown provider "strip"/],
+    ['bad endpoint id', withEndpoint(stripeEp({ id: 'a/b' })), /^endpoints\[0\]\.id: /],
+    ['no secrets', withEndpoint(stripeEp({ secrets: [] })), /^endpoints\[0\]\.secrets: needs at least one/],
+    ['bad retireAt', withEndpoint(stripeEp({ secrets: [{ version: 'v1', value: 'whsec_a', retireAt: 'soon' }] })), /^endpoints\[0\]\.secrets\[0\]\.retireAt: must be an ISO-8601/],
+    ['duplicate secret version', withEndpoint(stripeEp({ secrets: [{ version: 'v1', value: 'whsec_a' }, { version: 'v1', value: 'whsec_b' }] })), /^endpoints\[0\]\.secrets\[1\]\.version: duplicate/],
+    ['tolerance for a provider without timestamps', withEndpoint({ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 's' }], toleranceSeconds: 60 }), /^endpoints\[0\]\.toleranceSeconds: provider "github" signs no timestamp/],
+    ['maxBodyBytes not an integer', withEndpoint(stripeEp({ maxBodyBytes: '1MB' })), /^endpoints\[0\]\.maxBodyBytes: must be an integer/],
+    ['rateLimit without perSecond', withEndpoint(stripeEp({ rateLimit: { burst: 5 } })), /^endpoints\[0\]\.rateLimit\.perSecond: is required/],
+    ['typo inside an endpoint', withEndpoint(stripeEp({ evnets: ['x'] })), /^endpoints\[0\]\.evnets: unknown key/],
+    ['current payload key missing', { ...base(), payloadKeys: { current: 'k2', keys: { k1: PAYLOAD_KEY } } }, /^payloadKeys\.current: "k2" is not one of/],
+    ['database scheme', { ...base(), database: 'mysql://x' }, /^database: must start with sqlite: or postgres:\/\//],
+    ['port out of range', { ...base(), listen: { port: 70000 } }, /^listen\.port: must be an integer from 0 to 65535/],
+    ['generic-hmac option', withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], options: { idPath: 'id' } }), /^endpoints\[0\]\.options\.signatureHeader: is required/],
+  ])('%s', (_name, doc, expected) => {
+    expect(errorOf(doc)).toMatch(expected);
+  });
+
+  it('rejects a duplicate endpoint id', () => {
+    expect(errorOf({ ...base(), endpoints: [stripeEp(), stripeEp()] })).toMatch(/^endpoints\[1\]\.id: duplicate endpoint id "ep"/);
+  });
+
+  it('DATABASE_URL overrides database, and a bad one is named', () => {
+    expect(parseConfig(base(), { DATABASE_URL: 'postgres://u@h/db' }).database).toBe('postgres://u@h/db');
+    expect(errorOf(base(), { DATABASE_URL: 'oracle://x' })).toMatch(/^DATABASE_URL: /);
+  });
+
+  it('applies documented defaults', () => {
+    const c = parseConfig(withEndpoint(stripeEp()), {});
+    expect(c.endpoints[0]).toMatchObject({ maxBodyBytes: 1048576, toleranceSeconds: 300, events: undefined, rateLimit: undefined });
+    expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
+  });
+});
+
+describe('config files', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wi-config-'));
+
+  it('YAML and JSON with the same keys load the same config', () => {
+    const doc = withEndpoint(stripeEp({ events: ['payment_intent.*'] }));
+    writeFileSync(join(dir, 'c.yaml'), stringify(doc));
+    writeFileSync(join(dir, 'c.json'), JSON.stringify(doc));
+    const y = loadConfigFile(join(dir, 'c.yaml'), {});
+    const j = loadConfigFile(join(dir, 'c.json'), {});
+    expect(j.endpoints[0]!.events).toEqual(['payment_intent.*']);
+    expect({ ...y, endpoints: y.endpoints.map((e) => ({ ...e, adapter: e.adapter.name })) })
+      .toEqual({ ...j, endpoints: j.endpoints.map((e) => ({ ...e, adapter: e.adapter.name })) });
+  });
+
+  it('a syntax error names the file', () => {
+    writeFileSync(join(dir, 'bad.yaml'), 'listen: { host: [\n');
+    expect(() => loadConfigFile(join(dir, 'bad.yaml'), {})).toThrow(/bad\.yaml: not valid YAML/);
+    expect(() => loadConfigFile(join(dir, 'missing.yaml'), {})).toThrow(/missing\.yaml: cannot read config file \(ENOENT\)/);
+  });
+});
+
+describe('secret references', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wi-secrets-'));
+
+  it('resolves ${env:NAME} and ${file:PATH} (a mounted file’s trailing newline is not part of the secret)', () => {
+    writeFileSync(join(dir, 's1'), 'whsec_from_file\n');
+    const doc = withEndpoint(stripeEp({ secrets: [{ version: 'v2', value: '${env:STRIPE_V2}' }, { version: 'v1', value: `\${file:${join(dir, 's1')}}` }] }));
+    const ring = new KeyRing(parseConfig(doc, {}), { STRIPE_V2: 'whsec_from_env' });
+    expect(ring.ready).toBe(true);
+    expect(ring.keysFor('ep')!.map((k) => [k.version, k.key.toString()])).toEqual([['v2', 'whsec_from_env'], ['v1', 'whsec_from_file']]);
+  });
+
+  it('an unresolvable or malformed secret is reported by path, never by value', () => {
+    const doc = {
+      ...base(),
+      payloadKeys: { current: 'k1', keys: { k1: '${env:NO_SUCH_KEY}' } },
+      endpoints: [
+        stripeEp({ secrets: [{ version: 'v1', value: '${env:NO_SUCH_VAR}' }] }),
+        stripeEp({ id: 'ep2', secrets: [{ version: 'v1', value: 'not-a-whsec-value-xyz' }] }),
+        stripeEp({ id: 'ep3', secrets: [{ version: 'v1', value: `\${file:${join(dir, 'absent')}}` }] }),
+      ],
+    };
+    const ring = new KeyRing(parseConfig(doc, {}), {});
+    expect(ring.ready).toBe(false);
+    expect(ring.keysFor('ep')).toBeUndefined();
+    expect(ring.cipher).toBeNull();
+    expect(ring.problems).toEqual([
+      'endpoints[0].secrets[0].value: environment variable NO_SUCH_VAR is not set',
+      'endpoints[1].secrets[0].value: a Stripe endpoint secret starts with "whsec_"',
+      expect.stringMatching(/^endpoints\[2\]\.secrets\[0\]\.value: cannot read .*absent \(ENOENT\)$/),
+      'payloadKeys.keys.k1: environment variable NO_SUCH_KEY is not set',
+    ]);
+    expect(ring.problems.join('\n')).not.toContain('not-a-whsec-value-xyz');
+  });
+
+  it('a payload key that is not 32 bytes of base64 is refused', () => {
+    const ring = new KeyRing(parseConfig({ ...base(), payloadKeys: { current: 'k1', keys: { k1: 'c2hvcnQ=' } } }, {}), {});
+    expect(ring.problems).toEqual(['payloadKeys.keys.k1: must be 32 bytes, base64-encoded (openssl rand -base64 32)']);
+  });
+});

@@ -1,0 +1,109 @@
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import { startApp } from '../../src/app.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { configDoc, STRIPE_SECRET } from '../helpers/app.js';
+import { post } from '../helpers/http.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { freshDatabase } from '../helpers/stores.js';
+
+/** Starts an app on SQLite whose log lines are captured. */
+async function appWithLog(over: Record<string, unknown>, env: NodeJS.ProcessEnv = {}) {
+  const db = await freshDatabase('sqlite');
+  const lines: string[] = [];
+  const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...chunk.toString().split('\n').filter(Boolean)); cb(); } });
+  const app = await startApp(parseConfig(configDoc(db.url, over), env), { logger: pino({ level: 'info' }, sink), env, shutdownGraceMs: 200 });
+  return { app, lines, stop: async () => { await app.close(); await db.cleanup(); } };
+}
+
+describe('secrets unavailable → fail closed', () => {
+  const stops: (() => Promise<void>)[] = [];
+  afterAll(async () => { for (const s of stops) await s(); });
+
+  it('an endpoint whose secret cannot be resolved answers 503; others keep working; /readyz names the path', async () => {
+    const t = await appWithLog({
+      endpoints: [
+        { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] },
+        { id: 'broken', provider: 'stripe', secrets: [{ version: 'v1', value: '${env:MISSING_SECRET}' }] },
+      ],
+    });
+    stops.push(t.stop);
+    const body = stripeEvent('evt_sec');
+    const broken = await post(`${t.app.url}/webhooks/broken`, body, stripeHeaders(body));
+    expect(broken.status).toBe(503);
+    expect(broken.json().error).toBe('secrets_unavailable');
+    expect(broken.headers['retry-after']).toBeDefined();
+    expect((await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(200);
+    const ready = await post(`${t.app.url}/readyz`, '', {}, 'GET');
+    expect(ready.status).toBe(503);
+    expect(ready.json().problems).toEqual(['endpoints[1].secrets[0].value: environment variable MISSING_SECRET is not set']);
+  });
+
+  it('without the payload key nothing is accepted (no unencrypted fallback)', async () => {
+    const t = await appWithLog({ payloadKeys: { current: 'k1', keys: { k1: '${env:MISSING_KEY}' } } });
+    stops.push(t.stop);
+    const body = stripeEvent('evt_nokey');
+    const r = await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body));
+    expect(r.status).toBe(503);
+    expect(r.json().error).toBe('secrets_unavailable');
+    expect((await t.app.store.countRows()).inbox).toBe(0);
+  });
+});
+
+describe('logs and metrics', () => {
+  it('one JSON line per request with outcome and latency; never a secret, signature or body', async () => {
+    const t = await appWithLog({});
+    try {
+      const body = stripeEvent('evt_logged', { type: 'payment_intent.succeeded' });
+      const bodyWithSecretWord = Buffer.from(body.toString().replace('"pad":""', '"pad":"BODY_CANARY_123"'));
+      const headers = stripeHeaders(bodyWithSecretWord);
+      await post(`${t.app.url}/webhooks/stripe`, bodyWithSecretWord, headers);
+      await post(`${t.app.url}/webhooks/stripe`, bodyWithSecretWord, headers);
+      const tampered = Buffer.from(bodyWithSecretWord.toString().replace('CANARY', 'CANARX'));
+      await post(`${t.app.url}/webhooks/stripe`, tampered, headers);
+      await t.app.close();
+      t.app.log.flush();
+      await new Promise((r) => setTimeout(r, 50));
+      const requestLines = t.lines.map((l) => JSON.parse(l)).filter((l) => l.outcome);
+      expect(requestLines.map((l) => [l.outcome, l.status])).toEqual([['accepted', 200], ['duplicate', 200], ['invalid_signature', 401]]);
+      expect(requestLines[0]).toMatchObject({ endpoint: 'stripe', provider: 'stripe', event_id: 'evt_logged', event_type: 'payment_intent.succeeded' });
+      expect(typeof requestLines[0].latency_ms).toBe('number');
+      expect(requestLines[2].event_id).toBeUndefined(); // unverified: nothing from the body is logged
+      const all = t.lines.join('\n');
+      expect(all).not.toContain(STRIPE_SECRET);
+      expect(all).not.toContain(headers['stripe-signature']!.split('v1=')[1]);
+      expect(all).not.toContain('CANARY');
+      expect(all).not.toContain('CANARX');
+    } finally {
+      await t.stop();
+    }
+  });
+
+  it('/metrics counts requests by endpoint and outcome, ack and commit latency, batch size, matched secret version', async () => {
+    const t = await appWithLog({
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v2', value: 'whsec_new' }, { version: 'v1', value: STRIPE_SECRET }], events: ['payment_intent.*'] }],
+    });
+    try {
+      const url = `${t.app.url}/webhooks/stripe`;
+      const ok = stripeEvent('evt_m1');
+      await post(url, ok, stripeHeaders(ok));
+      await post(url, ok, stripeHeaders(ok));
+      await post(url, ok, stripeHeaders(ok, 'whsec_wrong'));
+      await post(url, ok, stripeHeaders(ok, STRIPE_SECRET, Math.floor(Date.now() / 1000) - 3600));
+      const other = stripeEvent('evt_m2', { type: 'charge.refunded' });
+      await post(url, other, stripeHeaders(other));
+      const m = (await post(`${t.app.url}/metrics`, '', {}, 'GET')).text;
+      for (const [outcome, n] of [['accepted', 1], ['duplicate', 1], ['invalid_signature', 1], ['stale', 1], ['unsupported', 1]] as const) {
+        expect(m).toContain(`webhook_requests_total{endpoint="stripe",outcome="${outcome}"} ${n}`);
+      }
+      expect(m).toContain('webhook_secret_version_matches_total{endpoint="stripe",version="v1"} 3');
+      expect(m).toMatch(/webhook_ack_latency_seconds_count\{endpoint="stripe"\} 5/);
+      expect(m).toMatch(/webhook_db_commit_latency_seconds_count \d+/);
+      expect(m).toMatch(/webhook_commit_batch_size_bucket\{le="1"\} \d+/);
+      expect(m).not.toContain(STRIPE_SECRET);
+    } finally {
+      await t.stop();
+    }
+  });
+});
