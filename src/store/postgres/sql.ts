@@ -60,9 +60,9 @@ const epochMs = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;
 
 export const SELECT_INBOX = `
   SELECT inbox_id::text, provider, endpoint_id, provider_event_id, event_type, object_id, object_version,
-    ${epochMs('provider_created_at')} AS provider_created_ms, ${epochMs('received_at')} AS received_ms,
+    ${epochMs('provider_created_at')} AS provider_created_at, ${epochMs('received_at')} AS received_at,
     raw_payload_ref::text, payload_hash, matched_secret_version, status, attempt_count,
-    ${epochMs('next_attempt_at')} AS next_attempt_ms, ${epochMs('lease_until')} AS lease_until_ms, last_error
+    ${epochMs('next_attempt_at')} AS next_attempt_at, ${epochMs('lease_until')} AS lease_until, last_error
   FROM webhook_inbox WHERE inbox_id = $1`;
 
 export const COUNT_ROWS = `

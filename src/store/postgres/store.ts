@@ -3,6 +3,7 @@ import { StorageUnavailableError } from '../../errors.js';
 import { acceptUnique } from '../dedupe.js';
 import { MIGRATIONS } from '../migrations.js';
 import { logicalKey, type AcceptRecord, type AcceptResult, type InboxRow, type InboxStore, type StoredPayload } from '../port.js';
+import { toInboxRow, toStoredPayload } from '../rows.js';
 import * as SQL from './sql.js';
 
 export interface PostgresOptions {
@@ -110,36 +111,14 @@ export class PostgresStore implements InboxStore {
 
   async getInbox(inboxId: string): Promise<InboxRow | null> {
     const { rows } = await this.query<Record<string, unknown>>({ text: SQL.SELECT_INBOX, values: [inboxId] });
-    const r = rows[0];
-    if (!r) return null;
-    const ms = (v: unknown) => (v === null ? null : Number(v));
-    return {
-      inboxId: r.inbox_id as string,
-      provider: r.provider as string,
-      endpointId: r.endpoint_id as string,
-      providerEventId: r.provider_event_id as string,
-      eventType: r.event_type as string,
-      objectId: r.object_id as string | null,
-      objectVersion: r.object_version as string | null,
-      providerCreatedAtMs: ms(r.provider_created_ms),
-      receivedAtMs: Number(r.received_ms),
-      rawPayloadRef: r.raw_payload_ref as string | null,
-      payloadHash: r.payload_hash as Buffer,
-      matchedSecretVersion: r.matched_secret_version as string,
-      status: r.status as InboxRow['status'],
-      attemptCount: r.attempt_count as number,
-      nextAttemptAtMs: ms(r.next_attempt_ms),
-      leaseUntilMs: ms(r.lease_until_ms),
-      lastError: r.last_error as string | null,
-    };
+    return rows[0] ? toInboxRow(rows[0]) : null;
   }
 
   async getPayload(payloadId: string): Promise<StoredPayload | null> {
-    const { rows } = await this.query<{ payload_id: string; key_id: string; nonce: Buffer; ciphertext: Buffer }>({
+    const { rows } = await this.query<Record<string, unknown>>({
       text: 'SELECT payload_id::text, key_id, nonce, ciphertext FROM webhook_payload WHERE payload_id = $1', values: [payloadId],
     });
-    const r = rows[0];
-    return r ? { payloadId: r.payload_id, keyId: r.key_id, nonce: r.nonce, ciphertext: r.ciphertext } : null;
+    return rows[0] ? toStoredPayload(rows[0]) : null;
   }
 
   async countRows(): Promise<{ inbox: number; outbox: number; payload: number }> {

@@ -4,6 +4,7 @@ import { Worker } from 'node:worker_threads';
 import { StorageUnavailableError } from '../../errors.js';
 import { acceptUnique } from '../dedupe.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
+import { toInboxRow, toStoredPayload } from '../rows.js';
 import type { WorkerInit } from './worker.js';
 
 /** `sqlite:./data/inbox.db?busyTimeoutMs=2000` → file + options. */
@@ -28,32 +29,6 @@ function newWorker(workerData: WorkerInit): Worker {
 }
 
 type RawRow = Record<string, unknown>;
-const blob = (v: unknown): Buffer => {
-  const u = v as Uint8Array;
-  return Buffer.from(u.buffer, u.byteOffset, u.byteLength);
-};
-
-function toInboxRow(r: RawRow): InboxRow {
-  return {
-    inboxId: r.inbox_id as string,
-    provider: r.provider as string,
-    endpointId: r.endpoint_id as string,
-    providerEventId: r.provider_event_id as string,
-    eventType: r.event_type as string,
-    objectId: r.object_id as string | null,
-    objectVersion: r.object_version as string | null,
-    providerCreatedAtMs: r.provider_created_at as number | null,
-    receivedAtMs: r.received_at as number,
-    rawPayloadRef: r.raw_payload_ref as string | null,
-    payloadHash: blob(r.payload_hash),
-    matchedSecretVersion: r.matched_secret_version as string,
-    status: r.status as InboxRow['status'],
-    attemptCount: r.attempt_count as number,
-    nextAttemptAtMs: r.next_attempt_at as number | null,
-    leaseUntilMs: r.lease_until as number | null,
-    lastError: r.last_error as string | null,
-  };
-}
 
 /** SQLite adapter: a single writer thread owns the connection; this side only passes messages. */
 export class SqliteStore implements InboxStore {
@@ -122,7 +97,7 @@ export class SqliteStore implements InboxStore {
 
   async getPayload(payloadId: string): Promise<StoredPayload | null> {
     const r = await this.call<RawRow | null>('getPayload', payloadId);
-    return r ? { payloadId: r.payload_id as string, keyId: r.key_id as string, nonce: blob(r.nonce), ciphertext: blob(r.ciphertext) } : null;
+    return r ? toStoredPayload(r) : null;
   }
 
   countRows(): Promise<{ inbox: number; outbox: number; payload: number }> {
