@@ -1,0 +1,37 @@
+import type { IncomingMessage } from 'node:http';
+import type { TrustedKey } from '../../src/crypto/hmac.js';
+import { IngressError } from '../../src/errors.js';
+import { requestView } from '../../src/http/request-view.js';
+import type { ProviderAdapter, RequestView } from '../../src/providers/contract.js';
+
+/** A RequestView built by the real `requestView` over header pairs (names any case, repeats kept). */
+export function view(pairs: [string, string][]): RequestView {
+  const distinct: Record<string, string[]> = {};
+  for (const [k, v] of pairs) (distinct[k.toLowerCase()] ??= []).push(v);
+  return requestView({ headersDistinct: distinct, headers: { 'content-type': distinct['content-type']?.[0] }, url: '/webhooks/x' } as unknown as IncomingMessage);
+}
+
+/** The IngressError reason `fn` throws; fails the test if it throws nothing or something else. */
+export function reasonOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (e) {
+    if (e instanceof IngressError) return e.reason;
+    throw e;
+  }
+  throw new Error('expected an IngressError');
+}
+
+/** Table rows are written (name, input, expected); test titles read better as (name, expected). */
+export const expectedFirst = <A, B, C>(rows: [A, B, C][]): [A, C, B][] => rows.map(([a, b, c]) => [a, c, b]);
+
+/** Trusted keys from [version, secret, retireAtMs?] entries, prepared by the adapter. */
+export function trustedKeys(adapter: ProviderAdapter, ...entries: [string, string, number?][]): TrustedKey[] {
+  return entries.map(([version, s, retireAtMs]) => ({ version, key: adapter.prepareSecret(s), retireAtMs }));
+}
+
+/** Parse + verify over header pairs; the matched version or null. */
+export function verifyWith(adapter: ProviderAdapter, pairs: [string, string][], body: Buffer | string, ks: TrustedKey[], nowMs: number): string | null {
+  const meta = adapter.parseSignature(view(pairs));
+  return adapter.verify(meta, Buffer.from(body), ks, nowMs)?.version ?? null;
+}
