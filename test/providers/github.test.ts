@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
 import type { TrustedKey } from '../../src/crypto/hmac.js';
 import { ConfigError } from '../../src/errors.js';
-import type { ProviderAdapter } from '../../src/providers/contract.js';
+import type { ProviderAdapter, RequestView } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
 import { expectedFirst, reasonOf, trustedKeys, verifyWith, view } from '../helpers/adapter.js';
 
