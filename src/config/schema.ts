@@ -79,7 +79,7 @@ function parseEndpoint(raw: unknown, path: string): EndpointConfig {
     if (toleranceSeconds === null) throw new ConfigError(child(path, 'toleranceSeconds'), `provider "${provider}" signs no timestamp, so there is nothing to check`);
     toleranceSeconds = tol;
   }
-  const maxBodyBytes = optInt(o, 'maxBodyBytes', path, 1, 64 * 1024 * 1024) ?? DEFAULT_MAX_BODY_BYTES;
+  const maxBodyBytes = optInt(o, 'maxBodyBytes', path, 1, 64 * 1024 * 1024) ?? adapter.defaultMaxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   let rateLimit: EndpointConfig['rateLimit'];
   if (o.rateLimit !== undefined) {
     const rp = child(path, 'rateLimit');

@@ -9,6 +9,8 @@ export interface ProviderAdapter {
   readonly name: string;
   /** Media types (lowercase, no parameters) this provider sends. Anything else → 415. */
   readonly contentTypes: readonly string[];
+  /** Body limit when the endpoint sets no `maxBodyBytes` (default 1 MiB). */
+  readonly defaultMaxBodyBytes?: number;
   /** Freshness window when the provider signs a timestamp; null = no signed timestamp. */
   readonly defaultToleranceSeconds: number | null;
   /** Turns one configured secret string into key bytes. Throws Error(message) on a bad format. */

@@ -26,6 +26,8 @@ const adapter: ProviderAdapter = {
   name: 'github',
   contentTypes: ['application/json', 'application/x-www-form-urlencoded'],
   defaultToleranceSeconds: null,
+  // GitHub caps payloads at 25 MB and never retries on its own: a 413 would lose the delivery.
+  defaultMaxBodyBytes: 25 * 1024 * 1024,
   prepareSecret(value) {
     if (value.length === 0) throw new Error('secret is empty');
     return Buffer.from(value, 'utf8');
