@@ -1,0 +1,713 @@
+/**
+ * `npm run bench` — see bench/README.md for the method.
+ *
+ * For each target (plain node:http ceiling, hand-written Express+pg receiver, webhook-inbox on
+ * SQLite, webhook-inbox on PostgreSQL) it runs an open-loop rate ladder and a 1 MiB flood, each
+ * step against a freshly started server and a fresh database, with the load generator in its own
+ * process. It prints a table, and appends the run to bench/RESULTS.md.
+ *
+ *   npm run bench                         full run (~7 min)
+ *   npm run bench -- --quick              2,000 and 4,000 req/s, 5 s steps, short flood (~1.5 min)
+ *   npm run bench -- --only sqlite,plain  a subset of targets (plain, express, sqlite, postgres)
+ *   npm run bench -- --rates 2000 --duration 15 --no-memory --no-write
+ *   npm run bench -- --profile --only sqlite --rates 4000 --no-memory   (server under --cpu-prof)
+ *   npm run bench -- --server /other/checkout/dist/cli/main.js         (measure another build)
+ */
+import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { appendFileSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import ts from 'typescript';
+import type { FloodResult, FloodSpec, LoadMessage, LoadResult, RateResult, RateSpec } from './loadgen.js';
+import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
+import { cpuDelta, cpuOfCommand, threadCpuMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const BUILD = join(ROOT, 'dist-bench', 'bench');
+let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
+const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
+const PG_ADMIN = process.env.BENCH_PG_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const STRIPE_SECRET = 'whsec_bench_' + randomBytes(12).toString('hex');
+const PAYLOAD_KEY = randomBytes(32).toString('base64');
+const PATH = '/webhooks/stripe-bench';
+
+// ---------------------------------------------------------------- options
+
+const { values: args } = parseArgs({
+  options: {
+    quick: { type: 'boolean' },
+    only: { type: 'string' },
+    rates: { type: 'string' },
+    duration: { type: 'string' },
+    warmup: { type: 'string' },
+    drain: { type: 'string' },
+    connections: { type: 'string' },
+    'flood-concurrency': { type: 'string' },
+    'flood-duration': { type: 'string' },
+    'no-memory': { type: 'boolean' },
+    'no-ladder': { type: 'boolean' },
+    'keep-going': { type: 'boolean' },
+    refine: { type: 'string' },
+    'no-extend': { type: 'boolean' },
+    'no-write': { type: 'boolean' },
+    profile: { type: 'boolean' },
+    'inflight-mib': { type: 'string' },
+    timeline: { type: 'string' },
+    server: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  },
+  strict: true,
+});
+
+if (args.server) SERVER_MAIN = resolve(args.server);
+if (args.help) {
+  console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('*/')[0]!.replace(/^\/\*\*?|^ \* ?/gm, ''));
+  process.exit(0);
+}
+
+const quick = Boolean(args.quick);
+const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v));
+const opts = {
+  rates: (args.rates ?? (quick ? '2000,4000' : '1000,2000,3000,4000,5000,6000')).split(',').map(Number),
+  durationS: num(args.duration, quick ? 5 : 10),
+  warmupS: num(args.warmup, 3),
+  drainS: num(args.drain, 5),
+  connections: num(args.connections, 256),
+  floodConcurrency: num(args['flood-concurrency'], 200),
+  floodDurationS: num(args['flood-duration'], quick ? 4 : 8),
+  memory: !args['no-memory'],
+  ladder: !args['no-ladder'],
+  keepGoing: Boolean(args['keep-going']),
+  refine: num(args.refine, quick ? 0 : 2),
+  extend: !quick && !args['no-extend'],
+  write: !args['no-write'],
+  profile: Boolean(args.profile),
+  inflightMiB: num(args['inflight-mib'], 64),
+  timelineDir: args.timeline ? resolve(args.timeline) : undefined,
+  dupFraction: 0.01,
+  largeFraction: 0.003,
+};
+const ALL_TARGETS = ['plain', 'express', 'sqlite', 'postgres'] as const;
+type TargetName = (typeof ALL_TARGETS)[number];
+const only = (args.only ?? ALL_TARGETS.join(',')).split(',').map((s) => s.trim()).filter(Boolean);
+for (const o of only) if (!(ALL_TARGETS as readonly string[]).includes(o)) throw new Error(`--only: unknown target "${o}" (known: ${ALL_TARGETS.join(', ')})`);
+for (const r of opts.rates) if (!(r > 0)) throw new Error(`--rates: bad rate "${r}"`);
+
+const CORES = os.availableParallelism();
+const P99_LIMIT_MS = 500;
+const ACHIEVED_MIN = 0.97;
+const A_RATE = 2000;
+/** "other CPU %" above this marks a step as disturbed by processes outside the bench. */
+const NOISY_PCT = 25;
+const A_P99_TARGET_MS = 50;
+
+const LABELS: Record<TargetName, string> = {
+  plain: 'ref: plain node:http',
+  express: 'ref: Express+stripe+pg',
+  sqlite: 'webhook-inbox SQLite',
+  postgres: 'webhook-inbox PostgreSQL',
+};
+
+// ---------------------------------------------------------------- child processes
+
+const children = new Set<ChildProcess>();
+function track(c: ChildProcess): ChildProcess {
+  children.add(c);
+  c.once('exit', () => children.delete(c));
+  return c;
+}
+function killAll(): void {
+  for (const c of children) if (c.pid !== undefined && c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+}
+process.on('exit', killAll);
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.once(sig, () => {
+    console.error(`\nbench: ${sig}, stopping children`);
+    killAll();
+    rmSync(RUN_DIR, { recursive: true, force: true });
+    process.exit(130);
+  });
+}
+
+function waitExit(c: ChildProcess, ms: number): Promise<boolean> {
+  if (c.exitCode !== null || c.signalCode !== null) return Promise.resolve(true);
+  return new Promise((res) => {
+    const t = setTimeout(() => res(false), ms);
+    c.once('exit', () => {
+      clearTimeout(t);
+      res(true);
+    });
+  });
+}
+
+async function stopChild(c: ChildProcess, graceMs = 10_000): Promise<void> {
+  if (c.exitCode !== null || c.signalCode !== null) return;
+  c.kill('SIGTERM');
+  if (!(await waitExit(c, graceMs))) {
+    c.kill('SIGKILL');
+    await waitExit(c, 5000);
+  }
+}
+
+/** The children run as plain JavaScript (no tsx loader thread in their CPU/RSS): transpile bench/*.ts. */
+function buildChildren(): void {
+  mkdirSync(BUILD, { recursive: true });
+  for (const f of ['events', 'loadgen', 'ref-plain', 'ref-express']) {
+    const src = readFileSync(join(ROOT, 'bench', `${f}.ts`), 'utf8');
+    const out = ts.transpileModule(src, {
+      compilerOptions: { module: ts.ModuleKind.ES2022, target: ts.ScriptTarget.ES2022, sourceMap: false },
+      fileName: `${f}.ts`,
+    });
+    writeFileSync(join(BUILD, `${f}.js`), out.outputText);
+  }
+  // dist-bench/ is under the repo root, whose package.json says "type": "module".
+}
+
+// ---------------------------------------------------------------- PostgreSQL
+
+async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: PG_ADMIN, connectionTimeoutMillis: 3000 });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end().catch(() => undefined);
+  }
+}
+
+async function recreateDb(name: string): Promise<string> {
+  await pgAdmin(async (c) => {
+    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await c.query(`CREATE DATABASE ${name}`);
+  });
+  const u = new URL(PG_ADMIN);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+async function dropDb(name: string): Promise<void> {
+  await pgAdmin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).catch(() => undefined);
+}
+
+// ---------------------------------------------------------------- targets
+
+interface Running {
+  readonly pid: number;
+  readonly url: string;
+  readonly child: ChildProcess;
+  readonly logFile: string;
+  stop(): Promise<void>;
+}
+
+const RUN_DIR = mkdtempSync(join(os.tmpdir(), 'wi-bench-'));
+let serial = 0;
+
+function serverConfig(database: string): object {
+  return {
+    listen: { host: '127.0.0.1', port: 0 },
+    database,
+    payloadKeys: { current: 'bench', keys: { bench: PAYLOAD_KEY } },
+    limits: { maxInFlightBodyBytes: opts.inflightMiB * 1024 * 1024 },
+    log: { level: 'warn' },
+    endpoints: [{ id: 'stripe-bench', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }],
+  };
+}
+
+async function launch(cmd: string[], env: NodeJS.ProcessEnv, name: string, cleanup: () => Promise<void>): Promise<Running> {
+  const logFile = join(RUN_DIR, `${name}-${++serial}.log`);
+  const log = createWriteStream(logFile);
+  const child = track(spawn(process.execPath, cmd, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }));
+  let buffered = '';
+  const url = await new Promise<string>((res, rej) => {
+    const timer = setTimeout(() => rej(new Error(`${name}: not listening after 30 s (log: ${logFile})`)), 30_000);
+    const onData = (d: Buffer) => {
+      log.write(d);
+      buffered += d.toString();
+      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(buffered);
+      if (m) {
+        clearTimeout(timer);
+        res(m[1]!);
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.once('exit', (code, sig) => {
+      clearTimeout(timer);
+      rej(new Error(`${name} exited before listening (code ${code}, signal ${sig}):\n${buffered.slice(-2000)}`));
+    });
+  }).catch(async (err: unknown) => {
+    child.kill('SIGKILL');
+    await cleanup();
+    throw err;
+  });
+  let stopping: Promise<void> | undefined;
+  return {
+    pid: child.pid!,
+    url,
+    child,
+    logFile,
+    stop() {
+      stopping ??= (async () => {
+        await stopChild(child);
+        log.end();
+        await cleanup();
+      })();
+      return stopping;
+    },
+  };
+}
+
+async function startTarget(t: TargetName, profileDir?: string): Promise<Running> {
+  switch (t) {
+    case 'plain':
+      return launch([join(BUILD, 'ref-plain.js')], {}, t, async () => undefined);
+    case 'express': {
+      const url = await recreateDb('wi_bench_ref');
+      return launch([join(BUILD, 'ref-express.js')], { DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: STRIPE_SECRET }, t, () => dropDb('wi_bench_ref'));
+    }
+    case 'sqlite':
+    case 'postgres': {
+      const dir = mkdtempSync(join(RUN_DIR, `${t}-`));
+      const database = t === 'sqlite' ? `sqlite:${join(dir, 'inbox.db')}` : await recreateDb('wi_bench');
+      const cfg = join(dir, 'config.json');
+      writeFileSync(cfg, JSON.stringify(serverConfig(database), null, 2));
+      const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
+      return launch([...prof, SERVER_MAIN, 'serve', '--config', cfg], { DATABASE_URL: database }, t, async () => {
+        rmSync(dir, { recursive: true, force: true });
+        if (t === 'postgres') await dropDb('wi_bench');
+      });
+    }
+  }
+}
+
+// ---------------------------------------------------------------- one step
+
+interface Usage {
+  /** Server CPU over the measured window, % of one core. */
+  serverCpuPct: number;
+  serverCpuMs: number;
+  peakRssMiB: number;
+  /** Peak RSS sampled in each quarter of the step. */
+  rssQuartersMiB: number[];
+  idleRssMiB: number;
+  pgCpuPct: number;
+  /** The event-loop thread alone, and the busiest other thread (SQLite writer, GC helper, …). */
+  mainThreadCpuPct: number;
+  otherThreadCpuPct: number;
+  machineBusyPct: number;
+  windowS: number;
+  commit?: { meanBatch: number; meanCommitMs: number; batches: number };
+}
+
+interface StepRecord<R extends LoadResult> {
+  target: TargetName;
+  result: R;
+  usage: Usage;
+  profile?: string;
+}
+
+async function scrapeCommitStats(url: string): Promise<Usage['commit']> {
+  try {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const v = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+    const batches = v('webhook_commit_batch_size_count');
+    return { batches, meanBatch: v('webhook_commit_batch_size_sum') / batches, meanCommitMs: (v('webhook_db_commit_latency_seconds_sum') / v('webhook_db_commit_latency_seconds_count')) * 1000 };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Other sessions may share this machine: before a step, wait (up to 30 s) until the box has been
+ * quiet (< 10% busy) for 1 s, so a step does not start in the middle of someone's test run.
+ */
+async function waitQuiet(): Promise<number> {
+  let last = NaN;
+  for (let i = 0; i < 30; i++) {
+    const a = machineJiffies();
+    await new Promise((r) => setTimeout(r, 1000));
+    const b = machineJiffies();
+    last = b[1] > a[1] ? (100 * (b[0] - a[0])) / (b[1] - a[1]) : 0;
+    if (last < 10) return last;
+  }
+  console.error(`bench: machine still ${last.toFixed(0)}% busy after 30 s of waiting; measuring anyway`);
+  return last;
+}
+
+async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<RateSpec, 'url'> | Omit<FloodSpec, 'url'>): Promise<StepRecord<R>> {
+  const ours = target === 'sqlite' || target === 'postgres';
+  const profileDir = opts.profile && ours ? join(ROOT, 'dist-bench', 'profiles', `${new Date().toISOString().replace(/[:.]/g, '-')}-${target}-${spec.mode === 'rate' ? spec.rate : 'flood'}`) : undefined;
+  if (profileDir) mkdirSync(profileDir, { recursive: true });
+  await waitQuiet();
+  const srv = await startTarget(target, profileDir);
+  try {
+    await new Promise((r) => setTimeout(r, 300));
+    const idleRss = rssBytes(srv.pid) ?? 0;
+    const canReset = resetPeakRss(srv.pid);
+    let sampledPeak = idleRss;
+    // Peak RSS per quarter of the step (seen by 50 ms sampling): a bounded server plateaus.
+    const quarterMs = ((spec.mode === 'rate' ? spec.warmupS + spec.durationS : spec.durationS) * 1000) / 4;
+    const began = performance.now();
+    const quarters = [0, 0, 0, 0];
+    const sampler = setInterval(() => {
+      const r = rssBytes(srv.pid) ?? 0;
+      sampledPeak = Math.max(sampledPeak, r);
+      const q = Math.min(3, Math.floor((performance.now() - began) / quarterMs));
+      quarters[q] = Math.max(quarters[q]!, r);
+    }, 50);
+
+    let cpu0 = 0, cpu1 = 0, t0 = 0, t1 = 0;
+    let pg0 = new Map<number, number>(), pg1 = new Map<number, number>();
+    let th0 = new Map<number, number>(), th1 = new Map<number, number>();
+    let m0: [number, number] = [0, 0], m1: [number, number] = [0, 0];
+    const sampleStart = () => {
+      t0 = performance.now();
+      cpu0 = procCpuMs(srv.pid) ?? 0;
+      th0 = threadCpuMs(srv.pid);
+      pg0 = cpuOfCommand('postgres');
+      m0 = machineJiffies();
+    };
+    const sampleEnd = () => {
+      t1 = performance.now();
+      cpu1 = procCpuMs(srv.pid) ?? cpu0;
+      th1 = threadCpuMs(srv.pid);
+      pg1 = cpuOfCommand('postgres');
+      m1 = machineJiffies();
+    };
+
+    const full = { ...spec, url: srv.url } as RateSpec | FloodSpec;
+    const lg = track(fork(join(BUILD, 'loadgen.js'), [JSON.stringify(full)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: [] }));
+    const result = await new Promise<R>((res, rej) => {
+      let got: R | undefined;
+      lg.on('message', (m: LoadMessage) => {
+        if (m.type === 'window-start') sampleStart();
+        else if (m.type === 'window-end') sampleEnd();
+        else if (m.type === 'result') got = m.result as R;
+        else if (m.type === 'error') rej(new Error(`loadgen: ${m.message}`));
+      });
+      lg.once('exit', (code) => (got ? res(got) : rej(new Error(`loadgen exited with code ${code} without a result`))));
+    }).finally(() => clearInterval(sampler));
+    if (t1 === 0) sampleEnd();
+
+    const hwm = peakRssBytes(srv.pid) ?? 0;
+    const peak = Math.max(canReset ? hwm : 0, sampledPeak);
+    const windowS = (t1 - t0) / 1000;
+    const commit = ours ? await scrapeCommitStats(srv.url) : undefined;
+    const usage: Usage = {
+      serverCpuMs: cpu1 - cpu0,
+      serverCpuPct: windowS > 0 ? ((cpu1 - cpu0) / 10) / windowS : NaN,
+      peakRssMiB: peak / 1024 ** 2,
+      rssQuartersMiB: quarters.map((q) => q / 1024 ** 2),
+      idleRssMiB: idleRss / 1024 ** 2,
+      pgCpuPct: windowS > 0 ? cpuDelta(pg0, pg1) / 10 / windowS : NaN,
+      mainThreadCpuPct: windowS > 0 ? ((th1.get(srv.pid) ?? 0) - (th0.get(srv.pid) ?? 0)) / 10 / windowS : NaN,
+      otherThreadCpuPct: windowS > 0 ? Math.max(0, ...[...th1].filter(([tid]) => tid !== srv.pid).map(([tid, c]) => c - (th0.get(tid) ?? 0))) / 10 / windowS : NaN,
+      machineBusyPct: m1[1] > m0[1] ? (100 * (m1[0] - m0[0])) / (m1[1] - m0[1]) : NaN,
+      windowS,
+      ...(commit ? { commit } : {}),
+    };
+    await srv.stop();
+    let profile: string | undefined;
+    if (profileDir) {
+      const files = profileFiles(profileDir);
+      profile = files.length ? files.map((f) => formatSummary(summarizeProfile(f, 25))).join('\n') : '(no profile written — server did not exit cleanly?)';
+      console.log(profile);
+    }
+    return { target, result, usage, ...(profile ? { profile } : {}) };
+  } finally {
+    await srv.stop();
+  }
+}
+
+// ---------------------------------------------------------------- formatting
+
+const f0 = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '–');
+const f1 = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '–');
+const ms = (n: number) => (!Number.isFinite(n) ? '–' : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : Math.round(n).toLocaleString('en-US'));
+const ratio = (a: number, b: number) => {
+  if (!(Number.isFinite(a) && Number.isFinite(b) && a > 0 && b > 0)) return '–';
+  const r = a / b;
+  return `${r >= 0.1 ? r.toFixed(2) : r.toPrecision(2)}×`;
+};
+
+function outcomesText(o: Record<string, number>, okKeys = ['200']): string {
+  const bad = Object.entries(o).filter(([k]) => !okKeys.includes(k));
+  return bad.length ? bad.map(([k, v]) => `${k}:${v}`).join(' ') : '0';
+}
+
+function passes(r: RateResult): boolean {
+  return r.latency.p99 <= P99_LIMIT_MS && r.achieved >= ACHIEVED_MIN * r.offered;
+}
+
+function table(head: string[], rows: string[][]): string {
+  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join(' | ')} |`;
+  return [line(head), `|${w.map((n, i) => (i === 0 ? ':' : '') + '-'.repeat(n + 1) + (i === 0 ? '' : ':')).join('|')}|`, ...rows.map(line)].join('\n');
+}
+
+const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'non-2xx/errors', 'dups acked', 'pass'];
+function rateRow(s: StepRecord<RateResult>): string[] {
+  const r = s.result;
+  const u = s.usage;
+  const perReq = (u.serverCpuMs * 1000) / Math.max(1, r.achieved * u.windowS);
+  const lgPct = r.loadgenCpuMs / 10 / (r.windowMs / 1000);
+  const other = Math.max(0, u.machineBusyPct * CORES - u.serverCpuPct - u.pgCpuPct - lgPct);
+  return [
+    LABELS[s.target], f0(r.offered), f0(r.achieved), ms(r.latency.p50), ms(r.latency.p95), ms(r.latency.p99), ms(r.latency.max),
+    f0(u.serverCpuPct), f0(u.mainThreadCpuPct), f0(u.otherThreadCpuPct), f0(perReq), f0(u.peakRssMiB), f0(u.pgCpuPct), f0(lgPct), f0(other),
+    ms(r.sendLag.p99), outcomesText(r.outcomes), s.target === 'sqlite' || s.target === 'postgres' ? `${r.dupAcked}/${r.dupSent}` : `–/${r.dupSent}`,
+    (passes(r) ? 'yes' : 'NO') + (other > NOISY_PCT ? ' (noisy)' : ''),
+  ];
+}
+
+const FLOOD_HEAD = ['target', 'conns', 'requests', '2xx', '503 (w/ Retry-After)', 'other', 'accepted MiB/s', '2xx p50 ms', '2xx p99 ms', 'idle RSS MiB', 'peak RSS MiB', 'RSS peak by quarter MiB', 'srv CPU %'];
+function floodRow(s: StepRecord<FloodResult>): string[] {
+  const r = s.result;
+  const o = r.outcomes;
+  const ok = Object.entries(o).filter(([k]) => /^2\d\d$/.test(k)).reduce((a, [, v]) => a + v, 0);
+  const n503 = o['503'] ?? 0;
+  return [
+    LABELS[s.target], String(r.concurrency), f0(r.sent), f0(ok), `${f0(n503)} (${f0(r.retryAfter503)})`,
+    outcomesText(o, ['200', '503']), f1(r.acceptedMiBps), ms(r.okLatency.p50), ms(r.okLatency.p99), f0(s.usage.idleRssMiB), f0(s.usage.peakRssMiB), s.usage.rssQuartersMiB.map(f0).join(' / '), f0(s.usage.serverCpuPct),
+  ];
+}
+
+// ---------------------------------------------------------------- main
+
+async function main(): Promise<void> {
+  if (!existsSync(SERVER_MAIN)) throw new Error(`${SERVER_MAIN} is missing: run "npx tsc -p tsconfig.json" first (npm run bench does)`);
+  buildChildren();
+  if (opts.timelineDir) mkdirSync(opts.timelineDir, { recursive: true });
+
+  let pgVersion = 'unavailable';
+  try {
+    pgVersion = await pgAdmin(async (c) => (await c.query<{ v: string }>("SELECT current_setting('server_version') AS v")).rows[0]!.v);
+    await pgAdmin(async (c) => {
+      const { rows } = await c.query<{ name: string; setting: string }>(
+        `SELECT name, setting FROM pg_settings WHERE name IN ('fsync','synchronous_commit','wal_sync_method','shared_buffers','full_page_writes','max_wal_size')`);
+      pgVersion += ` (${rows.map((r) => `${r.name}=${r.setting}`).join(', ')})`;
+    });
+  } catch (err) {
+    console.error(`bench: PostgreSQL at ${PG_ADMIN} unavailable (${(err as Error).message}); skipping express and postgres`);
+  }
+  const targets = (ALL_TARGETS as readonly TargetName[]).filter((t) => only.includes(t) && (pgVersion !== 'unavailable' || (t !== 'express' && t !== 'postgres')));
+  const machine = machineInfo(pgVersion);
+  const started = new Date();
+  console.log(`webhook-inbox bench — ${started.toISOString()}`);
+  console.log(`machine: ${machine.cores} cores, ${machine.model}, ${machine.ramGiB} GiB RAM, Node ${machine.node}, PostgreSQL ${machine.postgres}`);
+  console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}\n`);
+
+  const tag = `${started.getTime().toString(36)}`;
+  const ladder = new Map<TargetName, StepRecord<RateResult>[]>();
+  const floods: StepRecord<FloodResult>[] = [];
+  let seed = 1;
+
+  if (opts.ladder) {
+    console.log(table(RATE_HEAD, []).split('\n').slice(0, 2).join('\n'));
+    for (const t of targets) {
+      const steps: StepRecord<RateResult>[] = [];
+      ladder.set(t, steps);
+      const step = async (rate: number) => {
+        const rec = await runStep<RateResult>(t, {
+          mode: 'rate', path: PATH, secret: STRIPE_SECRET, rate, warmupS: opts.warmupS, durationS: opts.durationS, drainS: opts.drainS,
+          connections: opts.connections, dupFraction: opts.dupFraction, largeFraction: opts.largeFraction, seed: seed++, tag: `${tag}_${t}_${rate}`,
+          ...(opts.timelineDir ? { timelineFile: join(opts.timelineDir, `${t}-${rate}.csv`) } : {}),
+        });
+        steps.push(rec);
+        console.log(table(RATE_HEAD, [rateRow(rec)]).split('\n')[2]);
+        return passes(rec.result);
+      };
+      let lastPass = 0;
+      let firstFail = 0;
+      for (const rate of opts.rates) {
+        if (await step(rate)) lastPass = Math.max(lastPass, rate);
+        else firstFail ||= rate;
+        // Stop at the first failure, but always measure scenario (a)'s rate.
+        if (firstFail && rate >= A_RATE && !opts.keepGoing) break;
+      }
+      // A target that passed every rate: keep climbing (in steps of 2,000, up to 2× the top rate) to find its ceiling.
+      const top = Math.max(...opts.rates);
+      for (let rate = top + 2000; !firstFail && opts.extend && rate <= 2 * top; rate += 2000) {
+        if (await step(rate)) lastPass = rate;
+        else firstFail = rate;
+      }
+      // Bisect between the last rate passed and the first failed, for a finer maximum.
+      for (let i = 0; i < opts.refine && firstFail; i++) {
+        const mid = Math.round((lastPass + firstFail) / 2 / 100) * 100;
+        if (mid <= lastPass || mid >= firstFail) break;
+        if (await step(mid)) lastPass = mid;
+        else firstFail = mid;
+      }
+      steps.sort((a, b) => a.result.offered - b.result.offered);
+    }
+  }
+  if (opts.memory) {
+    console.log('\n1 MiB flood (memory boundedness):');
+    console.log(table(FLOOD_HEAD, []).split('\n').slice(0, 2).join('\n'));
+    for (const t of targets) {
+      const rec = await runStep<FloodResult>(t, {
+        mode: 'flood', path: PATH, secret: STRIPE_SECRET, concurrency: opts.floodConcurrency, durationS: opts.floodDurationS, backoffMs: 50, seed: seed++, tag: `${tag}_${t}_flood`,
+      });
+      floods.push(rec);
+      console.log(table(FLOOD_HEAD, [floodRow(rec)]).split('\n')[2]);
+    }
+  }
+
+  const report = renderReport(machine, started, targets, ladder, floods);
+  console.log(`\n${report.summary}`);
+  if (opts.write) {
+    if (!existsSync(RESULTS)) writeFileSync(RESULTS, '# webhook-inbox benchmark results\n\nEach `npm run bench` appends a section; method in bench/README.md.\n');
+    appendFileSync(RESULTS, `\n${report.markdown}\n`);
+    console.log(`\nappended to ${RESULTS}`);
+  }
+}
+
+/** Highest rate passed below the lowest rate failed; capped = nothing failed. */
+function maxSustained(steps: StepRecord<RateResult>[] | undefined): { rate: number; capped: boolean } {
+  const all = steps ?? [];
+  const fails = all.filter((s) => !passes(s.result)).map((s) => s.result.offered);
+  const lowestFail = fails.length ? Math.min(...fails) : Infinity;
+  const passed = all.filter((s) => passes(s.result) && s.result.offered < lowestFail).map((s) => s.result.offered);
+  const rate = passed.length ? Math.max(...passed) : 0;
+  return { rate, capped: fails.length === 0 && rate > 0 };
+}
+
+/** Which server build was measured: commit, and whether src/ had uncommitted changes. */
+function buildIdentity(): string {
+  if (args.server) return `server build ${SERVER_MAIN}`;
+  try {
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    return `webhook-inbox at ${head}${dirty ? ' + uncommitted changes in src/' : ''}`;
+  } catch {
+    return 'webhook-inbox (git revision unknown)';
+  }
+}
+
+function renderReport(
+  machine: MachineInfo,
+  started: Date,
+  targets: TargetName[],
+  ladder: Map<TargetName, StepRecord<RateResult>[]>,
+  floods: StepRecord<FloodResult>[],
+): { markdown: string; summary: string } {
+  const out: string[] = [];
+  const date = started.toUTCString();
+  out.push(`## Run ${started.toISOString()}${quick ? ' (quick)' : ''}`);
+  out.push('');
+  out.push(`- date (UTC): ${date}`);
+  out.push(`- machine: ${machine.cores} cores (\`nproc\`), ${machine.model}, ${machine.ramGiB} GiB RAM, Linux ${machine.kernel}`);
+  out.push(`- Node ${machine.node}; PostgreSQL ${machine.postgres}`);
+  out.push(`- measured: ${buildIdentity()}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);
+  out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (undici Pool, pipelining 1), ` +
+    `${opts.dupFraction * 100}% exact duplicates, ${(opts.largeFraction * 100).toFixed(1)}% bodies of 1 MiB, the rest 1–13 KiB; every step on a fresh server process and fresh database; ` +
+    `pass = p99 ≤ ${P99_LIMIT_MS} ms and achieved ≥ ${ACHIEVED_MIN * 100}% of offered. Latency from the scheduled send time. CPU % is of one core (the box has ${machine.cores}).`);
+  out.push('');
+
+  if (ladder.size) {
+    out.push('### Rate ladder');
+    out.push('');
+    const rows: string[][] = [];
+    for (const t of targets) for (const s of ladder.get(t) ?? []) rows.push(rateRow(s));
+    out.push(table(RATE_HEAD, rows));
+    out.push('');
+    out.push('CPU % is of one core. "main thr" = the server\'s event-loop thread; "top other thr" = its busiest other thread (the SQLite writer on SQLite). ' +
+      '"other CPU" = whole-box CPU not explained by server, PostgreSQL and loadgen (interference). "send lag" = how late the loadgen handed requests to the client (connection cap or loadgen lag; counted in latency).');
+    const meanBody = [...ladder.values()].flat().map((s) => s.result.meanBodyBytes);
+    if (meanBody.length) out.push(`Mean body size sent: ${f0(meanBody.reduce((a, b) => a + b, 0) / meanBody.length)} bytes. "dups acked" = duplicates answered \`"duplicate":true\` / duplicates sent.`);
+    const commits = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.commit).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.commit!.meanBatch)} req/batch, ${ms(s.usage.commit!.meanCommitMs)} ms/commit`));
+    if (commits.length) out.push(`Group commit (server /metrics, incl. warm-up): ${commits.join('; ')}.`);
+    out.push('');
+
+    out.push('### Summary');
+    out.push('');
+    const sum: string[][] = [];
+    const refPlain = maxSustained(ladder.get('plain'));
+    const refExpress = maxSustained(ladder.get('express'));
+    const at = (t: TargetName, rate: number) => ladder.get(t)?.find((s) => s.result.offered === rate)?.result;
+    /** p50/p99 ratio at the highest rate where both ours and the reference passed. */
+    const latRatio = (t: TargetName, ref: TargetName): string => {
+      const common = (ladder.get(t) ?? []).filter((s) => passes(s.result) && at(ref, s.result.offered) && passes(at(ref, s.result.offered)!)).map((s) => s.result.offered);
+      if (!common.length) return '–';
+      const rate = Math.max(...common);
+      const a = at(t, rate)!;
+      const b = at(ref, rate)!;
+      return `${ratio(a.latency.p50, b.latency.p50)} / ${ratio(a.latency.p99, b.latency.p99)} @ ${f0(rate)}`;
+    };
+    const sustained = (m: { rate: number; capped: boolean }) => (m.rate ? `${f0(m.rate)}${m.capped ? '+' : ''}` : `< ${f0(Math.min(...opts.rates))}`);
+    for (const t of targets) {
+      const m = maxSustained(ladder.get(t));
+      const a = at(t, A_RATE);
+      const ours = t === 'sqlite' || t === 'postgres';
+      const vsExpress = !ours ? '' : refExpress.rate && m.rate
+        ? `${refExpress.capped ? '≤ ' : ''}${ratio(m.rate, refExpress.rate)} (≥3× ${m.rate >= 3 * refExpress.rate ? 'met' : 'MISSED'})`
+        : '–';
+      const vsPlain = !ours ? '' : refPlain.rate && m.rate ? `${refPlain.capped ? '≤ ' : ''}${ratio(m.rate, refPlain.rate)}` : '–';
+      sum.push([
+        LABELS[t],
+        sustained(m),
+        a ? `${ms(a.latency.p50)} / ${ms(a.latency.p99)}` : '–',
+        ours && a ? (a.latency.p99 <= A_P99_TARGET_MS ? 'met' : 'MISSED') : '',
+        vsExpress,
+        vsPlain,
+        ours ? latRatio(t, 'express') : '',
+        ours ? latRatio(t, 'plain') : '',
+      ]);
+    }
+    out.push(table(['target', 'max sustained req/s', `p50 / p99 @ ${f0(A_RATE)}/s ms`, `(a) p99 ≤ ${A_P99_TARGET_MS} ms`, 'max rate ÷ Express', 'max rate ÷ plain', 'p50 / p99 ÷ Express', 'p50 / p99 ÷ plain'], sum));
+    out.push('');
+    out.push(`"+" = passed every rate tried (the real limit is higher, so "≤" for ratios to it). Max sustained = highest rate passed below the lowest rate failed. ` +
+      'Latency ratios are taken at the highest rate that both targets passed (ours ÷ reference; < 1 = ours faster).');
+    out.push('');
+    const lat: string[][] = [];
+    for (const t of targets.filter((x) => x === 'sqlite' || x === 'postgres')) {
+      for (const s of ladder.get(t) ?? []) {
+        const r = s.result;
+        const e = at('express', r.offered);
+        const p = at('plain', r.offered);
+        lat.push([LABELS[t], f0(r.offered), ms(r.latency.p50), ms(r.latency.p99), passes(r) ? 'yes' : 'NO',
+          e ? ratio(r.latency.p50, e.latency.p50) : '–', e ? ratio(r.latency.p99, e.latency.p99) + (passes(e) ? '' : ' (Express failed)') : '–',
+          p ? ratio(r.latency.p50, p.latency.p50) : '–', p ? ratio(r.latency.p99, p.latency.p99) : '–']);
+      }
+    }
+    if (lat.length) {
+      out.push('Latency ratios at every rate (ours ÷ reference; < 1 = ours faster; a ratio against a failed step compares against a growing queue):');
+      out.push('');
+      out.push(table(['target', 'offered/s', 'p50 ms', 'p99 ms', 'pass', 'p50 ÷ Express', 'p99 ÷ Express', 'p50 ÷ plain', 'p99 ÷ plain'], lat));
+      out.push('');
+    }
+  }
+  if (floods.length) {
+    out.push(`### Memory: ${opts.floodConcurrency} concurrent connections posting 1 MiB bodies for ${opts.floodDurationS} s (50 ms pause after a non-2xx)`);
+    out.push('');
+    out.push(table(FLOOD_HEAD, floods.map(floodRow)));
+    out.push('');
+    out.push(`webhook-inbox runs with \`limits.maxInFlightBodyBytes\` = ${opts.inflightMiB} MiB${opts.inflightMiB === 64 ? ' (the default)' : ''}; the references have no such cap.`);
+    out.push('');
+  }
+  const profiles = [...ladder.values()].flat().filter((s) => s.profile);
+  if (profiles.length) {
+    out.push('### CPU profiles (server under --cpu-prof; these steps\' numbers include the profiler overhead)');
+    out.push('');
+    for (const s of profiles) out.push(`${LABELS[s.target]} @ ${f0(s.result.offered)}/s:\n\n\`\`\`\n${s.profile}\n\`\`\`\n`);
+  }
+  const markdown = out.join('\n');
+  const summary = markdown.slice(markdown.indexOf('### '));
+  return { markdown, summary };
+}
+
+main().then(
+  () => {
+    killAll();
+    rmSync(RUN_DIR, { recursive: true, force: true });
+  },
+  (err: unknown) => {
+    killAll();
+    console.error(`bench: ${(err as Error).stack ?? String(err)}\nbench: server logs kept in ${RUN_DIR}`);
+    process.exitCode = 1;
+  },
+);

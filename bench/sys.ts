@@ -1,0 +1,134 @@
+/**
+ * What the bench reads from /proc about other processes (process.cpuUsage only sees itself):
+ * CPU = utime+stime of /proc/<pid>/stat (all threads, so the SQLite writer thread counts),
+ * peak RSS = VmHWM of /proc/<pid>/status, reset per step through /proc/<pid>/clear_refs.
+ */
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import os from 'node:os';
+
+const CLK_TCK = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+/** utime+stime of a process in ms; null if it is gone. */
+export function procCpuMs(pid: number): number | null {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after "(comm)": state is field 3, utime 14, stime 15 (1-based).
+    const rest = s.slice(s.lastIndexOf(')') + 2).split(' ');
+    return ((Number(rest[11]) + Number(rest[12])) * 1000) / CLK_TCK;
+  } catch {
+    return null;
+  }
+}
+
+function statusField(pid: number, field: string): number | null {
+  try {
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+export const rssBytes = (pid: number) => statusField(pid, 'VmRSS');
+export const peakRssBytes = (pid: number) => statusField(pid, 'VmHWM');
+
+/** Resets VmHWM to the current RSS (Linux ≥ 4.0); false if not permitted. */
+export function resetPeakRss(pid: number): boolean {
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, '5');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Sum of CPU ms of every process whose command is `comm` (e.g. all PostgreSQL backends). */
+export function cpuOfCommand(comm: string): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (readFileSync(`/proc/${d}/comm`, 'utf8').trim() !== comm) continue;
+    } catch {
+      continue;
+    }
+    const c = procCpuMs(Number(d));
+    if (c !== null) out.set(Number(d), c);
+  }
+  return out;
+}
+
+/** CPU ms used between two cpuOfCommand snapshots (processes born in between count from 0). */
+export function cpuDelta(before: Map<number, number>, after: Map<number, number>): number {
+  let sum = 0;
+  for (const [pid, c] of after) sum += c - (before.get(pid) ?? 0);
+  return sum;
+}
+
+/** Whole-machine jiffies: [busy, total], for an idle% over an interval. */
+export function machineJiffies(): [number, number] {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const total = line.reduce((a, b) => a + b, 0);
+  const idle = (line[3] ?? 0) + (line[4] ?? 0);
+  return [total - idle, total];
+}
+
+export interface MachineInfo {
+  readonly cores: number;
+  readonly model: string;
+  readonly ramGiB: number;
+  readonly node: string;
+  readonly postgres: string;
+  readonly kernel: string;
+}
+
+export function machineInfo(postgresVersion: string): MachineInfo {
+  let model = os.cpus()[0]?.model ?? 'unknown';
+  try {
+    const m = /^model name\s*:\s*(.+)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'));
+    if (m) model = m[1]!.trim();
+  } catch {
+    /* keep os.cpus() */
+  }
+  let cores = os.cpus().length;
+  try {
+    cores = Number(execFileSync('nproc', { encoding: 'utf8' }).trim()) || cores;
+  } catch {
+    /* keep */
+  }
+  return {
+    cores,
+    model,
+    ramGiB: Math.round((os.totalmem() / 1024 ** 3) * 10) / 10,
+    node: process.version,
+    postgres: postgresVersion,
+    kernel: os.release(),
+  };
+}
+
+/** CPU ms per thread of a process (tid → ms); the main thread's tid is the pid. */
+export function threadCpuMs(pid: number): Map<number, number> {
+  const out = new Map<number, number>();
+  try {
+    for (const t of readdirSync(`/proc/${pid}/task`)) {
+      const tid = Number(t);
+      try {
+        const s = readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8');
+        const rest = s.slice(s.lastIndexOf(')') + 2).split(' ');
+        out.set(tid, ((Number(rest[11]) + Number(rest[12])) * 1000) / CLK_TCK);
+      } catch {
+        /* thread gone */
+      }
+    }
+  } catch {
+    /* process gone */
+  }
+  return out;
+}
