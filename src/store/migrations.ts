@@ -44,6 +44,9 @@ export const MIGRATIONS: readonly Migration[] = [
         UNIQUE (provider, endpoint_id, provider_event_id)
       ) STRICT;
       CREATE INDEX webhook_inbox_due ON webhook_inbox (next_attempt_at) WHERE status IN ('PENDING', 'PROCESSING');
+      -- Foreign-key lookups from the parent side (deferred-constraint bookkeeping on insert,
+      -- SET NULL on payload purge) would otherwise scan the whole inbox for every payload.
+      CREATE INDEX webhook_inbox_payload ON webhook_inbox (raw_payload_ref);
       CREATE TABLE webhook_outbox (
         outbox_id    TEXT PRIMARY KEY,
         inbox_id     TEXT NOT NULL REFERENCES webhook_inbox (inbox_id),
@@ -52,6 +55,7 @@ export const MIGRATIONS: readonly Migration[] = [
         published_at INTEGER
       ) STRICT;
       CREATE INDEX webhook_outbox_unpublished ON webhook_outbox (created_at) WHERE published_at IS NULL;
+      CREATE INDEX webhook_outbox_inbox ON webhook_outbox (inbox_id);
     `,
     postgres: `
       CREATE TABLE webhook_payload (
@@ -85,6 +89,8 @@ export const MIGRATIONS: readonly Migration[] = [
         UNIQUE (provider, endpoint_id, provider_event_id)
       );
       CREATE INDEX webhook_inbox_due ON webhook_inbox (next_attempt_at) WHERE status IN ('PENDING', 'PROCESSING');
+      -- SET NULL on payload purge looks inbox rows up by raw_payload_ref.
+      CREATE INDEX webhook_inbox_payload ON webhook_inbox (raw_payload_ref);
       CREATE TABLE webhook_outbox (
         outbox_id    uuid PRIMARY KEY,
         inbox_id     uuid NOT NULL REFERENCES webhook_inbox (inbox_id),
@@ -93,6 +99,7 @@ export const MIGRATIONS: readonly Migration[] = [
         published_at timestamptz
       );
       CREATE INDEX webhook_outbox_unpublished ON webhook_outbox (created_at) WHERE published_at IS NULL;
+      CREATE INDEX webhook_outbox_inbox ON webhook_outbox (inbox_id);
     `,
   },
 ];
