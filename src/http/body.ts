@@ -1,5 +1,11 @@
 import type { IncomingMessage } from 'node:http';
-import { IngressError } from '../errors.js';
+import { IngressError, type Reason } from '../errors.js';
+
+/**
+ * Each accepted body is held twice until its commit: the raw bytes and their ciphertext.
+ * The budget counts both, so `maxInFlightBodyBytes` bounds what the bodies really occupy.
+ */
+const IN_MEMORY_COPIES = 2;
 
 /**
  * A process-wide cap on request-body bytes held in memory. Under a flood of large bodies the
@@ -36,31 +42,32 @@ export function readBody(
     let reserved = 0;
     let received = 0;
     let done = false;
-    const fail = (err: IngressError) => {
+    // The error is built only when it is the outcome: 'close' fires after every request.
+    const fail = (reason: Reason, detail: string) => {
       if (done) return;
       done = true;
       req.off('data', onData);
       budget.release(reserved);
-      reject(err);
+      reject(new IngressError(reason, detail));
     };
 
     let target: Buffer | null = null;
     const chunks: Buffer[] = [];
     if (declaredLength !== null) {
-      if (!budget.tryReserve(declaredLength)) return fail(new IngressError('overloaded', 'too many body bytes in flight'));
-      reserved = declaredLength;
+      if (!budget.tryReserve(declaredLength * IN_MEMORY_COPIES)) return fail('overloaded', 'too many body bytes in flight');
+      reserved = declaredLength * IN_MEMORY_COPIES;
       target = Buffer.allocUnsafe(declaredLength);
     }
 
     function onData(chunk: Buffer) {
       if (done) return;
-      if (received + chunk.length > maxBytes) return fail(new IngressError('payload_too_large', `body exceeds ${maxBytes} bytes`));
+      if (received + chunk.length > maxBytes) return fail('payload_too_large', `body exceeds ${maxBytes} bytes`);
       if (target) {
         // Node's parser never delivers more than Content-Length bytes for this request.
         chunk.copy(target, received);
       } else {
-        if (!budget.tryReserve(chunk.length)) return fail(new IngressError('overloaded', 'too many body bytes in flight'));
-        reserved += chunk.length;
+        if (!budget.tryReserve(chunk.length * IN_MEMORY_COPIES)) return fail('overloaded', 'too many body bytes in flight');
+        reserved += chunk.length * IN_MEMORY_COPIES;
         chunks.push(chunk);
       }
       received += chunk.length;
@@ -69,13 +76,13 @@ export function readBody(
     req.on('data', onData);
     req.once('end', () => {
       if (done) return;
-      if (target && received !== target.length) return fail(new IngressError('request_aborted', 'body shorter than Content-Length'));
+      if (target && received !== target.length) return fail('request_aborted', 'body shorter than Content-Length');
       done = true;
       resolve({ body: target ?? (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received)), reserved });
     });
-    req.once('aborted', () => fail(new IngressError('request_aborted', 'client aborted the request')));
-    req.once('error', () => fail(new IngressError('request_aborted', 'request stream failed')));
-    req.once('close', () => fail(new IngressError('request_aborted', 'connection closed before the body ended')));
+    req.once('aborted', () => fail('request_aborted', 'client aborted the request'));
+    req.once('error', () => fail('request_aborted', 'request stream failed'));
+    req.once('close', () => fail('request_aborted', 'connection closed before the body ended'));
   });
 }
 

@@ -14,7 +14,7 @@ describe('ingress bounds', () => {
         { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_test_secret_for_webhook_inbox' }], maxBodyBytes: MAX },
         { id: 'limited', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_test_secret_for_webhook_inbox' }], rateLimit: { perSecond: 0.01, burst: 2 } },
       ],
-      limits: { maxHeaders: 30, maxHeaderBytes: 4096, headersTimeoutMs: 500, requestTimeoutMs: 1000, maxInFlightBodyBytes: 3000 },
+      limits: { maxHeaders: 30, maxHeaderBytes: 4096, headersTimeoutMs: 500, requestTimeoutMs: 1000, maxInFlightBodyBytes: 6000 },
     });
     port = Number(new URL(app.url).port);
   });
@@ -118,7 +118,7 @@ describe('ingress bounds', () => {
   });
 
   it('answers 503 overloaded with Retry-After when in-flight body bytes pass the cap', async () => {
-    // The first request reserves 2000 of the 3000-byte budget and stalls mid-body.
+    // The first request reserves 2 × 2000 (raw + ciphertext) of the 6000-byte budget and stalls mid-body.
     const { connect } = await import('node:net');
     const stalled = connect(port, '127.0.0.1');
     await new Promise((r) => stalled.once('connect', r));
