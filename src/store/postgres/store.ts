@@ -28,6 +28,9 @@ export class PostgresStore implements InboxStore {
       query_timeout: opts.queryTimeoutMs ?? 10_000,
       keepAlive: true,
       application_name: 'webhook-inbox',
+      // Accept statements differ only in their row count and are prepared once per count; a
+      // generic plan skips re-planning thousands of parameters on every execution.
+      options: '-c plan_cache_mode=force_generic_plan',
     });
     // An idle client losing its connection must not crash the process; the next query reconnects.
     this.pool.on('error', () => undefined);

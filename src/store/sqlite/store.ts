@@ -30,6 +30,20 @@ function newWorker(workerData: WorkerInit): Worker {
 
 type RawRow = Record<string, unknown>;
 
+/**
+ * Ciphertexts that own their whole ArrayBuffer are moved to the writer thread instead of
+ * copied (a pooled buffer shares its memory with others and must never be transferred).
+ * After the call the sender's views of them are empty — nothing reads them again.
+ */
+function ownedBuffers(records: readonly AcceptRecord[]): ArrayBuffer[] {
+  const out: ArrayBuffer[] = [];
+  for (const r of records) {
+    const c = r.payload.ciphertext;
+    if (c.byteOffset === 0 && c.buffer.byteLength === c.byteLength && c.buffer instanceof ArrayBuffer) out.push(c.buffer);
+  }
+  return out;
+}
+
 /** SQLite adapter: a single writer thread owns the connection; this side only passes messages. */
 export class SqliteStore implements InboxStore {
   readonly kind = 'sqlite' as const;
@@ -67,12 +81,12 @@ export class SqliteStore implements InboxStore {
     this.worker = w;
   }
 
-  private call<T>(op: string, arg?: unknown): Promise<T> {
+  private call<T>(op: string, arg?: unknown, transfer: ArrayBuffer[] = []): Promise<T> {
     if (this.closed) return Promise.reject(new StorageUnavailableError('store is closed'));
     return new Promise<T>((resolve, reject) => {
       const id = this.nextId++;
       this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      this.worker.postMessage({ id, op, arg });
+      this.worker.postMessage({ id, op, arg }, transfer);
     });
   }
 
@@ -81,7 +95,7 @@ export class SqliteStore implements InboxStore {
   }
 
   acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
-    return acceptUnique(records, (unique) => this.call<AcceptResult[]>('accept', unique)).catch((err) => {
+    return acceptUnique(records, (unique) => this.call<AcceptResult[]>('accept', unique, ownedBuffers(unique))).catch((err) => {
       throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite commit failed: ${(err as Error).message}`, { cause: err });
     });
   }
