@@ -36,7 +36,12 @@ export interface Config {
     /** Body bytes held in memory across all in-flight requests; past it → 503 overloaded. */
     readonly maxInFlightBodyBytes: number;
   };
-  readonly groupCommit: { readonly maxBatch: number; readonly maxWaitMs: number; readonly commitTimeoutMs: number };
+  /**
+   * maxInFlight: batches committing at once. 1 (default) gives the largest batches and the least
+   * CPU per event; SQLite has one writer anyway. A remote PostgreSQL with a long round trip may
+   * want 2-4.
+   */
+  readonly groupCommit: { readonly maxBatch: number; readonly maxWaitMs: number; readonly maxInFlight: number; readonly commitTimeoutMs: number };
   readonly log: { readonly level: 'debug' | 'info' | 'warn' | 'error' | 'silent' };
   readonly endpoints: readonly EndpointConfig[];
 }
@@ -124,10 +129,11 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   };
 
   const gp = 'groupCommit';
-  const g = asObject(o.groupCommit ?? {}, gp, ['maxBatch', 'maxWaitMs', 'commitTimeoutMs']);
+  const g = asObject(o.groupCommit ?? {}, gp, ['maxBatch', 'maxWaitMs', 'maxInFlight', 'commitTimeoutMs']);
   const groupCommit = {
     maxBatch: optInt(g, 'maxBatch', gp, 1, 1000) ?? 256,
     maxWaitMs: optInt(g, 'maxWaitMs', gp, 0, 50) ?? 0,
+    maxInFlight: optInt(g, 'maxInFlight', gp, 1, 16) ?? 1,
     commitTimeoutMs: optInt(g, 'commitTimeoutMs', gp, 100, 120_000) ?? 10_000,
   };
 

@@ -1,0 +1,81 @@
+import { describe, expect, it } from 'vitest';
+import { StorageUnavailableError } from '../../src/errors.js';
+import { GroupCommitter } from '../../src/store/group-commit.js';
+
+/** A commit function the test completes by hand, recording every batch it was given. */
+function manualCommit() {
+  const batches: { items: number[]; resolve(r: string[]): void; reject(e: unknown): void }[] = [];
+  const commit = (items: number[]) => new Promise<string[]>((resolve, reject) => batches.push({ items, resolve, reject }));
+  return { batches, commit };
+}
+const tick = () => new Promise((r) => setImmediate(r));
+const opts = { maxBatch: 3, maxWaitMs: 0, maxInFlight: 1, commitTimeoutMs: 10_000 };
+
+describe('group commit', () => {
+  it('batches what arrives while a commit runs, and answers each item only after its own batch commits', async () => {
+    const { batches, commit } = manualCommit();
+    const gc = new GroupCommitter(commit, opts);
+    const settled: string[] = [];
+    const track = (p: Promise<string>) => p.then((v) => settled.push(v));
+    track(gc.submit(1));
+    await tick();
+    track(gc.submit(2));
+    track(gc.submit(3));
+    track(gc.submit(4));
+    track(gc.submit(5));
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1]]); // one writer: the rest waits
+    batches[0]!.resolve(['a1']);
+    await tick();
+    await tick();
+    expect(settled).toEqual(['a1']);
+    expect(batches.map((b) => b.items)).toEqual([[1], [2, 3, 4]]); // maxBatch 3
+    batches[1]!.resolve(['a2', 'a3', 'a4']);
+    await tick();
+    await tick();
+    expect(settled).toEqual(['a1', 'a2', 'a3', 'a4']);
+    expect(batches[2]!.items).toEqual([5]);
+    batches[2]!.resolve(['a5']);
+    await tick();
+    expect(settled).toHaveLength(5);
+  });
+
+  it('a failed batch answers unavailable to every item in it, and the next batch still runs', async () => {
+    const { batches, commit } = manualCommit();
+    const gc = new GroupCommitter(commit, { ...opts, maxBatch: 10 });
+    const first = gc.submit(1);
+    await tick();
+    const a = gc.submit(2);
+    const b = gc.submit(3);
+    batches[0]!.resolve(['ok']);
+    await first;
+    await tick();
+    await tick();
+    expect(batches[1]!.items).toEqual([2, 3]);
+    batches[1]!.reject(new Error('disk full'));
+    await expect(a).rejects.toBeInstanceOf(StorageUnavailableError);
+    await expect(b).rejects.toBeInstanceOf(StorageUnavailableError);
+    const c = gc.submit(4);
+    await tick();
+    batches[2]!.resolve(['ok4']);
+    await expect(c).resolves.toBe('ok4');
+  });
+
+  it('a commit that does not finish in time is answered unavailable (outcome unknown)', async () => {
+    const { commit } = manualCommit();
+    const gc = new GroupCommitter(commit, { ...opts, commitTimeoutMs: 100 });
+    await expect(gc.submit(1)).rejects.toThrow(/outcome unknown/);
+  });
+
+  it('runs up to maxInFlight batches at once', async () => {
+    const { batches, commit } = manualCommit();
+    const gc = new GroupCommitter(commit, { ...opts, maxInFlight: 2 });
+    void gc.submit(1);
+    await tick();
+    void gc.submit(2);
+    await tick();
+    void gc.submit(3);
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1], [2]]);
+  });
+});
