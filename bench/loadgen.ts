@@ -109,19 +109,18 @@ function send(m: LoadMessage): void {
   process.send?.(m);
 }
 
+/** Keep-alive connections, one request at a time on each (like a provider's sender). */
+function newPool(url: string, connections: number): Pool {
+  return new Pool(url, { connections, pipelining: 1, headersTimeout: 60_000, bodyTimeout: 60_000, keepAliveTimeout: 60_000 });
+}
+
 function errorCode(err: unknown): string {
   const e = err as { code?: string; name?: string };
   return `err:${e.code ?? e.name ?? 'unknown'}`;
 }
 
 async function runRate(spec: RateSpec): Promise<RateResult> {
-  const pool = new Pool(spec.url, {
-    connections: spec.connections,
-    pipelining: 1,
-    headersTimeout: 60_000,
-    bodyTimeout: 60_000,
-    keepAliveTimeout: 60_000,
-  });
+  const pool = newPool(spec.url, spec.connections);
   const factory = new EventFactory(DEFAULT_SIZES);
   const rnd = prng(spec.seed);
   const interval = 1000 / spec.rate;
@@ -296,13 +295,7 @@ function writeTimeline(file: string, latency: Float64Array, interval: number): v
 }
 
 async function runFlood(spec: FloodSpec): Promise<FloodResult> {
-  const pool = new Pool(spec.url, {
-    connections: spec.concurrency,
-    pipelining: 1,
-    headersTimeout: 60_000,
-    bodyTimeout: 60_000,
-    keepAliveTimeout: 60_000,
-  });
+  const pool = newPool(spec.url, spec.concurrency);
   const factory = new EventFactory(DEFAULT_SIZES);
   const rnd = prng(spec.seed);
   const outcomes: Record<string, number> = {};
