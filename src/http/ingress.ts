@@ -59,10 +59,6 @@ export class Ingress {
     }
   }
 
-  has(endpointId: string): boolean {
-    return this.endpoints.has(endpointId);
-  }
-
   async handle(req: IncomingMessage, res: ServerResponse, endpointId: string, startedAt: number): Promise<void> {
     const ep = this.endpoints.get(endpointId);
     const label = ep ? endpointId : '(unknown)';
