@@ -63,13 +63,15 @@ export class Ingress {
     const ep = this.endpoints.get(endpointId);
     const label = ep ? endpointId : '(unknown)';
     let result: Result;
+    // Filled in once the body is verified and parsed, so a later failure (503) still logs which event.
+    const verified: { eventId?: string; eventType?: string } = {};
     try {
       if (!ep) throw new IngressError('unknown_endpoint', `no endpoint "${endpointId}"`);
-      result = await this.pipeline(req, res, ep, startedAt);
+      result = await this.pipeline(req, res, ep, startedAt, verified);
     } catch (err) {
       const e = toIngressError(err, this.deps.log);
       sendError(req, res, e);
-      result = { status: e.status, outcome: e.outcome, reason: e.reason };
+      result = { status: e.status, outcome: e.outcome, reason: e.reason, ...verified };
     }
     const seconds = (performance.now() - startedAt) / 1000;
     this.deps.metrics.requests.inc([label, result.outcome]);
@@ -87,7 +89,13 @@ export class Ingress {
     });
   }
 
-  private async pipeline(req: IncomingMessage, res: ServerResponse, ep: EndpointRuntime, startedAt: number): Promise<Result> {
+  private async pipeline(
+    req: IncomingMessage,
+    res: ServerResponse,
+    ep: EndpointRuntime,
+    startedAt: number,
+    verified: { eventId?: string; eventType?: string },
+  ): Promise<Result> {
     const { config } = ep;
     const adapter = config.adapter;
 
@@ -126,6 +134,8 @@ export class Ingress {
       this.deps.metrics.secretMatches.inc([config.id, matched.version]);
       // 7. Only now parse the verified body.
       const env = adapter.envelope(body, view, meta);
+      verified.eventId = env.eventId;
+      verified.eventType = env.eventType;
       if (!ep.accepts(env.eventType)) {
         sendJson(res, 200, `{"inbox_id":null,"duplicate":false,"ignored":"unsupported_event_type"}`);
         return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type', eventId: env.eventId, eventType: env.eventType };

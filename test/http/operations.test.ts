@@ -1,4 +1,5 @@
 import { Writable } from 'node:stream';
+import Database from 'better-sqlite3';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startApp } from '../../src/app.js';
@@ -9,12 +10,12 @@ import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { freshDatabase } from '../helpers/stores.js';
 
 /** Starts an app on SQLite whose log lines are captured. */
-async function appWithLog(over: Record<string, unknown>, env: NodeJS.ProcessEnv = {}) {
+async function appWithLog(over: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, dbSuffix = '') {
   const db = await freshDatabase('sqlite');
   const lines: string[] = [];
   const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...chunk.toString().split('\n').filter(Boolean)); cb(); } });
-  const app = await startApp(parseConfig(configDoc(db.url, over), env), { logger: pino({ level: 'info' }, sink), env, shutdownGraceMs: 200 });
-  return { app, lines, stop: async () => { await app.close(); await db.cleanup(); } };
+  const app = await startApp(parseConfig(configDoc(db.url + dbSuffix, over), env), { logger: pino({ level: 'info' }, sink), env, shutdownGraceMs: 200 });
+  return { app, lines, file: db.url.slice('sqlite:'.length), stop: async () => { await app.close(); await db.cleanup(); } };
 }
 
 describe('secrets unavailable → fail closed', () => {
@@ -75,6 +76,26 @@ describe('logs and metrics', () => {
       expect(all).not.toContain(headers['stripe-signature']!.split('v1=')[1]);
       expect(all).not.toContain('CANARY');
       expect(all).not.toContain('CANARX');
+    } finally {
+      await t.stop();
+    }
+  });
+
+  it('a verified event that cannot be stored is logged with its id and outcome unavailable', async () => {
+    const t = await appWithLog({}, {}, '?busyTimeoutMs=100');
+    try {
+      const blocker = new Database(t.file);
+      blocker.exec('BEGIN IMMEDIATE');
+      const body = stripeEvent('evt_unstored');
+      const r = await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body));
+      blocker.exec('ROLLBACK');
+      blocker.close();
+      expect(r.status).toBe(503);
+      await t.app.close();
+      t.app.log.flush();
+      await new Promise((res) => setTimeout(res, 50));
+      const line = t.lines.map((l) => JSON.parse(l)).find((l) => l.status === 503);
+      expect(line).toMatchObject({ outcome: 'unavailable', reason: 'storage_unavailable', event_id: 'evt_unstored', event_type: 'payment_intent.succeeded' });
     } finally {
       await t.stop();
     }
