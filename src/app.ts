@@ -47,7 +47,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const metrics = ingressMetrics();
   const committer = new GroupCommitter<AcceptRecord, AcceptResult>(
     (items) => store.acceptBatch(items),
-    config.groupCommit,
+    { ...config.groupCommit, maxInFlight: config.groupCommit.maxInFlight ?? (store.kind === 'sqlite' ? 1 : 2) },
     (s) => {
       metrics.commitLatency.observe(s.commitMs / 1000);
       metrics.batchSize.observe(s.size);

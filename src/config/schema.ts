@@ -37,11 +37,10 @@ export interface Config {
     readonly maxInFlightBodyBytes: number;
   };
   /**
-   * maxInFlight: batches committing at once. 1 (default) gives the largest batches and the least
-   * CPU per event; SQLite has one writer anyway. A remote PostgreSQL with a long round trip may
-   * want 2-4.
+   * maxInFlight: batches committing at once; undefined = the store's default (SQLite 1, its one
+   * writer; PostgreSQL 2, the second only while a quarter of maxBatch is waiting).
    */
-  readonly groupCommit: { readonly maxBatch: number; readonly maxWaitMs: number; readonly maxInFlight: number; readonly commitTimeoutMs: number };
+  readonly groupCommit: { readonly maxBatch: number; readonly maxWaitMs: number; readonly maxInFlight: number | undefined; readonly commitTimeoutMs: number };
   readonly log: { readonly level: 'debug' | 'info' | 'warn' | 'error' | 'silent' };
   readonly endpoints: readonly EndpointConfig[];
 }
@@ -133,7 +132,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   const groupCommit = {
     maxBatch: optInt(g, 'maxBatch', gp, 1, 1000) ?? 256,
     maxWaitMs: optInt(g, 'maxWaitMs', gp, 0, 50) ?? 0,
-    maxInFlight: optInt(g, 'maxInFlight', gp, 1, 16) ?? 1,
+    maxInFlight: optInt(g, 'maxInFlight', gp, 1, 16),
     commitTimeoutMs: optInt(g, 'commitTimeoutMs', gp, 100, 120_000) ?? 10_000,
   };
 

@@ -5,7 +5,11 @@ export interface GroupCommitOptions {
   readonly maxBatch: number;
   /** Extra wait to gather a batch when the store is idle; 0 = natural batching only. */
   readonly maxWaitMs: number;
-  /** Batches committing at once (SQLite: 1 writer; PostgreSQL: a few connections). */
+  /**
+   * Batches committing at once (SQLite: 1 writer; PostgreSQL: a few connections). A second
+   * concurrent commit starts only when a quarter of `maxBatch` is waiting, so overlap never
+   * shrinks batches at moderate load — it only adds throughput when one commit can't keep up.
+   */
   readonly maxInFlight: number;
   /** A commit not answered by then is reported unavailable (its outcome is unknown). */
   readonly commitTimeoutMs: number;
@@ -52,8 +56,13 @@ export class GroupCommitter<I, R> {
     return this.queue.length;
   }
 
+  private canStart(): boolean {
+    if (this.queue.length === 0 || this.inFlight >= this.opts.maxInFlight) return false;
+    return this.inFlight === 0 || this.queue.length >= Math.max(1, this.opts.maxBatch >> 2);
+  }
+
   private schedule(): void {
-    if (this.scheduled || this.inFlight >= this.opts.maxInFlight || this.queue.length === 0) return;
+    if (this.scheduled || !this.canStart()) return;
     this.scheduled = true;
     // setImmediate lets the other requests of this I/O turn join the batch.
     if (this.opts.maxWaitMs > 0 && this.queue.length < this.opts.maxBatch) setTimeout(() => this.flush(), this.opts.maxWaitMs);
@@ -62,7 +71,7 @@ export class GroupCommitter<I, R> {
 
   private flush(): void {
     this.scheduled = false;
-    if (this.queue.length === 0 || this.inFlight >= this.opts.maxInFlight) return;
+    if (!this.canStart()) return;
     const batch = this.queue.splice(0, this.opts.maxBatch);
     this.inFlight++;
     const started = performance.now();

@@ -67,15 +67,23 @@ describe('group commit', () => {
     await expect(gc.submit(1)).rejects.toThrow(/outcome unknown/);
   });
 
-  it('runs up to maxInFlight batches at once', async () => {
+  it('overlaps a second commit only when a quarter of maxBatch is waiting, and never more than maxInFlight', async () => {
     const { batches, commit } = manualCommit();
-    const gc = new GroupCommitter(commit, { ...opts, maxInFlight: 2 });
+    const gc = new GroupCommitter(commit, { ...opts, maxBatch: 8, maxInFlight: 2 });
     void gc.submit(1);
     await tick();
-    void gc.submit(2);
+    void gc.submit(2); // 1 waiting < 8/4: keep batching behind the running commit
     await tick();
-    void gc.submit(3);
+    expect(batches.map((b) => b.items)).toEqual([[1]]);
+    void gc.submit(3); // 2 waiting = 8/4: a second commit starts
     await tick();
-    expect(batches.map((b) => b.items)).toEqual([[1], [2]]);
+    expect(batches.map((b) => b.items)).toEqual([[1], [2, 3]]);
+    for (let i = 4; i <= 9; i++) void gc.submit(i);
+    await tick();
+    expect(batches).toHaveLength(2); // maxInFlight reached
+    batches[0]!.resolve(['r1']);
+    await tick();
+    await tick();
+    expect(batches[2]!.items).toEqual([4, 5, 6, 7, 8, 9]);
   });
 });
