@@ -59,6 +59,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const server = createHttpServer(config, ingress, {
     metrics: () => {
       metrics.inFlightBodyBytes.set([], budget.used);
+      metrics.commitQueue.set([], committer.queued);
       return metrics.registry.render();
     },
     notReady: async () => {

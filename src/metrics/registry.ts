@@ -108,7 +108,8 @@ export function ingressMetrics() {
     batchSize: registry.register(new Histogram('webhook_commit_batch_size', 'Accepted requests per group-commit transaction.', BATCH_SIZES)),
     commitFailures: registry.register(new Counter('webhook_commit_failures_total', 'Group-commit transactions that failed or timed out.')),
     secretMatches: registry.register(new Counter('webhook_secret_version_matches_total', 'Verified requests by endpoint and the secret version that matched.', ['endpoint', 'version'])),
-    inFlightBodyBytes: registry.register(new Gauge('webhook_inflight_body_bytes', 'Request body bytes currently held in memory.')),
+    inFlightBodyBytes: registry.register(new Gauge('webhook_inflight_body_bytes', 'Request body bytes currently held in memory (raw + ciphertext).')),
+    commitQueue: registry.register(new Gauge('webhook_commit_queue_depth', 'Verified events waiting for the next group commit.')),
   };
 }
 

@@ -122,6 +122,8 @@ describe('logs and metrics', () => {
       expect(m).toMatch(/webhook_ack_latency_seconds_count\{endpoint="stripe"\} 5/);
       expect(m).toMatch(/webhook_db_commit_latency_seconds_count \d+/);
       expect(m).toMatch(/webhook_commit_batch_size_bucket\{le="1"\} \d+/);
+      expect(m).toContain('webhook_commit_queue_depth 0');
+      expect(m).toContain('webhook_inflight_body_bytes 0');
       expect(m).not.toContain(STRIPE_SECRET);
     } finally {
       await t.stop();
