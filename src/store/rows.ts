@@ -4,9 +4,10 @@ import type { InboxRow, StoredPayload } from './port.js';
  * Row → port mapping shared by both stores. Both select the same column names; timestamps
  * arrive as Unix ms (SQLite INTEGER, PostgreSQL epoch expression) and blobs as byte arrays.
  */
-type RawRow = Record<string, unknown>;
+export type RawRow = Record<string, unknown>;
 
 const ms = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
+/** A Buffer view (no copy) of bytes that crossed a thread as a plain Uint8Array. */
 export const bytes = (v: unknown): Buffer => {
   const u = v as Uint8Array;
   return Buffer.isBuffer(u) ? u : Buffer.from(u.buffer, u.byteOffset, u.byteLength);

@@ -4,7 +4,7 @@ import { Worker } from 'node:worker_threads';
 import { StorageUnavailableError } from '../../errors.js';
 import { acceptUnique } from '../dedupe.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
-import { toInboxRow, toStoredPayload } from '../rows.js';
+import { toInboxRow, toStoredPayload, type RawRow } from '../rows.js';
 import type { WorkerInit } from './worker.js';
 
 /** `sqlite:./data/inbox.db?busyTimeoutMs=2000` → file + options. */
@@ -27,8 +27,6 @@ function newWorker(workerData: WorkerInit): Worker {
   const boot = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(workerUrl.href)}); })`;
   return new Worker(boot, { eval: true, workerData });
 }
-
-type RawRow = Record<string, unknown>;
 
 /**
  * Ciphertexts that own their whole ArrayBuffer are moved to the writer thread instead of

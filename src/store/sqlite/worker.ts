@@ -2,6 +2,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult } from '../port.js';
+import { bytes } from '../rows.js';
 import * as SQL from './schema-sql.js';
 
 /**
@@ -21,7 +22,6 @@ db.pragma('synchronous = FULL');
 db.pragma('foreign_keys = ON');
 db.pragma(`busy_timeout = ${busyTimeoutMs}`);
 
-const buf = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength);
 
 function migrate(): number[] {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -59,9 +59,9 @@ const st = () => (statements ??= prepare());
 const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
   const s = st();
   return records.map((r) => {
-    const won = s.inbox.get({ ...r, payloadHash: buf(r.payloadHash) });
+    const won = s.inbox.get({ ...r, payloadHash: bytes(r.payloadHash) });
     if (won !== undefined) {
-      s.payload.run(r.payloadId, r.payload.keyId, buf(r.payload.nonce), buf(r.payload.ciphertext), r.receivedAtMs);
+      s.payload.run(r.payloadId, r.payload.keyId, bytes(r.payload.nonce), bytes(r.payload.ciphertext), r.receivedAtMs);
       s.outbox.run(r.outboxId, r.inboxId, r.topic, r.receivedAtMs);
       return { inboxId: r.inboxId, duplicate: false };
     }
