@@ -29,15 +29,16 @@ interface EndpointRuntime {
   readonly accepts: (type: string) => boolean;
 }
 
-/** What one request ended as; logged as one JSON line and counted once. */
+/** What one request ended as; logged as one JSON line (with the verified event, if any) and counted once. */
 interface Result {
   status: number;
   outcome: Outcome;
   reason?: string;
-  eventId?: string;
-  eventType?: string;
   inboxId?: string;
 }
+
+/** The event identity, known only once the body is verified and parsed. */
+type VerifiedEvent = { eventId?: string; eventType?: string };
 
 /**
  * The ingress pipeline — the same for every provider, in this order:
@@ -64,14 +65,14 @@ export class Ingress {
     const label = ep ? endpointId : '(unknown)';
     let result: Result;
     // Filled in once the body is verified and parsed, so a later failure (503) still logs which event.
-    const verified: { eventId?: string; eventType?: string } = {};
+    const verified: VerifiedEvent = {};
     try {
       if (!ep) throw new IngressError('unknown_endpoint', `no endpoint "${endpointId}"`);
       result = await this.pipeline(req, res, ep, startedAt, verified);
     } catch (err) {
       const e = toIngressError(err, this.deps.log);
       sendError(req, res, e);
-      result = { status: e.status, outcome: e.outcome, reason: e.reason, ...verified };
+      result = { status: e.status, outcome: e.outcome, reason: e.reason };
     }
     const seconds = (performance.now() - startedAt) / 1000;
     this.deps.metrics.requests.inc([label, result.outcome]);
@@ -79,8 +80,8 @@ export class Ingress {
     this.deps.log.info({
       endpoint: label,
       provider: ep?.config.provider,
-      event_id: result.eventId,
-      event_type: result.eventType,
+      event_id: verified.eventId,
+      event_type: verified.eventType,
       inbox_id: result.inboxId,
       outcome: result.outcome,
       reason: result.reason,
@@ -94,7 +95,7 @@ export class Ingress {
     res: ServerResponse,
     ep: EndpointRuntime,
     startedAt: number,
-    verified: { eventId?: string; eventType?: string },
+    verified: VerifiedEvent,
   ): Promise<Result> {
     const { config } = ep;
     const adapter = config.adapter;
@@ -138,7 +139,7 @@ export class Ingress {
       verified.eventType = env.eventType;
       if (!ep.accepts(env.eventType)) {
         sendJson(res, 200, `{"inbox_id":null,"duplicate":false,"ignored":"unsupported_event_type"}`);
-        return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type', eventId: env.eventId, eventType: env.eventType };
+        return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
       }
       // 8. Durably accept (group commit), then answer.
       const binding = { provider: config.provider, endpointId: config.id, providerEventId: env.eventId };
@@ -161,7 +162,7 @@ export class Ingress {
       };
       const r = await this.deps.committer.submit(record);
       sendJson(res, 200, `{"inbox_id":"${r.inboxId}","duplicate":${r.duplicate}}`);
-      return { status: 200, outcome: r.duplicate ? 'duplicate' : 'accepted', eventId: env.eventId, eventType: env.eventType, inboxId: r.inboxId };
+      return { status: 200, outcome: r.duplicate ? 'duplicate' : 'accepted', inboxId: r.inboxId };
     } finally {
       this.deps.budget.release(reserved);
     }
