@@ -11,16 +11,19 @@ export function view(pairs: [string, string][]): RequestView {
   return requestView({ headersDistinct: distinct, headers: { 'content-type': distinct['content-type']?.[0] }, url: '/webhooks/x' } as unknown as IncomingMessage);
 }
 
-/** The IngressError reason `fn` throws; fails the test if it throws nothing or something else. */
-export function reasonOf(fn: () => unknown): string {
+/** The error of class `type` that `fn` throws; fails the test if it throws nothing or something else. */
+export function thrownBy<E extends Error>(fn: () => unknown, type: new (...args: never[]) => E): E {
   try {
     fn();
   } catch (e) {
-    if (e instanceof IngressError) return e.reason;
+    if (e instanceof type) return e;
     throw e;
   }
-  throw new Error('expected an IngressError');
+  throw new Error(`expected a ${type.name}`);
 }
+
+/** The IngressError reason `fn` throws. */
+export const reasonOf = (fn: () => unknown): string => thrownBy(fn, IngressError).reason;
 
 /** Table rows are written (name, input, expected); test titles read better as (name, expected). */
 export const expectedFirst = <A, B, C>(rows: [A, B, C][]): [A, C, B][] => rows.map(([a, b, c]) => [a, c, b]);
@@ -31,7 +34,7 @@ export function trustedKeys(adapter: ProviderAdapter, ...entries: [string, strin
 }
 
 /** Parse + verify over header pairs; the matched version or null. */
-export function verifyWith(adapter: ProviderAdapter, pairs: [string, string][], body: Buffer | string, ks: TrustedKey[], nowMs: number): string | null {
+export function verifyWith(adapter: ProviderAdapter, pairs: [string, string][], body: Buffer | string, ks: TrustedKey[], nowMs = Date.now()): string | null {
   const meta = adapter.parseSignature(view(pairs));
   return adapter.verify(meta, Buffer.from(body), ks, nowMs)?.version ?? null;
 }
