@@ -1,4 +1,4 @@
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { freshDatabase, type TestDatabase } from './stores.js';
@@ -23,11 +23,23 @@ export interface TestApp extends RunningApp {
   stop(): Promise<void>;
 }
 
+export interface TestAppOptions {
+  /** Where the app logs (default: nowhere). */
+  readonly logger?: Logger;
+  /** Appended to the fresh database URL, e.g. `?busyTimeoutMs=100`. */
+  readonly urlSuffix?: string;
+}
+
 /** Starts a real server on an ephemeral port against a fresh database of the given kind. */
-export async function startTestApp(kind: 'sqlite' | 'postgres', over: Record<string, unknown> = {}, env: NodeJS.ProcessEnv = {}): Promise<TestApp> {
+export async function startTestApp(
+  kind: 'sqlite' | 'postgres',
+  over: Record<string, unknown> = {},
+  env: NodeJS.ProcessEnv = {},
+  opts: TestAppOptions = {},
+): Promise<TestApp> {
   const db = await freshDatabase(kind);
-  const config = parseConfig(configDoc(db.url, over), env);
-  const app = await startApp(config, { logger: pino({ level: 'silent' }), env, shutdownGraceMs: 500 });
+  const config = parseConfig(configDoc(db.url + (opts.urlSuffix ?? ''), over), env);
+  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500 });
   return Object.assign(app, {
     db,
     async stop() {

@@ -2,20 +2,16 @@ import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startApp } from '../../src/app.js';
-import { parseConfig } from '../../src/config/schema.js';
-import { configDoc, STRIPE_SECRET } from '../helpers/app.js';
+import { startTestApp, STRIPE_SECRET } from '../helpers/app.js';
 import { post } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { freshDatabase } from '../helpers/stores.js';
 
 /** Starts an app on SQLite whose log lines are captured. */
-async function appWithLog(over: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, dbSuffix = '') {
-  const db = await freshDatabase('sqlite');
+async function appWithLog(over: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, urlSuffix = '') {
   const lines: string[] = [];
   const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...chunk.toString().split('\n').filter(Boolean)); cb(); } });
-  const app = await startApp(parseConfig(configDoc(db.url + dbSuffix, over), env), { logger: pino({ level: 'info' }, sink), env, shutdownGraceMs: 200 });
-  return { app, lines, file: db.url.slice('sqlite:'.length), stop: async () => { await app.close(); await db.cleanup(); } };
+  const app = await startTestApp('sqlite', over, env, { logger: pino({ level: 'info' }, sink), urlSuffix });
+  return { app, lines, file: app.db.url.slice('sqlite:'.length), stop: () => app.stop() };
 }
 
 describe('secrets unavailable → fail closed', () => {

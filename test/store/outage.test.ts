@@ -18,12 +18,11 @@ const send = (url: string, id: string) => {
 
 describe('storage unavailable [sqlite]', () => {
   it('answers 503 with Retry-After while the database is locked, acknowledges nothing, and recovers', async () => {
-    const db = await freshDatabase('sqlite');
-    const app = await startTestApp('sqlite', { database: `${db.url}?busyTimeoutMs=200` });
+    const app = await startTestApp('sqlite', {}, {}, { urlSuffix: '?busyTimeoutMs=200' });
     try {
       expect((await send(app.url, 'evt_before')).status).toBe(200);
       // Another process holds the write lock: our commit cannot happen.
-      const blocker = new Database(db.url.slice('sqlite:'.length));
+      const blocker = new Database(app.db.url.slice('sqlite:'.length));
       blocker.exec('BEGIN IMMEDIATE');
       const r = await send(app.url, 'evt_during');
       expect(r.status).toBe(503);
@@ -38,7 +37,6 @@ describe('storage unavailable [sqlite]', () => {
       expect((await app.store.countRows()).inbox).toBe(2);
     } finally {
       await app.stop();
-      await db.cleanup();
     }
   });
 });
