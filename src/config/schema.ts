@@ -3,6 +3,7 @@ import type { ProviderAdapter } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
 import { asArray, asObject, child, optInt, optNumber, optEnum, optString, optStringArray, reqString, type Obj } from './read.js';
 import { parseSecretRef, type SecretRef } from './secrets.js';
+import { DEFAULT_RETRY, parseDestinations, parseRetry, parseRoutes, parseWorkers, type DestinationConfig, type RetryPolicy, type RouteConfig, type WorkersConfig } from './engine.js';
 
 export interface SecretVersionConfig {
   readonly version: string;
@@ -21,6 +22,10 @@ export interface EndpointConfig {
   readonly toleranceSeconds: number | null;
   readonly maxBodyBytes: number;
   readonly rateLimit: { readonly perSecond: number; readonly burst: number } | undefined;
+  /** Where processed events go; every matching route receives the event (fan-out). */
+  readonly routes: readonly RouteConfig[];
+  /** The endpoint's retry policy (a route's own `retry` overrides it for that route's failures). */
+  readonly retry: RetryPolicy;
 }
 
 export interface Config {
@@ -43,14 +48,16 @@ export interface Config {
   readonly groupCommit: { readonly maxBatch: number; readonly maxWaitMs: number; readonly maxInFlight: number | undefined; readonly commitTimeoutMs: number };
   readonly log: { readonly level: 'debug' | 'info' | 'warn' | 'error' | 'silent' };
   readonly endpoints: readonly EndpointConfig[];
+  readonly destinations: readonly DestinationConfig[];
+  readonly workers: WorkersConfig;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
-const TOP_KEYS = ['listen', 'database', 'payloadKeys', 'endpoints', 'limits', 'groupCommit', 'log'] as const;
-const ENDPOINT_KEYS = ['id', 'provider', 'secrets', 'events', 'toleranceSeconds', 'maxBodyBytes', 'rateLimit', 'options'] as const;
+const TOP_KEYS = ['listen', 'database', 'payloadKeys', 'endpoints', 'limits', 'groupCommit', 'log', 'destinations', 'workers', 'retry'] as const;
+const ENDPOINT_KEYS = ['id', 'provider', 'secrets', 'events', 'toleranceSeconds', 'maxBodyBytes', 'rateLimit', 'options', 'routes', 'retry'] as const;
 
-function parseEndpoint(raw: unknown, path: string): EndpointConfig {
+function parseEndpoint(raw: unknown, path: string, destinations: readonly DestinationConfig[], defaultRetry: RetryPolicy): EndpointConfig {
   const o = asObject(raw, path, ENDPOINT_KEYS);
   const id = reqString(o, 'id', path);
   if (!ID_RE.test(id)) throw new ConfigError(child(path, 'id'), 'must be 1-64 characters of A-Z a-z 0-9 _ . - (it becomes the URL path)');
@@ -92,7 +99,9 @@ function parseEndpoint(raw: unknown, path: string): EndpointConfig {
     if (perSecond === undefined) throw new ConfigError(child(rp, 'perSecond'), 'is required');
     rateLimit = { perSecond, burst: optInt(r, 'burst', rp, 1, 1e8) ?? Math.max(1, Math.ceil(perSecond)) };
   }
-  return { id, provider, adapter, secrets, events, toleranceSeconds, maxBodyBytes, rateLimit };
+  const routes = parseRoutes(o.routes, child(path, 'routes'), destinations);
+  const retry = parseRetry(o.retry, child(path, 'retry')) ?? defaultRetry;
+  return { id, provider, adapter, secrets, events, toleranceSeconds, maxBodyBytes, rateLimit, routes, retry };
 }
 
 /** Validates a parsed config document. `env` supplies DATABASE_URL (which overrides `database`). */
@@ -138,15 +147,19 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
 
   const log = { level: optEnum(asObject(o.log ?? {}, 'log', ['level']), 'level', 'log', ['debug', 'info', 'warn', 'error', 'silent'] as const) ?? 'info' };
 
+  const destinations = parseDestinations(o.destinations);
+  const workers = parseWorkers(o.workers);
+  const defaultRetry = parseRetry(o.retry, 'retry') ?? DEFAULT_RETRY;
+
   const endpointList = asArray(o.endpoints, 'endpoints');
   if (endpointList.length === 0) throw new ConfigError('endpoints', 'needs at least one endpoint');
   const seen = new Set<string>();
   const endpoints = endpointList.map((e, i) => {
-    const ep = parseEndpoint(e, child('endpoints', i));
+    const ep = parseEndpoint(e, child('endpoints', i), destinations, defaultRetry);
     if (seen.has(ep.id)) throw new ConfigError(child(child('endpoints', i), 'id'), `duplicate endpoint id "${ep.id}"`);
     seen.add(ep.id);
     return ep;
   });
 
-  return { listen, database, payloadKeys: { current, keys }, limits, groupCommit, log, endpoints };
+  return { listen, database, payloadKeys: { current, keys }, limits, groupCommit, log, endpoints, destinations, workers };
 }

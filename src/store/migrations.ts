@@ -102,4 +102,94 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX webhook_outbox_inbox ON webhook_outbox (inbox_id);
     `,
   },
+  {
+    version: 2,
+    name: 'processing engine: leases, terminal states, processed events, effects, relay state',
+    sqlite: `
+      ALTER TABLE webhook_inbox ADD COLUMN lease_owner TEXT;
+      ALTER TABLE webhook_inbox ADD COLUMN failure_reason TEXT;
+      ALTER TABLE webhook_inbox ADD COLUMN handler_version TEXT;
+      ALTER TABLE webhook_inbox ADD COLUMN processed_at INTEGER;
+      CREATE INDEX webhook_inbox_failed ON webhook_inbox (failure_reason) WHERE status = 'FAILED';
+      -- One row per (logical event, consumer) that has applied its effect: the handler's
+      -- business mutation commits with this row, so a second run finds it and does nothing.
+      CREATE TABLE processed_events (
+        provider          TEXT NOT NULL,
+        endpoint_id       TEXT NOT NULL,
+        provider_event_id TEXT NOT NULL,
+        consumer          TEXT NOT NULL,
+        inbox_id          TEXT NOT NULL,
+        handler_version   TEXT,
+        processed_at      INTEGER NOT NULL,
+        PRIMARY KEY (provider, endpoint_id, provider_event_id, consumer)
+      ) STRICT;
+      CREATE TABLE webhook_effects (
+        effect_id       TEXT PRIMARY KEY,
+        inbox_id        TEXT NOT NULL REFERENCES webhook_inbox (inbox_id),
+        name            TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL UNIQUE,
+        data            TEXT NOT NULL,
+        status          TEXT NOT NULL DEFAULT 'PENDING' CHECK (status IN ('PENDING', 'PROCESSING', 'DONE', 'FAILED')),
+        attempt_count   INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at INTEGER NOT NULL,
+        lease_owner     TEXT,
+        lease_until     INTEGER,
+        last_error      TEXT,
+        failure_reason  TEXT,
+        created_at      INTEGER NOT NULL,
+        done_at         INTEGER
+      ) STRICT;
+      CREATE INDEX webhook_effects_due ON webhook_effects (next_attempt_at) WHERE status IN ('PENDING', 'PROCESSING');
+      CREATE INDEX webhook_effects_inbox ON webhook_effects (inbox_id);
+      ALTER TABLE webhook_outbox ADD COLUMN attempt_count INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE webhook_outbox ADD COLUMN next_attempt_at INTEGER;
+      ALTER TABLE webhook_outbox ADD COLUMN lease_owner TEXT;
+      ALTER TABLE webhook_outbox ADD COLUMN last_error TEXT;
+      UPDATE webhook_outbox SET next_attempt_at = created_at WHERE published_at IS NULL;
+      DROP INDEX webhook_outbox_unpublished;
+      CREATE INDEX webhook_outbox_due ON webhook_outbox (next_attempt_at) WHERE published_at IS NULL;
+    `,
+    postgres: `
+      ALTER TABLE webhook_inbox ADD COLUMN lease_owner text;
+      ALTER TABLE webhook_inbox ADD COLUMN failure_reason text;
+      ALTER TABLE webhook_inbox ADD COLUMN handler_version text;
+      ALTER TABLE webhook_inbox ADD COLUMN processed_at timestamptz;
+      CREATE INDEX webhook_inbox_failed ON webhook_inbox (failure_reason) WHERE status = 'FAILED';
+      CREATE TABLE processed_events (
+        provider          text NOT NULL,
+        endpoint_id       text NOT NULL,
+        provider_event_id text NOT NULL,
+        consumer          text NOT NULL,
+        inbox_id          uuid NOT NULL,
+        handler_version   text,
+        processed_at      timestamptz NOT NULL,
+        PRIMARY KEY (provider, endpoint_id, provider_event_id, consumer)
+      );
+      CREATE TABLE webhook_effects (
+        effect_id       uuid PRIMARY KEY,
+        inbox_id        uuid NOT NULL REFERENCES webhook_inbox (inbox_id),
+        name            text NOT NULL,
+        idempotency_key text NOT NULL UNIQUE,
+        data            text NOT NULL,
+        status          text NOT NULL DEFAULT 'PENDING' CHECK (status IN ('PENDING', 'PROCESSING', 'DONE', 'FAILED')),
+        attempt_count   integer NOT NULL DEFAULT 0,
+        next_attempt_at timestamptz NOT NULL,
+        lease_owner     text,
+        lease_until     timestamptz,
+        last_error      text,
+        failure_reason  text,
+        created_at      timestamptz NOT NULL,
+        done_at         timestamptz
+      );
+      CREATE INDEX webhook_effects_due ON webhook_effects (next_attempt_at) WHERE status IN ('PENDING', 'PROCESSING');
+      CREATE INDEX webhook_effects_inbox ON webhook_effects (inbox_id);
+      ALTER TABLE webhook_outbox ADD COLUMN attempt_count integer NOT NULL DEFAULT 0;
+      ALTER TABLE webhook_outbox ADD COLUMN next_attempt_at timestamptz;
+      ALTER TABLE webhook_outbox ADD COLUMN lease_owner text;
+      ALTER TABLE webhook_outbox ADD COLUMN last_error text;
+      UPDATE webhook_outbox SET next_attempt_at = created_at WHERE published_at IS NULL;
+      DROP INDEX webhook_outbox_unpublished;
+      CREATE INDEX webhook_outbox_due ON webhook_outbox (next_attempt_at) WHERE published_at IS NULL;
+    `,
+  },
 ];

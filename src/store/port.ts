@@ -1,4 +1,5 @@
 import type { SealedPayload } from '../crypto/payload-cipher.js';
+import type { WorkStore } from './work-port.js';
 
 /** Inbox row statuses. New rows are PENDING; PROCESSED and FAILED are terminal. */
 export type InboxStatus = 'PENDING' | 'PROCESSING' | 'PROCESSED' | 'FAILED';
@@ -52,7 +53,7 @@ export interface StoredPayload extends SealedPayload {
  * `acceptBatch` is the hot path: ONE transaction for the whole batch, atomic
  * insert-or-find-winner per logical key, never read-then-write.
  */
-export interface InboxStore {
+export interface InboxStore extends WorkStore {
   readonly kind: 'sqlite' | 'postgres';
   /** Applies pending migrations; returns the versions applied now. */
   migrate(): Promise<number[]>;

@@ -41,8 +41,8 @@ export function acceptStatement(rows: number, cols: number): string {
       FROM input i JOIN ins USING (inbox_id)
     ),
     obx AS (
-      INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at)
-      SELECT i.outbox_id, i.inbox_id, i.topic, to_timestamp(i.received_ms / 1000.0)
+      INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at, next_attempt_at)
+      SELECT i.outbox_id, i.inbox_id, i.topic, to_timestamp(i.received_ms / 1000.0), to_timestamp(i.received_ms / 1000.0)
       FROM input i JOIN ins USING (inbox_id)
     )
     SELECT inbox_id::text FROM ins`;

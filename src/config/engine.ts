@@ -1,0 +1,130 @@
+import { ConfigError } from '../errors.js';
+import type { DestinationType } from '../destinations/contract.js';
+import { asArray, asObject, child, optBool, optInt, optString, optStringArray, reqString, type Obj } from './read.js';
+import { parseSecretRef, type SecretRef } from './secrets.js';
+
+/** Destinations are an explicit allowlist: nothing else is ever called or published to. */
+export type DestinationConfig =
+  | { readonly id: string; readonly type: 'http'; readonly url: string; readonly secret: SecretRef; readonly timeoutMs: number }
+  | { readonly id: string; readonly type: 'nats'; readonly url: string; readonly subject: string; readonly stream: string | undefined; readonly timeoutMs: number }
+  | { readonly id: string; readonly type: 'rabbitmq'; readonly url: string; readonly exchange: string; readonly routingKey: string; readonly queue: string | undefined; readonly timeoutMs: number };
+
+export interface RetryPolicy {
+  readonly baseMs: number;
+  readonly capMs: number;
+  readonly maxAttempts: number;
+}
+
+export interface RouteConfig {
+  readonly events: readonly string[];
+  readonly destination: string;
+  readonly retry: RetryPolicy | undefined;
+}
+
+export interface WorkersConfig {
+  /** Run workers inside `serve` (default true); `webhook-inbox work` runs them alone. */
+  readonly enabled: boolean;
+  /** Events processed at once by one process. */
+  readonly concurrency: number;
+  /** Rows claimed per round trip. */
+  readonly batchSize: number;
+  readonly leaseMs: number;
+  /** Backstop poll when no wake-up arrives. */
+  readonly pollMs: number;
+}
+
+export const DEFAULT_RETRY: RetryPolicy = { baseMs: 1000, capMs: 3_600_000, maxAttempts: 12 };
+const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const TYPES: readonly DestinationType[] = ['http', 'nats', 'rabbitmq'];
+const TEMPLATE_RE = /^[^{}]*(\{(provider|type|endpoint)\}[^{}]*)*$/;
+
+function template(o: Obj, key: string, path: string, fallback?: string): string {
+  const v = fallback === undefined ? reqString(o, key, path) : (optString(o, key, path) ?? fallback);
+  if (!TEMPLATE_RE.test(v)) throw new ConfigError(child(path, key), 'placeholders are {provider}, {type} and {endpoint}');
+  return v;
+}
+
+function url(o: Obj, path: string, protocols: readonly string[]): string {
+  const v = reqString(o, 'url', path);
+  let u: URL;
+  try {
+    u = new URL(v);
+  } catch {
+    throw new ConfigError(child(path, 'url'), 'is not a valid URL');
+  }
+  if (!protocols.includes(u.protocol)) throw new ConfigError(child(path, 'url'), `must use ${protocols.join(' or ')}`);
+  return v;
+}
+
+function parseDestination(raw: unknown, path: string): DestinationConfig {
+  const base = asObject(raw, path, ['id', 'type', 'url', 'secret', 'timeoutMs', 'subject', 'stream', 'exchange', 'routingKey', 'queue']);
+  const id = reqString(base, 'id', path);
+  if (!ID_RE.test(id)) throw new ConfigError(child(path, 'id'), 'must be 1-64 characters of A-Z a-z 0-9 _ . -');
+  const type = reqString(base, 'type', path);
+  if (!(TYPES as readonly string[]).includes(type)) throw new ConfigError(child(path, 'type'), `must be one of: ${TYPES.join(', ')}`);
+  const allowed: Record<DestinationType, string[]> = {
+    http: ['id', 'type', 'url', 'secret', 'timeoutMs'],
+    nats: ['id', 'type', 'url', 'subject', 'stream', 'timeoutMs'],
+    rabbitmq: ['id', 'type', 'url', 'exchange', 'routingKey', 'queue', 'timeoutMs'],
+  };
+  const o = asObject(raw, path, allowed[type as DestinationType]);
+  const timeoutMs = optInt(o, 'timeoutMs', path, 1, 600_000) ?? (type === 'http' ? 10_000 : 5_000);
+  switch (type as DestinationType) {
+    case 'http':
+      return { id, type: 'http', url: url(o, path, ['http:', 'https:']), secret: parseSecretRef(o.secret, child(path, 'secret')), timeoutMs };
+    case 'nats':
+      return { id, type: 'nats', url: url(o, path, ['nats:', 'tls:']), subject: template(o, 'subject', path, 'webhooks.{provider}.{type}'), stream: optString(o, 'stream', path), timeoutMs };
+    case 'rabbitmq':
+      return {
+        id, type: 'rabbitmq', url: url(o, path, ['amqp:', 'amqps:']), exchange: optString(o, 'exchange', path) ?? '',
+        routingKey: template(o, 'routingKey', path, 'webhooks.{provider}.{type}'), queue: optString(o, 'queue', path), timeoutMs,
+      };
+  }
+}
+
+export function parseDestinations(v: unknown): DestinationConfig[] {
+  if (v === undefined) return [];
+  const seen = new Set<string>();
+  return asArray(v, 'destinations').map((d, i) => {
+    const p = child('destinations', i);
+    const dest = parseDestination(d, p);
+    if (seen.has(dest.id)) throw new ConfigError(child(p, 'id'), `duplicate destination id "${dest.id}"`);
+    seen.add(dest.id);
+    return dest;
+  });
+}
+
+export function parseRetry(v: unknown, path: string): RetryPolicy | undefined {
+  if (v === undefined) return undefined;
+  const o = asObject(v, path, ['baseMs', 'capMs', 'maxAttempts']);
+  const baseMs = optInt(o, 'baseMs', path, 1, 86_400_000) ?? DEFAULT_RETRY.baseMs;
+  const capMs = optInt(o, 'capMs', path, 1, 7 * 86_400_000) ?? DEFAULT_RETRY.capMs;
+  if (capMs < baseMs) throw new ConfigError(child(path, 'capMs'), `must be ≥ baseMs (${baseMs})`);
+  return { baseMs, capMs, maxAttempts: optInt(o, 'maxAttempts', path, 1, 1000) ?? DEFAULT_RETRY.maxAttempts };
+}
+
+export function parseRoutes(v: unknown, path: string, destinations: readonly DestinationConfig[]): RouteConfig[] {
+  if (v === undefined) return [];
+  return asArray(v, path).map((r, i) => {
+    const p = child(path, i);
+    const o = asObject(r, p, ['events', 'destination', 'retry']);
+    const destination = reqString(o, 'destination', p);
+    if (!destinations.some((d) => d.id === destination)) {
+      throw new ConfigError(child(p, 'destination'), `"${destination}" is not one of destinations[].id`);
+    }
+    const events = optStringArray(o, 'events', p) ?? ['*'];
+    return { events, destination, retry: parseRetry(o.retry, child(p, 'retry')) };
+  });
+}
+
+export function parseWorkers(v: unknown): WorkersConfig {
+  const p = 'workers';
+  const o = asObject(v ?? {}, p, ['enabled', 'concurrency', 'batchSize', 'leaseMs', 'pollMs']);
+  return {
+    enabled: optBool(o, 'enabled', p) ?? true,
+    concurrency: optInt(o, 'concurrency', p, 1, 1024) ?? 16,
+    batchSize: optInt(o, 'batchSize', p, 1, 1000) ?? 64,
+    leaseMs: optInt(o, 'leaseMs', p, 1000, 3_600_000) ?? 30_000,
+    pollMs: optInt(o, 'pollMs', p, 10, 600_000) ?? 1000,
+  };
+}

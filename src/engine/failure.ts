@@ -1,0 +1,61 @@
+/**
+ * Failure classes of a processing attempt. Technical trouble (timeouts, 5xx, connection loss,
+ * deadlocks) is worth retrying; a "needs decision" failure (unknown object, amount mismatch,
+ * unsupported type, schema error) will fail the same way every time, so it goes to FAILED at
+ * once with its reason instead of burning the retry budget.
+ */
+export class RetryableError extends Error {
+  override readonly name = 'RetryableError';
+  constructor(readonly reason: string, message: string, options?: ErrorOptions) {
+    super(message, options);
+  }
+}
+
+export class NeedsDecisionError extends Error {
+  override readonly name = 'NeedsDecisionError';
+  constructor(readonly reason: string, message: string, options?: ErrorOptions) {
+    super(message, options);
+  }
+}
+
+/** Failure reasons the engine itself assigns. */
+export const FAILURE = {
+  retriesExhausted: 'retries_exhausted',
+  unsupportedType: 'unsupported_type',
+  schemaError: 'schema_error',
+  payloadUnavailable: 'payload_unavailable',
+  unsupportedEffect: 'unsupported_effect',
+} as const;
+
+/** Reasons `requeue --reason technical` may send back: the ones a later attempt can fix. */
+export const TECHNICAL_REASONS: readonly string[] = [FAILURE.retriesExhausted];
+
+export interface Classified {
+  readonly retryable: boolean;
+  readonly reason: string;
+  /** One line, bounded, for `last_error`. */
+  readonly message: string;
+}
+
+const MAX_ERROR_CHARS = 500;
+
+/**
+ * `last_error` is a diagnostic for operators, never a data dump: one line, bounded, and it
+ * never includes the body (the engine never puts one in an error). Untyped errors count as
+ * technical — an unexpected exception is more often a bug or an outage than a decision.
+ */
+export function classify(err: unknown): Classified {
+  const message = redact(err);
+  if (err instanceof NeedsDecisionError) return { retryable: false, reason: err.reason, message };
+  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message };
+  return { retryable: true, reason: 'error', message };
+}
+
+export function redact(err: unknown): string {
+  const e = err as { name?: unknown; message?: unknown; code?: unknown };
+  const name = typeof e?.name === 'string' ? e.name : 'Error';
+  const code = typeof e?.code === 'string' ? ` [${e.code}]` : '';
+  const msg = typeof e?.message === 'string' ? e.message : String(err);
+  const line = `${name}${code}: ${msg}`.replace(/\s+/g, ' ');
+  return line.length > MAX_ERROR_CHARS ? `${line.slice(0, MAX_ERROR_CHARS - 1)}…` : line;
+}

@@ -1,0 +1,167 @@
+import type { SealedPayload } from '../crypto/payload-cipher.js';
+import type { InboxRow } from './port.js';
+
+/**
+ * The part of the storage port the processing engine uses: leased claims, one transaction per
+ * settled batch (each event in its own savepoint), the effects outbox, the broker relay's
+ * outbox, and the operator queries. Times are Unix ms chosen by the caller (`nowMs`), so
+ * tests can drive the clock and both stores agree on what "due" means.
+ *
+ * Lease protocol (inbox, effects and outbox alike): a claim sets status PROCESSING,
+ * `lease_owner`, `lease_until = now + leaseMs` AND `next_attempt_at = lease_until`, and
+ * increments `attempt_count`. "Due" is then one indexed condition for both fresh and
+ * abandoned rows: `status IN ('PENDING','PROCESSING') AND next_attempt_at <= now`.
+ * Every settle is guarded by `lease_owner = owner AND status = 'PROCESSING'`: a worker whose
+ * lease expired and was taken over changes nothing.
+ */
+
+/** The stable provider key of a logical event (the inbox UNIQUE key). */
+export interface EventKey {
+  readonly provider: string;
+  readonly endpointId: string;
+  readonly providerEventId: string;
+}
+
+/** A claimed inbox row with its sealed payload (null if the payload was purged). */
+export interface ClaimedInbox extends InboxRow {
+  readonly payload: SealedPayload | null;
+  readonly leaseOwner: string;
+}
+
+export type FailureReason = string;
+
+/** How an attempt ends. `PENDING` = retry at `nextAttemptAtMs`. */
+export type Settlement =
+  | { readonly status: 'PROCESSED'; readonly handlerVersion: string | null; readonly nowMs: number }
+  | { readonly status: 'PENDING'; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number }
+  | { readonly status: 'FAILED'; readonly reason: FailureReason; readonly error: string; readonly nowMs: number };
+
+export interface NewEffect {
+  readonly effectId: string;
+  readonly inboxId: string;
+  readonly name: string;
+  /** `<inbox_id>:<effect name>` — UNIQUE, so a re-run of the same handler records it once. */
+  readonly idempotencyKey: string;
+  /** JSON text. */
+  readonly data: string;
+  readonly nowMs: number;
+}
+
+/** Statement results from the user's SQL. */
+export type Row = Record<string, unknown>;
+
+/**
+ * An open transaction. `query` is the handler's own SQL on the inbox database (PostgreSQL
+ * `$1` placeholders, SQLite `?`); the other methods are the engine's bookkeeping.
+ */
+export interface StoreTx {
+  readonly kind: 'sqlite' | 'postgres';
+  query<R extends Row = Row>(sql: string, params?: readonly unknown[]): Promise<R[]>;
+  /** Runs fn in a SAVEPOINT: on throw, only its writes are rolled back and the error rethrown. */
+  savepoint<T>(fn: () => Promise<T>): Promise<T>;
+  /** Whether (key, consumer) already has a processed_events row. */
+  isProcessed(key: EventKey, consumer: string): Promise<boolean>;
+  /** Inserts the processed_events row; throws if it already exists (the PK is the guard). */
+  markProcessed(key: EventKey, consumer: string, inboxId: string, handlerVersion: string | null, nowMs: number): Promise<void>;
+  /** Records an effect; a second record of the same idempotency key is ignored. */
+  addEffect(effect: NewEffect): Promise<void>;
+  /** Settles a claimed inbox row. False (and nothing written) if `owner` no longer holds its lease. */
+  settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean>;
+}
+
+export type EffectStatus = 'PENDING' | 'PROCESSING' | 'DONE' | 'FAILED';
+
+export interface EffectRow {
+  readonly effectId: string;
+  readonly inboxId: string;
+  readonly name: string;
+  readonly idempotencyKey: string;
+  readonly data: string;
+  readonly status: EffectStatus;
+  readonly attemptCount: number;
+  readonly nextAttemptAtMs: number | null;
+  readonly lastError: string | null;
+  readonly failureReason: string | null;
+  readonly createdAtMs: number;
+  readonly doneAtMs: number | null;
+}
+
+export type EffectSettlement =
+  | { readonly status: 'DONE'; readonly nowMs: number }
+  | { readonly status: 'PENDING'; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number }
+  | { readonly status: 'FAILED'; readonly reason: FailureReason; readonly error: string; readonly nowMs: number };
+
+/** An unpublished outbox row with the event metadata a broker message carries. */
+export interface OutboxClaim {
+  readonly outboxId: string;
+  readonly inboxId: string;
+  readonly topic: string;
+  readonly provider: string;
+  readonly endpointId: string;
+  readonly providerEventId: string;
+  readonly eventType: string;
+  readonly receivedAtMs: number;
+  readonly attemptCount: number;
+}
+
+export type OutboxSettlement =
+  | { readonly published: true; readonly nowMs: number }
+  | { readonly published: false; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number };
+
+export interface EventFilter {
+  readonly status?: string;
+  readonly endpointId?: string;
+  readonly eventType?: string;
+  readonly failureReason?: string;
+  readonly limit?: number;
+  /** Keyset paging: rows with inbox_id < before (ids are time-ordered UUIDv7). */
+  readonly before?: string;
+}
+
+export interface InboxDetail extends InboxRow {
+  readonly failureReason: string | null;
+  readonly handlerVersion: string | null;
+  readonly processedAtMs: number | null;
+}
+
+export interface BacklogStat {
+  readonly endpointId: string;
+  readonly eventType: string;
+  readonly status: string;
+  readonly count: number;
+  /** received_at of the oldest row in this group. */
+  readonly oldestReceivedAtMs: number;
+}
+
+export interface WorkStore {
+  /**
+   * Calls fn when new inbox rows may be due: PostgreSQL LISTEN/NOTIFY (the accept statement
+   * notifies `webhook_inbox`), so it works across processes; SQLite: after an accept commits
+   * in this process. Best effort — the engine polls as a backstop. Returns an unsubscribe.
+   */
+  onNewWork(fn: () => void): () => void;
+  /** Claims up to n due inbox rows (oldest due first) under a lease for `owner`. */
+  claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]>;
+  /** Heartbeat: pushes the lease (and next_attempt_at) of rows `owner` still holds. */
+  extendInboxLeases(inboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void>;
+  /** BEGIN … COMMIT around fn (ROLLBACK if it throws). SQLite: BEGIN IMMEDIATE. */
+  transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T>;
+
+  claimEffects(n: number, owner: string, leaseMs: number, nowMs: number): Promise<EffectRow[]>;
+  settleEffect(effectId: string, owner: string, s: EffectSettlement): Promise<boolean>;
+  listEffects(inboxId: string): Promise<EffectRow[]>;
+
+  claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]>;
+  settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean>;
+
+  listEvents(filter: EventFilter): Promise<InboxDetail[]>;
+  getEvent(inboxId: string): Promise<InboxDetail | null>;
+  /** FAILED → PENDING (due now), keeping attempt_count history out of the way: resets it to 0. */
+  retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed'>;
+  /** Every FAILED row whose failure_reason is in `reasons` → PENDING due now; returns the count. */
+  requeueFailed(reasons: readonly string[], nowMs: number): Promise<number>;
+  /** Inbox counts and oldest age by endpoint, type and status (non-terminal rows, plus FAILED). */
+  backlog(): Promise<BacklogStat[]>;
+  /** Outbox: unpublished rows and the oldest one's created_at; effects by status. */
+  queueStats(): Promise<{ outboxUnpublished: number; outboxOldestMs: number | null; effects: Record<EffectStatus, number> }>;
+}
