@@ -213,6 +213,9 @@ function serverConfig(database: string): object {
     payloadKeys: { current: 'bench', keys: { bench: PAYLOAD_KEY } },
     limits: { maxInFlightBodyBytes: opts.inflightMiB * 1024 * 1024 },
     log: { level: 'warn' },
+    // The ingress ladder measures receiving alone (as the references do); bench/engine.ts
+    // measures draining and accept → PROCESSED with the workers on.
+    workers: { enabled: false },
     endpoints: [{ id: 'stripe-bench', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }],
   };
 }

@@ -11,6 +11,8 @@ import { ingressMetrics, type IngressMetrics } from './metrics/registry.js';
 import { GroupCommitter } from './store/group-commit.js';
 import { openStore } from './store/open.js';
 import type { AcceptRecord, AcceptResult, InboxStore } from './store/port.js';
+import { Engine } from './engine/engine.js';
+import { HandlerRegistry } from './engine/handlers.js';
 
 export interface StartOptions {
   /** Apply migrations before serving (default true). */
@@ -21,6 +23,10 @@ export interface StartOptions {
   readonly store?: InboxStore;
   /** On close, how long open requests may take to finish before their connections are cut. */
   readonly shutdownGraceMs?: number;
+  /** In-process handlers and effect executors (library use). */
+  readonly handlers?: HandlerRegistry;
+  /** Run the workers in this process (default: config.workers.enabled). */
+  readonly workers?: boolean;
 }
 
 export interface RunningApp {
@@ -30,6 +36,8 @@ export interface RunningApp {
   readonly store: InboxStore;
   readonly keyring: KeyRing;
   readonly metrics: IngressMetrics;
+  /** The processing engine (created even when its workers do not run here, for its metrics). */
+  readonly engine: Engine;
   readonly log: Logger;
   close(): Promise<void>;
 }
@@ -54,12 +62,16 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       if (!s.ok) metrics.commitFailures.inc();
     },
   );
+  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env: opts.env });
+  const workersRun = opts.workers ?? config.workers.enabled;
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes);
   const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders });
   const server = createHttpServer(config, ingress, {
-    metrics: () => {
+    metrics: async () => {
       metrics.inFlightBodyBytes.set([], budget.used);
       metrics.commitQueue.set([], committer.queued);
+      // Queue gauges come from the database; an unreachable one leaves the last values.
+      await engine.refreshGauges().catch((err) => log.warn({ err }, 'queue gauges not refreshed'));
       return metrics.registry.render();
     },
     notReady: async () => {
@@ -85,6 +97,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     server.once('error', reject);
     server.listen(config.listen.port, config.listen.host, () => resolve());
   });
+  if (workersRun) engine.start();
   const addr = server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
 
@@ -95,6 +108,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     store,
     keyring,
     metrics,
+    engine,
     log,
     close() {
       closing ??= (async () => {
@@ -106,6 +120,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
           server.closeIdleConnections();
           setTimeout(() => server.closeAllConnections(), opts.shutdownGraceMs ?? 5000).unref();
         });
+        // Batches in flight settle before the store closes; unfinished leases simply expire.
+        await engine.stop();
         if (!opts.store) await store.close();
         log.flush();
       })();

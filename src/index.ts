@@ -8,3 +8,7 @@ export { PayloadCipher } from './crypto/payload-cipher.js';
 export { PROVIDERS } from './providers/registry.js';
 export type { ProviderAdapter, Envelope, RequestView } from './providers/contract.js';
 export { IngressError, ConfigError, StorageUnavailableError, REASONS, type Reason, type Outcome } from './errors.js';
+export { createInbox, Inbox } from './inbox.js';
+export { HandlerRegistry, type InboxEvent, type HandlerContext, type HandlerTx, type Handler, type HandlerOptions, type EffectContext, type EffectExecutor } from './engine/handlers.js';
+export { RetryableError, NeedsDecisionError } from './engine/failure.js';
+export type { WorkStore, StoreTx, InboxDetail } from './store/work-port.js';

@@ -6,12 +6,18 @@ import { runServe } from './serve.js';
 import { runMigrate } from './migrate.js';
 import { runCheckConfig } from './check-config.js';
 import { runSendSample } from './send-sample.js';
+import { runWork } from './work.js';
+import { runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
 
 interface Command {
   readonly summary: string;
   readonly usage: string;
   readonly options: NonNullable<Parameters<typeof parseArgs>[0]>['options'];
-  run(values: Record<string, string | boolean | undefined>): Promise<number>;
+  /** String options that may be absent (all others are required). */
+  readonly optional?: readonly string[];
+  /** Positional arguments, by name (all required). */
+  readonly positionals?: readonly string[];
+  run(values: Record<string, string | boolean | undefined>, args: string[]): Promise<number>;
 }
 
 const CONFIG = { config: { type: 'string', short: 'c' } } as const;
@@ -19,9 +25,10 @@ const CONFIG = { config: { type: 'string', short: 'c' } } as const;
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: 'Run the webhook receiver (migrates first unless --no-migrate).',
-    usage: 'webhook-inbox serve --config FILE [--no-migrate] [--demo]\n\n  --config, -c FILE  YAML or JSON config (DATABASE_URL overrides `database`)\n  --no-migrate       do not apply pending migrations at start\n  --demo             also print a ready-to-run command that sends a signed sample event',
-    options: { ...CONFIG, 'no-migrate': { type: 'boolean' }, demo: { type: 'boolean' } },
-    run: (v) => runServe(String(v.config), { migrate: !v['no-migrate'], demo: Boolean(v.demo) }),
+    usage: 'webhook-inbox serve --config FILE [--no-migrate] [--demo] [--handlers MODULE]\n\n  --config, -c FILE  YAML or JSON config (DATABASE_URL overrides `database`)\n  --no-migrate       do not apply pending migrations at start\n  --demo             also print a ready-to-run command that sends a signed sample event\n  --handlers MODULE  a module whose default export registers in-process handlers: (inbox) => { inbox.on(…) }\n\nWorkers run in this process unless the config says workers.enabled: false.',
+    options: { ...CONFIG, 'no-migrate': { type: 'boolean' }, demo: { type: 'boolean' }, handlers: { type: 'string' } },
+    optional: ['handlers'],
+    run: (v) => runServe(String(v.config), { migrate: !v['no-migrate'], demo: Boolean(v.demo), handlers: v.handlers as string | undefined }),
   },
   migrate: {
     summary: 'Apply pending database migrations and exit.',
@@ -39,9 +46,50 @@ const COMMANDS: Record<string, Command> = {
     summary: "Send one correctly signed sample event to a running server's endpoint.",
     usage: 'webhook-inbox send-sample --config FILE --endpoint ID [--url BASE]\n\n  --config, -c FILE  the config the server runs with (for the endpoint secret)\n  --endpoint, -e ID  endpoint id\n  --url BASE         server base URL (default: from listen)',
     options: { ...CONFIG, endpoint: { type: 'string', short: 'e' }, url: { type: 'string' } },
+    optional: ['url'],
     run: (v) => runSendSample(String(v.config), String(v.endpoint), v.url as string | undefined),
   },
+  work: {
+    summary: 'Run the processing workers alone (no HTTP ingress), so they scale apart from receiving.',
+    usage: 'webhook-inbox work --config FILE [--handlers MODULE]\n\n  --config, -c FILE  YAML or JSON config (destinations, routes, workers)\n  --handlers MODULE  a module whose default export registers handlers: (inbox) => { inbox.on(…) }',
+    options: { ...CONFIG, handlers: { type: 'string' } },
+    optional: ['handlers'],
+    run: (v) => runWork(String(v.config), v.handlers as string | undefined),
+  },
+  events: {
+    summary: 'List events (newest first) or show one: events list [filters] | events show INBOX_ID.',
+    usage: 'webhook-inbox events list --config FILE [--status S] [--endpoint ID] [--type T] [--reason R] [--limit N] [--before INBOX_ID] [--json]\n       webhook-inbox events show --config FILE INBOX_ID',
+    options: { ...CONFIG, status: { type: 'string' }, endpoint: { type: 'string' }, type: { type: 'string' }, reason: { type: 'string' }, limit: { type: 'string' }, before: { type: 'string' }, json: { type: 'boolean' } },
+    optional: ['status', 'endpoint', 'type', 'reason', 'limit', 'before'],
+    positionals: ['list|show'],
+    run: (v, args) => {
+      if (args[0] === 'show') {
+        if (!args[1]) throw new UsageError('events show needs an INBOX_ID');
+        return runEventsShow(String(v.config), args[1]);
+      }
+      if (args[0] !== 'list') throw new UsageError(`unknown events subcommand "${args[0]}" (list or show)`);
+      const limit = v.limit === undefined ? undefined : Number(v.limit);
+      if (limit !== undefined && (!Number.isInteger(limit) || limit < 1 || limit > 1000)) throw new UsageError('--limit must be an integer from 1 to 1000');
+      return runEventsList(String(v.config), { status: v.status as string | undefined, endpoint: v.endpoint as string | undefined, type: v.type as string | undefined,
+        reason: v.reason as string | undefined, limit, before: v.before as string | undefined, json: Boolean(v.json) });
+    },
+  },
+  retry: {
+    summary: 'Send one FAILED event back to PENDING (refuses any other status, and says why).',
+    usage: 'webhook-inbox retry --config FILE INBOX_ID',
+    options: CONFIG,
+    positionals: ['INBOX_ID'],
+    run: (v, args) => runRetry(String(v.config), args[0]!),
+  },
+  requeue: {
+    summary: 'Bulk-retry FAILED events of one failure class (only "technical": retries exhausted).',
+    usage: 'webhook-inbox requeue --config FILE --reason technical',
+    options: { ...CONFIG, reason: { type: 'string' } },
+    run: (v) => runRequeue(String(v.config), String(v.reason)),
+  },
 };
+
+class UsageError extends Error {}
 
 function topHelp(): string {
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(14)} ${c.summary}`);
@@ -60,8 +108,11 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
   let values: Record<string, string | boolean | undefined>;
+  let args: string[];
   try {
-    values = parseArgs({ args: rest, options: { ...cmd.options, help: { type: 'boolean', short: 'h' } }, strict: true }).values as typeof values;
+    const parsed = parseArgs({ args: rest, options: { ...cmd.options, help: { type: 'boolean', short: 'h' } }, strict: true, allowPositionals: cmd.positionals !== undefined });
+    values = parsed.values as typeof values;
+    args = parsed.positionals;
   } catch (err) {
     console.error(`webhook-inbox ${name}: ${(err as Error).message}\n\nUsage: ${cmd.usage}`);
     return 2;
@@ -71,14 +122,22 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   for (const [opt, spec] of Object.entries(cmd.options ?? {})) {
-    if (spec.type === 'string' && values[opt] === undefined && opt !== 'url') {
+    if (spec.type === 'string' && values[opt] === undefined && !cmd.optional?.includes(opt)) {
       console.error(`webhook-inbox ${name}: --${opt} is required\n\nUsage: ${cmd.usage}`);
       return 2;
     }
   }
+  if (cmd.positionals && args.length < cmd.positionals.length) {
+    console.error(`webhook-inbox ${name}: ${cmd.positionals.join(' ')} is required\n\nUsage: ${cmd.usage}`);
+    return 2;
+  }
   try {
-    return await cmd.run(values);
+    return await cmd.run(values, args);
   } catch (err) {
+    if (err instanceof UsageError) {
+      console.error(`webhook-inbox ${name}: ${err.message}\n\nUsage: ${cmd.usage}`);
+      return 2;
+    }
     if (err instanceof ConfigError || err instanceof SecretUnavailableError) {
       console.error(`webhook-inbox ${name}: config error: ${err.message}`);
       return 78; // EX_CONFIG

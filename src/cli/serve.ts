@@ -1,11 +1,14 @@
 import { startApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
+import { loadHandlers } from './handlers-module.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
-export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean }): Promise<number> {
+export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean; handlers?: string }): Promise<number> {
   const config = loadConfigFile(configFile);
-  const app = await startApp(config, { migrate: opts.migrate });
-  const lines = [`webhook-inbox listening on ${app.url} (${app.store.kind})`];
+  const handlers = await loadHandlers(opts.handlers);
+  const app = await startApp(config, { migrate: opts.migrate, handlers });
+  const workers = config.workers.enabled ? `workers on, ${handlers.size} handler(s)` : 'workers off';
+  const lines = [`webhook-inbox listening on ${app.url} (${app.store.kind}, ${workers})`];
   for (const ep of config.endpoints) lines.push(`  POST ${app.url}/webhooks/${ep.id}   (${ep.provider})`);
   lines.push(`  GET  ${app.url}/metrics  ${app.url}/healthz  ${app.url}/readyz`);
   if (opts.demo) {

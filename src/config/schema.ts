@@ -50,6 +50,8 @@ export interface Config {
   readonly endpoints: readonly EndpointConfig[];
   readonly destinations: readonly DestinationConfig[];
   readonly workers: WorkersConfig;
+  /** Default retry policy (endpoints and effects); endpoints and routes may override it. */
+  readonly retry: RetryPolicy;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
@@ -161,5 +163,5 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     return ep;
   });
 
-  return { listen, database, payloadKeys: { current, keys }, limits, groupCommit, log, endpoints, destinations, workers };
+  return { listen, database, payloadKeys: { current, keys }, limits, groupCommit, log, endpoints, destinations, workers, retry: defaultRetry };
 }

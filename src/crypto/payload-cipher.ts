@@ -57,6 +57,10 @@ export class PayloadCipher {
     return { keyId: this.currentKeyId, nonce, ciphertext: out };
   }
 
+  has(keyId: string): boolean {
+    return this.keys.has(keyId);
+  }
+
   /** Throws if the key is unknown or the ciphertext/binding does not authenticate. */
   open(sealed: SealedPayload, binding: PayloadBinding): Buffer {
     const key = this.keys.get(sealed.keyId);

@@ -52,9 +52,10 @@ export function classify(err: unknown): Classified {
 }
 
 export function redact(err: unknown): string {
-  const e = err as { name?: unknown; message?: unknown; code?: unknown };
+  const e = err as { name?: unknown; message?: unknown; code?: unknown; reason?: unknown };
   const name = typeof e?.name === 'string' ? e.name : 'Error';
-  const code = typeof e?.code === 'string' ? ` [${e.code}]` : '';
+  const tag = typeof e?.code === 'string' ? e.code : typeof e?.reason === 'string' ? e.reason : undefined;
+  const code = tag ? ` [${tag}]` : '';
   const msg = typeof e?.message === 'string' ? e.message : String(err);
   const line = `${name}${code}: ${msg}`.replace(/\s+/g, ' ');
   return line.length > MAX_ERROR_CHARS ? `${line.slice(0, MAX_ERROR_CHARS - 1)}…` : line;

@@ -5,7 +5,7 @@ import type { Ingress } from './ingress.js';
 import { sendError, sendJson } from './respond.js';
 
 export interface AdminHandlers {
-  metrics(): string;
+  metrics(): Promise<string>;
   /** null when ready; otherwise the reasons it is not. */
   notReady(): Promise<string[] | null>;
 }
@@ -47,9 +47,11 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       }
       if (path === '/healthz') return sendJson(res, 200, '{"status":"ok"}');
       if (path === '/metrics') {
-        const text = admin.metrics();
-        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
-        return void res.end(text);
+        void admin.metrics().then((text) => {
+          res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+          res.end(text);
+        });
+        return;
       }
       void admin.notReady().then((problems) => {
         if (problems === null) sendJson(res, 200, '{"status":"ready"}');

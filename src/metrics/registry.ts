@@ -46,6 +46,15 @@ export class Gauge implements Metric {
     this.values.set(labels.join('\u0000'), { labels, value });
   }
 
+  get(labels: string[] = []): number | undefined {
+    return this.values.get(labels.join('\u0000'))?.value;
+  }
+
+  /** Drops every series (for label sets that can disappear, e.g. a drained backlog group). */
+  clear(): void {
+    this.values.clear();
+  }
+
   render(): string {
     this.collect?.();
     let out = `# HELP ${this.name} ${this.help}\n# TYPE ${this.name} gauge\n`;

@@ -1,4 +1,5 @@
 import type { InboxRow, StoredPayload } from './port.js';
+import type { BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, InboxDetail, OutboxClaim, OutboxSettlement, Settlement } from './work-port.js';
 
 /**
  * Row → port mapping shared by both stores. Both select the same column names; timestamps
@@ -37,4 +38,114 @@ export function toInboxRow(r: RawRow): InboxRow {
 
 export function toStoredPayload(r: RawRow): StoredPayload {
   return { payloadId: r.payload_id as string, keyId: r.key_id as string, nonce: bytes(r.nonce), ciphertext: bytes(r.ciphertext) };
+}
+
+/** An inbox row with the engine's columns (lease_owner, failure_reason, handler_version, processed_at). */
+export function toInboxDetail(r: RawRow): InboxDetail {
+  return {
+    ...toInboxRow(r),
+    failureReason: r.failure_reason as string | null,
+    handlerVersion: r.handler_version as string | null,
+    processedAtMs: ms(r.processed_at),
+  };
+}
+
+/** A claimed inbox row joined with its payload (`key_id`, `nonce`, `ciphertext`; all NULL once purged). */
+export function toClaimedInbox(r: RawRow): ClaimedInbox {
+  const payload = r.key_id === null || r.key_id === undefined ? null : { keyId: r.key_id as string, nonce: bytes(r.nonce), ciphertext: bytes(r.ciphertext) };
+  return { ...toInboxRow(r), payload, leaseOwner: r.lease_owner as string };
+}
+
+export function toEffectRow(r: RawRow): EffectRow {
+  return {
+    effectId: r.effect_id as string,
+    inboxId: r.inbox_id as string,
+    name: r.name as string,
+    idempotencyKey: r.idempotency_key as string,
+    data: r.data as string,
+    status: r.status as EffectRow['status'],
+    attemptCount: Number(r.attempt_count),
+    nextAttemptAtMs: ms(r.next_attempt_at),
+    lastError: r.last_error as string | null,
+    failureReason: r.failure_reason as string | null,
+    createdAtMs: Number(r.created_at),
+    doneAtMs: ms(r.done_at),
+  };
+}
+
+/** An outbox row joined with its inbox row's event metadata. */
+export function toOutboxClaim(r: RawRow): OutboxClaim {
+  return {
+    outboxId: r.outbox_id as string,
+    inboxId: r.inbox_id as string,
+    topic: r.topic as string,
+    provider: r.provider as string,
+    endpointId: r.endpoint_id as string,
+    providerEventId: r.provider_event_id as string,
+    eventType: r.event_type as string,
+    receivedAtMs: Number(r.received_at),
+    attemptCount: Number(r.attempt_count),
+  };
+}
+
+/** One backlog group: `count` and `oldest_received_at` (ms) per endpoint, type and status. */
+export function toBacklogStat(r: RawRow): BacklogStat {
+  return {
+    endpointId: r.endpoint_id as string,
+    eventType: r.event_type as string,
+    status: r.status as string,
+    count: Number(r.count),
+    oldestReceivedAtMs: Number(r.oldest_received_at),
+  };
+}
+
+/** Rows of `kind` ('outbox' or an effect status), `count`, `oldest` (outbox created_at ms) → queue stats. */
+export function toQueueStats(rows: readonly RawRow[]): { outboxUnpublished: number; outboxOldestMs: number | null; effects: Record<EffectStatus, number> } {
+  const effects: Record<EffectStatus, number> = { PENDING: 0, PROCESSING: 0, DONE: 0, FAILED: 0 };
+  let outboxUnpublished = 0;
+  let outboxOldestMs: number | null = null;
+  for (const r of rows) {
+    if (r.kind === 'outbox') {
+      outboxUnpublished = Number(r.count);
+      outboxOldestMs = ms(r.oldest);
+    } else {
+      effects[r.kind as EffectStatus] = Number(r.count);
+    }
+  }
+  return { outboxUnpublished, outboxOldestMs, effects };
+}
+
+// Port → column values, for the settle statements of both stores.
+
+/**
+ * The inbox columns a Settlement writes. NULL `error`/`handlerVersion`/`processedAtMs` keep what
+ * is there; a NULL `nextAttemptAtMs` ends the row's schedule (terminal states).
+ */
+export function settlementColumns(s: Settlement): {
+  status: string; nextAttemptAtMs: number | null; error: string | null; reason: string | null; handlerVersion: string | null; processedAtMs: number | null;
+} {
+  switch (s.status) {
+    case 'PROCESSED': return { status: s.status, nextAttemptAtMs: null, error: null, reason: null, handlerVersion: s.handlerVersion, processedAtMs: s.nowMs };
+    case 'PENDING': return { status: s.status, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, reason: null, handlerVersion: null, processedAtMs: null };
+    case 'FAILED': return { status: s.status, nextAttemptAtMs: null, error: s.error, reason: s.reason, handlerVersion: null, processedAtMs: null };
+  }
+}
+
+/** The effect columns an EffectSettlement writes (effects keep `next_attempt_at`, NOT NULL, once terminal). */
+export function effectSettlementColumns(s: EffectSettlement): { status: string; nextAttemptAtMs: number | null; error: string | null; reason: string | null; doneAtMs: number | null } {
+  switch (s.status) {
+    case 'DONE': return { status: s.status, nextAttemptAtMs: null, error: null, reason: null, doneAtMs: s.nowMs };
+    case 'PENDING': return { status: s.status, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, reason: null, doneAtMs: null };
+    case 'FAILED': return { status: s.status, nextAttemptAtMs: null, error: s.error, reason: s.reason, doneAtMs: null };
+  }
+}
+
+/** The page size `listEvents` uses: the filter's limit, 50 by default, within 1…1000. */
+export function eventListLimit(limit: number | undefined): number {
+  return Math.min(Math.max(1, Math.floor(limit ?? 50)), 1000);
+}
+
+/** The outbox columns an OutboxSettlement writes (`publishedAt` NULL: not yet, retry at `nextAttemptAtMs`). */
+export function outboxSettlementColumns(s: OutboxSettlement): { publishedAt: number | null; nextAttemptAtMs: number | null; error: string | null } {
+  return s.published ? { publishedAt: s.nowMs, nextAttemptAtMs: null, error: null } : { publishedAt: null, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error };
 }

@@ -1,3 +1,4 @@
+import type { HandlerRegistry } from '../../src/engine/handlers.js';
 import pino, { type Logger } from 'pino';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
@@ -28,6 +29,9 @@ export interface TestAppOptions {
   readonly logger?: Logger;
   /** Appended to the fresh database URL, e.g. `?busyTimeoutMs=100`. */
   readonly urlSuffix?: string;
+  /** Run the processing workers (default false: ingress tests look at rows before any worker does). */
+  readonly workers?: boolean;
+  readonly handlers?: HandlerRegistry;
 }
 
 /** Starts a real server on an ephemeral port against a fresh database of the given kind. */
@@ -39,7 +43,7 @@ export async function startTestApp(
 ): Promise<TestApp> {
   const db = await freshDatabase(kind);
   const config = parseConfig(configDoc(db.url + (opts.urlSuffix ?? ''), over), env);
-  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500 });
+  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500, workers: opts.workers ?? false, handlers: opts.handlers });
   return Object.assign(app, {
     db,
     async stop() {

@@ -42,3 +42,37 @@ export async function spawnServer(configFile: string, doc: Record<string, unknow
   });
   return { child, url, stderr: () => err };
 }
+
+/** Starts `webhook-inbox work` (workers only) and waits until its workers run. */
+export async function spawnWork(configFile: string, doc: Record<string, unknown>, handlersModule: string, env: NodeJS.ProcessEnv = {}): Promise<ServerProcess> {
+  assertBuilt();
+  writeFileSync(configFile, stringify(doc));
+  const child = spawn(process.execPath, [CLI, 'work', '--config', configFile, '--handlers', handlersModule], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let err = '';
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`workers did not start:\n${err}`)), 15_000);
+    child.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+      if (err.includes('workers running')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      // A failpoint may kill it before the banner is read; that is still a start.
+      if (signal === 'SIGKILL') resolve();
+      else reject(new Error(`workers exited with ${code}:\n${err}`));
+    });
+  });
+  return { child, url: '', stderr: () => err };
+}
+
+/** Resolves with the signal (or exit code) when the process ends. */
+export function exited(p: ServerProcess): Promise<string> {
+  if (p.child.exitCode !== null || p.child.signalCode !== null) return Promise.resolve(String(p.child.signalCode ?? p.child.exitCode));
+  return new Promise((resolve) => p.child.once('exit', (code, signal) => resolve(String(signal ?? code))));
+}

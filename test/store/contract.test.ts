@@ -1,23 +1,9 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { uuidv7 } from '../../src/crypto/ids.js';
-import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
+import { MIGRATIONS } from '../../src/store/migrations.js';
 import { openStore } from '../../src/store/open.js';
-import type { AcceptRecord, InboxStore } from '../../src/store/port.js';
+import type { InboxStore } from '../../src/store/port.js';
+import { cipher, record } from '../helpers/records.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
-
-const cipher = new PayloadCipher(new Map([['k1', Buffer.alloc(32, 1)]]), 'k1');
-
-function record(eventId: string, body = `{"id":"${eventId}"}`, over: Partial<AcceptRecord> = {}): AcceptRecord {
-  const raw = Buffer.from(body);
-  const binding = { provider: 'stripe', endpointId: 'ep', providerEventId: eventId };
-  return {
-    inboxId: uuidv7(), payloadId: uuidv7(), outboxId: uuidv7(), ...binding,
-    eventType: 'payment_intent.succeeded', objectId: 'pi_1', objectVersion: null,
-    providerCreatedAtMs: 1_700_000_000_000, receivedAtMs: 1_800_000_000_123,
-    payloadHash: sha256(raw), matchedSecretVersion: 'v1', payload: cipher.seal(raw, binding),
-    topic: 'stripe.payment_intent.succeeded', ...over,
-  };
-}
 
 /** The storage port contract; the same assertions for both adapters. */
 describeEachStore('store contract', (kind) => {
@@ -26,7 +12,7 @@ describeEachStore('store contract', (kind) => {
   beforeAll(async () => {
     db = await freshDatabase(kind);
     store = openStore(db.url);
-    expect(await store.migrate()).toEqual([1]);
+    expect(await store.migrate()).toEqual(MIGRATIONS.map((m) => m.version));
   });
   afterAll(async () => {
     await store?.close();

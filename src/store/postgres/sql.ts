@@ -7,6 +7,7 @@ const statements = new Map<number, string>();
  * unique key (ON CONFLICT DO NOTHING — atomic, never read-then-write), and, for exactly
  * those winners, their encrypted payload and outbox rows. Returns the winners' ids.
  * Each bytea is its own parameter, so the driver sends it in binary (no hex/escape blow-up).
+ * No NOTIFY in here: see NOTIFY_NEW_WORK.
  */
 export function acceptStatement(rows: number, cols: number): string {
   let sql = statements.get(rows);
@@ -50,13 +51,27 @@ export function acceptStatement(rows: number, cols: number): string {
   return sql;
 }
 
+/** The channel new inbox rows are announced on (the engine LISTENs to it: onNewWork). */
+export const NEW_WORK_CHANNEL = 'webhook_inbox';
+
+/**
+ * Sent after an accept that inserted rows has committed (postgres/notifier.ts says why not
+ * inside it). A wake-up needs no durability: set_config(…, true) lets this statement's own
+ * transaction commit without waiting for the WAL flush.
+ */
+export const NOTIFY_NEW_WORK = {
+  name: 'wi_notify_new_work',
+  text: `SELECT set_config('synchronous_commit', 'off', true), pg_notify('${NEW_WORK_CHANNEL}', '')`,
+};
+
 export const SELECT_WINNERS = `
   SELECT w.inbox_id::text, w.provider, w.endpoint_id, w.provider_event_id
   FROM webhook_inbox w
   JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint_id, provider_event_id)
     USING (provider, endpoint_id, provider_event_id)`;
 
-const epochMs = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;
+/** A timestamptz as Unix ms (float8: keeps sub-ms digits, arrives as a JS number). */
+export const epochMs = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;
 
 export const SELECT_INBOX = `
   SELECT inbox_id::text, provider, endpoint_id, provider_event_id, event_type, object_id, object_version,

@@ -3,8 +3,18 @@ import { StorageUnavailableError } from '../../errors.js';
 import { acceptUnique } from '../dedupe.js';
 import { MIGRATIONS } from '../migrations.js';
 import { logicalKey, type AcceptRecord, type AcceptResult, type InboxRow, type InboxStore, type StoredPayload } from '../port.js';
-import { toInboxRow, toStoredPayload } from '../rows.js';
+import {
+  effectSettlementColumns, eventListLimit, outboxSettlementColumns, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
+  toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
+} from '../rows.js';
+import type {
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettlement, StoreTx,
+} from '../work-port.js';
+import { PgListener } from './listener.js';
+import { Notifier } from './notifier.js';
 import * as SQL from './sql.js';
+import { PgTx, storageError } from './tx.js';
+import * as W from './work-sql.js';
 
 export interface PostgresOptions {
   readonly poolSize?: number;
@@ -14,13 +24,20 @@ export interface PostgresOptions {
 }
 
 const COLS = 17;
+/** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch. */
 export class PostgresStore implements InboxStore {
   readonly kind = 'postgres' as const;
   readonly pool: pg.Pool;
+  private readonly listener: PgListener;
+  private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
 
   constructor(url: string, opts: PostgresOptions = {}) {
+    this.listener = new PgListener({
+      connectionString: url, connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000, keepAlive: true, application_name: 'webhook-inbox-listen',
+    }, SQL.NEW_WORK_CHANNEL);
     this.pool = new pg.Pool({
       connectionString: url,
       max: opts.poolSize ?? 4,
@@ -89,6 +106,7 @@ export class PostgresStore implements InboxStore {
     const n = records.length;
     const inserted = await this.query<{ inbox_id: string }>({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
     const won = new Set(inserted.rows.map((r) => r.inbox_id));
+    if (won.size > 0) this.notifier.poke();
     const results: (AcceptResult | undefined)[] = records.map((r) => (won.has(r.inboxId) ? { inboxId: r.inboxId, duplicate: false } : undefined));
     const losers = records.filter((_, i) => results[i] === undefined);
     if (losers.length > 0) {
@@ -135,7 +153,108 @@ export class PostgresStore implements InboxStore {
     return rows.map((r) => r.inbox_id);
   }
 
+  onNewWork(fn: () => void): () => void {
+    return this.listener.subscribe(fn);
+  }
+
+  private async rows(q: W.Statement | { text: string }, values: unknown[] = []): Promise<RawRow[]> {
+    return (await this.query<RawRow>({ ...q, values })).rows;
+  }
+
+  async claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]> {
+    return (await this.rows(W.CLAIM_INBOX, [n, owner, nowMs, nowMs + leaseMs])).map(toClaimedInbox);
+  }
+
+  async extendInboxLeases(inboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void> {
+    if (inboxIds.length > 0) await this.query({ ...W.EXTEND_INBOX_LEASES, values: [inboxIds, owner, leaseUntilMs] });
+  }
+
+  async transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (err) {
+      throw storageError(err);
+    }
+    const tx = new PgTx(client);
+    let broken = false;
+    // The pool watches idle clients only: a connection lost while fn runs would otherwise be
+    // an unhandled 'error' event (a crash). The next query on it fails, and that surfaces.
+    const lost = () => { broken = true; };
+    client.on('error', lost);
+    try {
+      // The pool forces generic plans for the accept statement; the handler's own SQL gets
+      // PostgreSQL's usual choice back (one round trip: both go in one simple query).
+      await tx.query('BEGIN; SET LOCAL plan_cache_mode = auto');
+      const result = await fn(tx);
+      await tx.query('COMMIT');
+      return result;
+    } catch (err) {
+      // A lost connection cannot be rolled back over; the server rolls back when it notices.
+      broken ||= err instanceof StorageUnavailableError;
+      if (!broken) await client.query('ROLLBACK').catch(() => { broken = true; });
+      throw err;
+    } finally {
+      client.off('error', lost);
+      // A broken client is destroyed rather than handed to the next caller.
+      client.release(broken);
+    }
+  }
+
+  async claimEffects(n: number, owner: string, leaseMs: number, nowMs: number): Promise<EffectRow[]> {
+    return (await this.rows(W.CLAIM_EFFECTS, [n, owner, nowMs, nowMs + leaseMs])).map(toEffectRow);
+  }
+
+  async settleEffect(effectId: string, owner: string, s: EffectSettlement): Promise<boolean> {
+    return (await this.query({ ...W.SETTLE_EFFECT, values: [effectId, owner, ...Object.values(effectSettlementColumns(s))] })).rowCount === 1;
+  }
+
+  async listEffects(inboxId: string): Promise<EffectRow[]> {
+    if (!UUID_RE.test(inboxId)) return [];
+    return (await this.rows(W.LIST_EFFECTS, [inboxId])).map(toEffectRow);
+  }
+
+  async claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]> {
+    return (await this.rows(W.CLAIM_OUTBOX, [n, owner, nowMs, nowMs + leaseMs])).map(toOutboxClaim);
+  }
+
+  async settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean> {
+    return (await this.query({ ...W.SETTLE_OUTBOX, values: [outboxId, owner, ...Object.values(outboxSettlementColumns(s))] })).rowCount === 1;
+  }
+
+  async listEvents(filter: EventFilter): Promise<InboxDetail[]> {
+    if (filter.before !== undefined && !UUID_RE.test(filter.before)) return [];
+    const { text, values } = W.listEventsQuery(filter, eventListLimit(filter.limit));
+    return (await this.rows({ text }, values)).map(toInboxDetail);
+  }
+
+  async getEvent(inboxId: string): Promise<InboxDetail | null> {
+    if (!UUID_RE.test(inboxId)) return null;
+    const [row] = await this.rows(W.GET_EVENT, [inboxId]);
+    return row ? toInboxDetail(row) : null;
+  }
+
+  async retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed'> {
+    if (!UUID_RE.test(inboxId)) return 'not_found';
+    const [r] = await this.rows(W.RETRY_FAILED, [inboxId, nowMs]);
+    return r!.requeued ? 'requeued' : r!.found ? 'not_failed' : 'not_found';
+  }
+
+  async requeueFailed(reasons: readonly string[], nowMs: number): Promise<number> {
+    if (reasons.length === 0) return 0;
+    return (await this.query({ ...W.REQUEUE_FAILED, values: [reasons, nowMs] })).rowCount ?? 0;
+  }
+
+  async backlog(): Promise<BacklogStat[]> {
+    return (await this.rows(W.BACKLOG)).map(toBacklogStat);
+  }
+
+  async queueStats(): Promise<{ outboxUnpublished: number; outboxOldestMs: number | null; effects: Record<EffectStatus, number> }> {
+    return toQueueStats(await this.rows(W.QUEUE_STATS));
+  }
+
   async close(): Promise<void> {
+    await this.listener.close();
     await this.pool.end();
   }
 }

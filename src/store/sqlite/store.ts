@@ -4,18 +4,28 @@ import { Worker } from 'node:worker_threads';
 import { StorageUnavailableError } from '../../errors.js';
 import { acceptUnique } from '../dedupe.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
-import { toInboxRow, toStoredPayload, type RawRow } from '../rows.js';
+import {
+  toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
+} from '../rows.js';
+import type {
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettlement, StoreTx,
+} from '../work-port.js';
+import { SqliteTx } from './tx.js';
+import type { ClaimArgs } from './work-ops.js';
 import type { WorkerInit } from './worker.js';
 
-/** `sqlite:./data/inbox.db?busyTimeoutMs=2000` → file + options. */
+/** `sqlite:./data/inbox.db?busyTimeoutMs=2000&txTimeoutMs=10000` → file + options. */
 export function parseSqliteUrl(url: string): WorkerInit {
   const rest = url.slice('sqlite:'.length);
   const q = rest.indexOf('?');
   const file = q < 0 ? rest : rest.slice(0, q);
   const params = new URLSearchParams(q < 0 ? '' : rest.slice(q + 1));
-  const busy = Number(params.get('busyTimeoutMs') ?? 2000);
+  const num = (name: string, fallback: number) => {
+    const v = Number(params.get(name) ?? fallback);
+    return Number.isFinite(v) ? v : fallback;
+  };
   if (!file) throw new Error('sqlite URL needs a file path, e.g. sqlite:./data/webhook-inbox.db');
-  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: Number.isFinite(busy) ? busy : 2000 };
+  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', 2000), txTimeoutMs: num('txTimeoutMs', 10_000) };
 }
 
 // Built code (dist/) runs the plain JavaScript worker. Under the TypeScript test runner this
@@ -47,6 +57,9 @@ export class SqliteStore implements InboxStore {
   readonly kind = 'sqlite' as const;
   private worker!: Worker;
   private nextId = 1;
+  /** Transaction ids are unique across writer restarts, so a stale op never hits a new transaction. */
+  private nextTxId = 1;
+  private readonly newWork = new Set<() => void>();
   private pending = new Map<number, { resolve(v: unknown): void; reject(e: unknown): void }>();
   private closed = false;
 
@@ -79,12 +92,12 @@ export class SqliteStore implements InboxStore {
     this.worker = w;
   }
 
-  private call<T>(op: string, arg?: unknown, transfer: ArrayBuffer[] = []): Promise<T> {
+  private call<T>(op: string, arg?: unknown, transfer: ArrayBuffer[] = [], tx?: number): Promise<T> {
     if (this.closed) return Promise.reject(new StorageUnavailableError('store is closed'));
     return new Promise<T>((resolve, reject) => {
       const id = this.nextId++;
       this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      this.worker.postMessage({ id, op, arg }, transfer);
+      this.worker.postMessage({ id, op, arg, tx }, transfer);
     });
   }
 
@@ -92,10 +105,97 @@ export class SqliteStore implements InboxStore {
     return this.call('migrate');
   }
 
-  acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
-    return acceptUnique(records, (unique) => this.call<AcceptResult[]>('accept', unique, ownedBuffers(unique))).catch((err) => {
+  async acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
+    const results = await acceptUnique(records, (unique) => this.call<AcceptResult[]>('accept', unique, ownedBuffers(unique))).catch((err) => {
       throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite commit failed: ${(err as Error).message}`, { cause: err });
     });
+    if (results.some((r) => !r.duplicate)) this.notifyNewWork();
+    return results;
+  }
+
+  /** Listeners run before the accepting caller resumes; one that throws does not stop the others. */
+  private notifyNewWork(): void {
+    for (const fn of this.newWork) {
+      try {
+        fn();
+      } catch {
+        // best effort: the engine polls as a backstop
+      }
+    }
+  }
+
+  onNewWork(fn: () => void): () => void {
+    this.newWork.add(fn);
+    return () => void this.newWork.delete(fn);
+  }
+
+  async claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]> {
+    return (await this.call<RawRow[]>('claimInbox', { n, owner, leaseMs, nowMs } satisfies ClaimArgs)).map(toClaimedInbox);
+  }
+
+  async extendInboxLeases(inboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void> {
+    if (inboxIds.length > 0) await this.call('extendInboxLeases', { ids: inboxIds, owner, leaseUntilMs });
+  }
+
+  /** BEGIN IMMEDIATE on the writer thread, which holds back every other message until COMMIT/ROLLBACK. */
+  async transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
+    const txId = this.nextTxId++;
+    const send = <R>(op: string, arg?: unknown) => this.call<R>(op, arg, [], txId);
+    await this.call('txBegin', txId);
+    let result: T;
+    try {
+      result = await fn(new SqliteTx(send));
+    } catch (err) {
+      await send('rollback').catch(() => undefined); // already rolled back if the thread gave up on it
+      throw err;
+    }
+    await send('commit'); // a failed COMMIT is rolled back on the thread
+    return result;
+  }
+
+  async claimEffects(n: number, owner: string, leaseMs: number, nowMs: number): Promise<EffectRow[]> {
+    return (await this.call<RawRow[]>('claimEffects', { n, owner, leaseMs, nowMs } satisfies ClaimArgs)).map(toEffectRow);
+  }
+
+  settleEffect(effectId: string, owner: string, s: EffectSettlement): Promise<boolean> {
+    return this.call('settleEffect', { id: effectId, owner, s });
+  }
+
+  async listEffects(inboxId: string): Promise<EffectRow[]> {
+    return (await this.call<RawRow[]>('listEffects', inboxId)).map(toEffectRow);
+  }
+
+  async claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]> {
+    return (await this.call<RawRow[]>('claimOutbox', { n, owner, leaseMs, nowMs } satisfies ClaimArgs)).map(toOutboxClaim);
+  }
+
+  settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean> {
+    return this.call('settleOutbox', { id: outboxId, owner, s });
+  }
+
+  async listEvents(filter: EventFilter): Promise<InboxDetail[]> {
+    return (await this.call<RawRow[]>('listEvents', filter)).map(toInboxDetail);
+  }
+
+  async getEvent(inboxId: string): Promise<InboxDetail | null> {
+    const r = await this.call<RawRow | null>('getEvent', inboxId);
+    return r ? toInboxDetail(r) : null;
+  }
+
+  retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed'> {
+    return this.call('retryFailed', { id: inboxId, nowMs });
+  }
+
+  async requeueFailed(reasons: readonly string[], nowMs: number): Promise<number> {
+    return reasons.length === 0 ? 0 : this.call('requeueFailed', { reasons, nowMs });
+  }
+
+  async backlog(): Promise<BacklogStat[]> {
+    return (await this.call<RawRow[]>('backlog')).map(toBacklogStat);
+  }
+
+  async queueStats(): Promise<{ outboxUnpublished: number; outboxOldestMs: number | null; effects: Record<EffectStatus, number> }> {
+    return toQueueStats(await this.call<RawRow[]>('queueStats'));
   }
 
   async ping(): Promise<void> {
@@ -122,6 +222,7 @@ export class SqliteStore implements InboxStore {
 
   async close(): Promise<void> {
     if (this.closed) return;
+    this.newWork.clear();
     await this.call('close').catch(() => undefined);
     this.closed = true;
     await this.worker.terminate();

@@ -4,6 +4,8 @@ import { MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult } from '../port.js';
 import { bytes } from '../rows.js';
 import * as SQL from './schema-sql.js';
+import { TxGate, type Msg } from './tx-gate.js';
+import { workOps, type Ops } from './work-ops.js';
 
 /**
  * The SQLite writer thread. better-sqlite3 is synchronous, so its work (including the
@@ -12,16 +14,17 @@ import * as SQL from './schema-sql.js';
 export interface WorkerInit {
   readonly file: string;
   readonly busyTimeoutMs: number;
+  /** A handler transaction open longer than this is rolled back (its main side hung or died). */
+  readonly txTimeoutMs: number;
 }
 
-const { file, busyTimeoutMs } = workerData as WorkerInit;
+const { file, busyTimeoutMs, txTimeoutMs } = workerData as WorkerInit;
 const db = new Database(file);
 db.pragma('journal_mode = WAL');
 // FULL: every commit is fsynced to the WAL before we answer 2xx (NORMAL could lose the tail on power loss).
 db.pragma('synchronous = FULL');
 db.pragma('foreign_keys = ON');
 db.pragma(`busy_timeout = ${busyTimeoutMs}`);
-
 
 function migrate(): number[] {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -71,7 +74,7 @@ const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
   });
 });
 
-const ops: Record<string, (arg: any) => unknown> = {
+const ops: Ops = {
   migrate,
   accept: (records: AcceptRecord[]) => acceptTx.immediate(records),
   ping: () => db.prepare('SELECT 1').get(),
@@ -82,12 +85,13 @@ const ops: Record<string, (arg: any) => unknown> = {
   close: () => db.close(),
 };
 
-parentPort!.on('message', (msg: { id: number; op: string; arg: unknown }) => {
+const work = workOps(db);
+const gate = new TxGate(db, txTimeoutMs, { ...ops, ...work.free }, work.inTx, (id, run) => {
   try {
-    const result = ops[msg.op]!(msg.arg);
-    parentPort!.postMessage({ id: msg.id, ok: true, result });
+    parentPort!.postMessage({ id, ok: true, result: run() });
   } catch (err) {
     const e = err as { message?: string; code?: string };
-    parentPort!.postMessage({ id: msg.id, ok: false, message: e.message ?? String(err), code: e.code });
+    parentPort!.postMessage({ id, ok: false, message: e.message ?? String(err), code: e.code });
   }
 });
+parentPort!.on('message', (msg: Msg) => gate.receive(msg));

@@ -1,0 +1,104 @@
+import { loadConfigFile } from '../config/load.js';
+import { TECHNICAL_REASONS } from '../engine/failure.js';
+import { openStore } from '../store/open.js';
+import type { InboxStore } from '../store/port.js';
+import type { InboxDetail } from '../store/work-port.js';
+
+/** Operator commands over the inbox: list, show, retry one FAILED event, requeue technical failures. */
+async function withStore<T>(configFile: string, fn: (s: InboxStore) => Promise<T>): Promise<T> {
+  const config = loadConfigFile(configFile);
+  const store = openStore(config.database);
+  try {
+    return await fn(store);
+  } finally {
+    await store.close();
+  }
+}
+
+const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString());
+
+function detailJson(e: InboxDetail) {
+  return {
+    inbox_id: e.inboxId, status: e.status, provider: e.provider, endpoint_id: e.endpointId, provider_event_id: e.providerEventId,
+    event_type: e.eventType, object_id: e.objectId, received_at: iso(e.receivedAtMs), attempt_count: e.attemptCount,
+    next_attempt_at: iso(e.nextAttemptAtMs), failure_reason: e.failureReason, last_error: e.lastError,
+    handler_version: e.handlerVersion, processed_at: iso(e.processedAtMs), matched_secret_version: e.matchedSecretVersion,
+    payload_sha256: e.payloadHash.toString('hex'),
+  };
+}
+
+export interface ListOptions {
+  readonly status?: string;
+  readonly endpoint?: string;
+  readonly type?: string;
+  readonly reason?: string;
+  readonly limit?: number;
+  readonly before?: string;
+  readonly json: boolean;
+}
+
+export function runEventsList(configFile: string, o: ListOptions): Promise<number> {
+  return withStore(configFile, async (store) => {
+    const rows = await store.listEvents({
+      status: o.status?.toUpperCase(), endpointId: o.endpoint, eventType: o.type, failureReason: o.reason, limit: o.limit ?? 50, before: o.before,
+    });
+    if (o.json) {
+      for (const r of rows) console.log(JSON.stringify(detailJson(r)));
+      return 0;
+    }
+    console.log(['inbox_id'.padEnd(36), 'status'.padEnd(10), 'attempts', 'endpoint'.padEnd(16), 'type'.padEnd(32), 'received_at'.padEnd(24), 'failure'].join('  '));
+    for (const r of rows) {
+      console.log([r.inboxId, r.status.padEnd(10), String(r.attemptCount).padStart(8), r.endpointId.padEnd(16), r.eventType.padEnd(32),
+        iso(r.receivedAtMs).padEnd(24), r.failureReason ?? ''].join('  '));
+    }
+    if (rows.length > 0) console.error(`${rows.length} event(s); next page: --before ${rows[rows.length - 1]!.inboxId}`);
+    return 0;
+  });
+}
+
+export function runEventsShow(configFile: string, inboxId: string): Promise<number> {
+  return withStore(configFile, async (store) => {
+    const e = await store.getEvent(inboxId);
+    if (!e) {
+      console.error(`webhook-inbox events show: no event ${inboxId}`);
+      return 1;
+    }
+    const effects = await store.listEffects(inboxId);
+    console.log(JSON.stringify({
+      ...detailJson(e),
+      effects: effects.map((f) => ({ name: f.name, idempotency_key: f.idempotencyKey, status: f.status, attempt_count: f.attemptCount, failure_reason: f.failureReason, last_error: f.lastError })),
+    }, null, 2));
+    return 0;
+  });
+}
+
+export function runRetry(configFile: string, inboxId: string): Promise<number> {
+  return withStore(configFile, async (store) => {
+    const r = await store.retryFailed(inboxId, Date.now());
+    if (r === 'requeued') {
+      console.log(`requeued ${inboxId}: PENDING, due now`);
+      return 0;
+    }
+    if (r === 'not_found') console.error(`webhook-inbox retry: no event ${inboxId}`);
+    else {
+      const e = await store.getEvent(inboxId);
+      console.error(`webhook-inbox retry: refused — event ${inboxId} is ${e?.status}, only FAILED events can be retried`);
+    }
+    return 1;
+  });
+}
+
+export const REQUEUE_CLASSES: Record<string, readonly string[]> = { technical: TECHNICAL_REASONS };
+
+export function runRequeue(configFile: string, reasonClass: string): Promise<number> {
+  const reasons = REQUEUE_CLASSES[reasonClass];
+  if (!reasons) {
+    console.error(`webhook-inbox requeue: --reason must be one of: ${Object.keys(REQUEUE_CLASSES).join(', ')} (needs-decision failures are retried one by one with "retry")`);
+    return Promise.resolve(2);
+  }
+  return withStore(configFile, async (store) => {
+    const n = await store.requeueFailed(reasons, Date.now());
+    console.log(`requeued ${n} FAILED event(s) with reason ${reasons.join(', ')}`);
+    return 0;
+  });
+}

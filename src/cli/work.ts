@@ -1,0 +1,18 @@
+import { loadConfigFile } from '../config/load.js';
+import { startWorkers } from '../workers.js';
+import { loadHandlers } from './handlers-module.js';
+
+/** Runs the workers alone until SIGINT/SIGTERM; then finishes the batches in flight. */
+export async function runWork(configFile: string, handlersModule: string | undefined): Promise<number> {
+  const config = loadConfigFile(configFile);
+  const handlers = await loadHandlers(handlersModule);
+  const w = await startWorkers(config, { handlers });
+  console.error(`webhook-inbox workers running (${w.store.kind}, owner ${w.engine.owner}, ${handlers.size} handler(s))`);
+  await new Promise<void>((done) => {
+    process.once('SIGINT', done);
+    process.once('SIGTERM', done);
+  });
+  console.error('webhook-inbox: stopping workers (finishing batches in flight)');
+  await w.stop();
+  return 0;
+}

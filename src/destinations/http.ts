@@ -1,0 +1,107 @@
+import { Pool, errors as undiciErrors } from 'undici';
+import type { DestinationConfig } from '../config/engine.js';
+import { FAILURE, NeedsDecisionError, RetryableError } from '../engine/failure.js';
+import { signStandard } from '../providers/standard-webhooks.js';
+import type { DeliveryEvent, Destination } from './contract.js';
+import { closedError, describe } from './util.js';
+
+export type HttpDestinationConfig = Extract<DestinationConfig, { type: 'http' }>;
+
+/** How long an idle keep-alive socket is kept (below the usual 5 s server default). */
+const KEEP_ALIVE_MS = 4_000;
+
+/** A longer answer is not read to the end: its socket is closed instead of reused. */
+const DRAIN_LIMIT = 128 * 1024;
+
+const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
+
+/**
+ * HTTP forward: POSTs the exact verified bytes the provider sent, signed the Standard Webhooks
+ * way with the destination's own key, `webhook-id` = `idempotency-key` = the inbox id (stable
+ * across retries, so the receiver can drop a second copy). 2xx = delivered; anything else,
+ * including 3xx (redirects are never followed) and 4xx, is a retryable `http_<status>`.
+ *
+ * `key` is the decoded signing key (see registry.ts); it is held only as bytes.
+ */
+export class HttpDestination implements Destination {
+  readonly type = 'http' as const;
+  readonly id: string;
+  private readonly pool: Pool;
+  private readonly path: string;
+  private readonly authorization: string | undefined;
+  private readonly timeoutMs: number;
+  private closed = false;
+
+  constructor(config: HttpDestinationConfig, private readonly key: Buffer) {
+    this.id = config.id;
+    this.timeoutMs = config.timeoutMs;
+    const u = new URL(config.url);
+    this.path = `${u.pathname}${u.search}`;
+    // Credentials in the URL become Basic auth; they never reach an error message.
+    this.authorization = u.username !== '' || u.password !== ''
+      ? `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}`
+      : undefined;
+    this.pool = new Pool(u.origin, {
+      connect: { timeout: config.timeoutMs },
+      headersTimeout: config.timeoutMs,
+      bodyTimeout: config.timeoutMs,
+      keepAliveTimeout: KEEP_ALIVE_MS,
+    });
+  }
+
+  async deliver(event: DeliveryEvent): Promise<void> {
+    if (this.closed) throw closedError(this.type, this.id);
+    const body = event.body;
+    if (body === undefined) {
+      throw new NeedsDecisionError(FAILURE.payloadUnavailable, `http destination "${this.id}": the raw payload of ${event.inboxId} is no longer stored`);
+    }
+    const timestamp = Math.floor(Date.now() / 1000);
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      'user-agent': 'webhook-inbox',
+      'idempotency-key': event.inboxId,
+      'webhook-id': event.inboxId,
+      'webhook-timestamp': String(timestamp),
+      'webhook-signature': signStandard(this.key, event.inboxId, timestamp, body),
+    };
+    if (this.authorization !== undefined) headers.authorization = this.authorization;
+
+    // One deadline for the whole exchange: connect, headers and body.
+    const ac = new AbortController();
+    const timer = setTimeout(() => ac.abort(), this.timeoutMs);
+    let status: number;
+    try {
+      const res = await this.pool.request({ path: this.path, method: 'POST', headers, body, signal: ac.signal });
+      status = res.statusCode;
+      // Drain (and discard) the answer so the socket goes back to the pool; never read into errors.
+      await res.body.dump({ limit: DRAIN_LIMIT, signal: ac.signal });
+    } catch (err) {
+      if (ac.signal.aborted || TIMEOUT_CODES.has((err as { code?: string }).code ?? '')) {
+        throw new RetryableError('timeout', `http destination "${this.id}": no complete answer within ${this.timeoutMs} ms`, { cause: err });
+      }
+      if (this.closed || err instanceof undiciErrors.ClientClosedError || err instanceof undiciErrors.ClientDestroyedError) {
+        throw closedError(this.type, this.id);
+      }
+      throw new RetryableError('connection', `http destination "${this.id}": ${describe(err)}`, { cause: err });
+    } finally {
+      clearTimeout(timer);
+    }
+    if (status >= 200 && status < 300) return;
+    const note = status >= 300 && status < 400 ? ' (redirects are not followed)' : '';
+    throw new RetryableError(`http_${status}`, `http destination "${this.id}" answered HTTP ${status}${note}`);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    // In-flight requests are bounded by timeoutMs; after that, cut what is left.
+    const timer = setTimeout(() => void this.pool.destroy().catch(() => undefined), this.timeoutMs);
+    try {
+      await this.pool.close();
+    } catch {
+      // destroyed meanwhile
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}

@@ -1,0 +1,187 @@
+import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient } from '@nats-io/jetstream';
+import { connect, errors as natsErrors, type NatsConnection } from '@nats-io/transport-node';
+import type { DestinationConfig } from '../config/engine.js';
+import { RetryableError } from '../engine/failure.js';
+import { ConfigError } from '../errors.js';
+import { brokerMessage, expandTemplate, type DeliveryEvent, type Destination } from './contract.js';
+import { capturePattern, closedError, DeadlineExceeded, describe, withTimeout } from './util.js';
+
+export type NatsDestinationConfig = Extract<DestinationConfig, { type: 'nats' }>;
+
+/** JetStream API error codes this destination looks at. */
+const STREAM_NOT_FOUND = 10059;
+const STREAM_NAME_IN_USE = 10058;
+
+/** A substituted value may add tokens (dots) but never a wildcard, a space or an empty token. */
+export function sanitizeToken(value: string): string {
+  return value.replace(/[^A-Za-z0-9_.-]/g, '_').split('.').map((t) => (t === '' ? '_' : t)).join('.');
+}
+
+/** The subject an event is published to: the template with each value sanitised. */
+export function natsSubject(template: string, e: DeliveryEvent): string {
+  return expandTemplate(template, {
+    ...e, provider: sanitizeToken(e.provider), eventType: sanitizeToken(e.eventType), endpointId: sanitizeToken(e.endpointId),
+  });
+}
+
+interface Live {
+  readonly nc: NatsConnection;
+  readonly js: JetStreamClient;
+  /** False between a `disconnect` and the next `reconnect` status. */
+  connected: boolean;
+}
+
+/**
+ * JetStream publish of the event's metadata (never the provider payload) with
+ * `Nats-Msg-Id: <inboxId>`: the stream drops a copy published again within its
+ * `duplicate_window` (PubAck `duplicate: true`). Resolves on the PubAck.
+ *
+ * The connection is opened on first use, reused, and reconnects by itself (without limit);
+ * a connection that ends for good is replaced on the next delivery.
+ */
+export class NatsDestination implements Destination {
+  readonly type = 'nats' as const;
+  readonly id: string;
+  private live: Promise<Live> | null = null;
+  private streamReady = false;
+  private closed = false;
+  /** Subjects the ensured stream captures (only used when `config.stream` is set). */
+  private readonly streamSubject: string | undefined;
+
+  constructor(private readonly config: NatsDestinationConfig) {
+    this.id = config.id;
+    const literal = config.subject.replace(/\{(provider|type|endpoint)\}/g, 'x');
+    if (!/^[A-Za-z0-9_.$-]+$/.test(literal) || literal.split('.').some((t) => t === '')) {
+      throw new ConfigError(`destinations[id="${config.id}"].subject`, 'must be "."-separated tokens of A-Z a-z 0-9 _ - $ and placeholders (no wildcards, spaces or empty tokens)');
+    }
+    if (config.stream !== undefined) {
+      if (!/^[A-Za-z0-9_-]{1,255}$/.test(config.stream)) {
+        throw new ConfigError(`destinations[id="${config.id}"].stream`, 'a stream name is A-Z a-z 0-9 _ -');
+      }
+      const pattern = capturePattern(config.subject, '>');
+      if (pattern === null) {
+        throw new ConfigError(`destinations[id="${config.id}"].subject`, 'with "stream" set, the subject must start with a literal token (the stream captures "<prefix>.>")');
+      }
+      this.streamSubject = pattern;
+    }
+  }
+
+  async deliver(event: DeliveryEvent): Promise<void> {
+    if (this.closed) throw closedError(this.type, this.id);
+    const { timeoutMs } = this.config;
+    const live = await this.connection();
+    try {
+      if (!this.streamReady && this.config.stream !== undefined) {
+        await this.ensureStream(live);
+        this.streamReady = true;
+      }
+      await live.js.publish(natsSubject(this.config.subject, event), brokerMessage(event), { msgID: event.inboxId, timeout: timeoutMs });
+    } catch (err) {
+      throw this.failure(err, live);
+    }
+  }
+
+  /** Adds the stream when it is missing; an existing stream is never changed. */
+  private async ensureStream(live: Live): Promise<void> {
+    const name = this.config.stream!;
+    const jsm = await jetstreamManager(live.nc, { timeout: this.config.timeoutMs });
+    try {
+      await jsm.streams.info(name);
+      return;
+    } catch (err) {
+      if (!(err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND)) throw err;
+    }
+    try {
+      await jsm.streams.add({ name, subjects: [this.streamSubject!] });
+    } catch (err) {
+      // Another process added it meanwhile.
+      if (!(err instanceof JetStreamApiError && err.code === STREAM_NAME_IN_USE)) throw err;
+    }
+  }
+
+  private failure(err: unknown, live: Live): RetryableError {
+    const where = `nats destination "${this.id}"`;
+    if (err instanceof RetryableError) return err;
+    if (this.closed) return closedError(this.type, this.id);
+    const name = (err as { name?: string }).name;
+    // No responders on the subject: no stream captures it (or JetStream is off).
+    if (name === 'JetStreamNotEnabled') {
+      // The stream may have been deleted since it was ensured: check (and add) it again next time.
+      this.streamReady = false;
+      return new RetryableError('no_stream', `${where}: no JetStream stream answered (no responders: no stream captures the subject, or JetStream is off)`, { cause: err });
+    }
+    if (err instanceof JetStreamApiError) {
+      const reason = err.code === STREAM_NOT_FOUND || (this.config.stream !== undefined && !this.streamReady) ? 'no_stream' : 'nats_rejected';
+      return new RetryableError(reason, `${where}: JetStream error ${err.code}: ${describe(err)}`, { cause: err });
+    }
+    if (!live.connected || live.nc.isClosed() || err instanceof natsErrors.ClosedConnectionError || err instanceof natsErrors.ConnectionError) {
+      return new RetryableError('nats_unavailable', `${where}: not connected (${describe(err)})`, { cause: err });
+    }
+    if (err instanceof natsErrors.TimeoutError) {
+      return new RetryableError('timeout', `${where}: no PubAck within ${this.config.timeoutMs} ms`, { cause: err });
+    }
+    return new RetryableError('nats_unavailable', `${where}: ${describe(err)}`, { cause: err });
+  }
+
+  private connection(): Promise<Live> {
+    this.live ??= this.open();
+    return this.live;
+  }
+
+  private async open(): Promise<Live> {
+    const { timeoutMs } = this.config;
+    const attempt = connect({
+      servers: this.config.url,
+      name: `webhook-inbox/${this.id}`,
+      timeout: timeoutMs,
+      reconnect: true,
+      maxReconnectAttempts: -1,
+    });
+    let nc: NatsConnection;
+    try {
+      nc = await withTimeout(attempt, timeoutMs + 1000, 'connecting');
+    } catch (err) {
+      this.live = null;
+      // A connect that succeeds after we stopped waiting must not leak.
+      attempt.then((late) => late.close(), () => undefined).catch(() => undefined);
+      const reason = err instanceof DeadlineExceeded ? 'timeout' : 'nats_unavailable';
+      throw new RetryableError(reason, `nats destination "${this.id}": cannot connect (${describe(err)})`, { cause: err });
+    }
+    if (this.closed) {
+      await nc.close().catch(() => undefined);
+      throw closedError(this.type, this.id);
+    }
+    const live: Live = { nc, js: jetstream(nc, { timeout: timeoutMs }), connected: true };
+    const mine = this.live;
+    void (async () => {
+      for await (const s of nc.status()) {
+        if (s.type === 'disconnect') live.connected = false;
+        else if (s.type === 'reconnect') live.connected = true;
+      }
+    })().catch(() => undefined);
+    void nc.closed().then(() => {
+      live.connected = false;
+      // Closed for good (e.g. authorization revoked): the next delivery opens a new connection.
+      if (this.live === mine) {
+        this.live = null;
+        this.streamReady = false;
+      }
+    });
+    return live;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const pending = this.live;
+    this.live = null;
+    if (!pending) return;
+    try {
+      const { nc } = await pending;
+      // drain() flushes what is buffered; it cannot finish while disconnected, so it is bounded.
+      await withTimeout(nc.drain(), this.config.timeoutMs, 'draining').catch(() => nc.close());
+    } catch {
+      // never connected
+    }
+  }
+}

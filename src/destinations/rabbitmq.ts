@@ -1,0 +1,197 @@
+import { connect, type ChannelModel, type ConfirmChannel, type Message } from 'amqplib';
+import type { DestinationConfig } from '../config/engine.js';
+import { NeedsDecisionError, RetryableError } from '../engine/failure.js';
+import { ConfigError } from '../errors.js';
+import { brokerMessage, expandTemplate, type DeliveryEvent, type Destination } from './contract.js';
+import { capturePattern, closedError, DeadlineExceeded, describe, hasPlaceholder, withTimeout } from './util.js';
+
+export type RabbitMqDestinationConfig = Extract<DestinationConfig, { type: 'rabbitmq' }>;
+
+/** AMQP 0-9-1 routing keys are short strings. */
+const MAX_ROUTING_KEY_BYTES = 255;
+const CONNECT_GRACE_MS = 1000;
+
+interface Live {
+  readonly conn: ChannelModel;
+  readonly ch: ConfirmChannel;
+  /** message ids the broker returned as unroutable and whose confirm has not been seen yet. */
+  readonly returned: Map<string, number>;
+}
+
+/**
+ * Publishes the event's metadata (never the provider payload) on a confirm channel with
+ * `message_id = <inboxId>`, persistent, `mandatory`. Resolves only on the broker's ack; a
+ * nack is `rabbitmq_nack`, a message no queue accepted (basic.return, which the broker sends
+ * before its ack) is `unroutable`.
+ *
+ * With `queue` set, a durable queue of that name is asserted on connect and bound to the
+ * exchange with the routing-key template's literal prefix + `#` (a topic pattern; a template
+ * without placeholders is bound as is). On the default exchange (`exchange: ""`) no binding
+ * exists: the routing key is the queue name, so it must equal `queue`.
+ *
+ * The connection is opened on first use and reused; when it or its channel closes, the next
+ * delivery opens a new one.
+ */
+export class RabbitMqDestination implements Destination {
+  readonly type = 'rabbitmq' as const;
+  readonly id: string;
+  private live: Promise<Live> | null = null;
+  private closed = false;
+  private readonly binding: string | undefined;
+
+  constructor(private readonly config: RabbitMqDestinationConfig) {
+    this.id = config.id;
+    const path = `destinations[id="${config.id}"]`;
+    if (config.queue !== undefined) {
+      if (config.exchange === '') {
+        if (hasPlaceholder(config.routingKey) || config.routingKey !== config.queue) {
+          throw new ConfigError(`${path}.routingKey`, `on the default exchange ("") the routing key is the queue name: set routingKey to "${config.queue}" or name an exchange`);
+        }
+      } else {
+        this.binding = capturePattern(config.routingKey, '#') ?? '#';
+      }
+    }
+  }
+
+  async deliver(event: DeliveryEvent): Promise<void> {
+    if (this.closed) throw closedError(this.type, this.id);
+    const where = `rabbitmq destination "${this.id}"`;
+    const routingKey = expandTemplate(this.config.routingKey, event);
+    if (Buffer.byteLength(routingKey) > MAX_ROUTING_KEY_BYTES) {
+      throw new NeedsDecisionError('routing_key_too_long', `${where}: the routing key is longer than ${MAX_ROUTING_KEY_BYTES} bytes`);
+    }
+    const { timeoutMs } = this.config;
+    const live = await this.connection();
+    const confirmed = new Promise<void>((resolve, reject) => {
+      const settle = (err: unknown): void => {
+        const n = live.returned.get(event.inboxId) ?? 0;
+        if (n > 0) {
+          if (n === 1) live.returned.delete(event.inboxId);
+          else live.returned.set(event.inboxId, n - 1);
+        }
+        if (err) {
+          const msg = describe(err);
+          reject(msg === 'message nacked'
+            ? new RetryableError('rabbitmq_nack', `${where}: the broker nacked the message`)
+            : new RetryableError('rabbitmq_unavailable', `${where}: ${msg}`, { cause: err }));
+        } else if (n > 0) {
+          reject(new RetryableError('unroutable', `${where}: no queue is bound for routing key "${routingKey}" on exchange "${this.config.exchange}"`));
+        } else {
+          resolve();
+        }
+      };
+      try {
+        live.ch.publish(this.config.exchange, routingKey, Buffer.from(brokerMessage(event)), {
+          messageId: event.inboxId,
+          persistent: true,
+          contentType: 'application/json',
+          mandatory: true,
+        }, settle);
+      } catch (err) {
+        this.drop(live);
+        reject(new RetryableError('rabbitmq_unavailable', `${where}: ${describe(err)}`, { cause: err }));
+      }
+    });
+    try {
+      await withTimeout(confirmed, timeoutMs, 'the publisher confirm');
+    } catch (err) {
+      if (err instanceof DeadlineExceeded) {
+        confirmed.catch(() => undefined);
+        throw new RetryableError('timeout', `${where}: no publisher confirm within ${timeoutMs} ms`, { cause: err });
+      }
+      if (this.closed) throw closedError(this.type, this.id);
+      throw err;
+    }
+  }
+
+  private connection(): Promise<Live> {
+    this.live ??= this.open();
+    const pending = this.live;
+    // amqplib gives up on its own after timeoutMs (then the next delivery starts over); the grace
+    // lets its error, which says why, win the race.
+    return withTimeout(pending, this.config.timeoutMs + CONNECT_GRACE_MS, 'connecting').catch((err: unknown) => {
+      if (err instanceof RetryableError) throw err;
+      throw new RetryableError('timeout', `rabbitmq destination "${this.id}": cannot connect within ${this.config.timeoutMs} ms`, { cause: err });
+    });
+  }
+
+  private async open(): Promise<Live> {
+    const where = `rabbitmq destination "${this.id}"`;
+    let conn: ChannelModel | undefined;
+    try {
+      conn = await connect(this.config.url, {
+        timeout: this.config.timeoutMs,
+        clientProperties: { connection_name: `webhook-inbox/${this.id}` },
+      });
+      const c = conn;
+      // An 'error' is always followed by 'close'; the listener keeps it from being thrown.
+      c.on('error', () => undefined);
+      c.on('close', () => this.forget(c));
+      const ch = await c.createConfirmChannel();
+      const live: Live = { conn: c, ch, returned: new Map() };
+      ch.on('error', () => undefined);
+      // A channel error (e.g. unknown exchange) closes the channel: start over on the next delivery.
+      ch.on('close', () => this.drop(live));
+      ch.on('return', (msg: Message) => {
+        const id = msg.properties.messageId as unknown;
+        if (typeof id === 'string') live.returned.set(id, (live.returned.get(id) ?? 0) + 1);
+      });
+      if (this.config.queue !== undefined) {
+        await ch.assertQueue(this.config.queue, { durable: true });
+        if (this.binding !== undefined) await ch.bindQueue(this.config.queue, this.config.exchange, this.binding);
+      }
+      if (this.closed) throw closedError(this.type, this.id);
+      return live;
+    } catch (err) {
+      this.live = null;
+      if (conn) await this.shutdown(conn);
+      if (err instanceof RetryableError) throw err;
+      const msg = describe(err);
+      // amqplib's socket timeout also bounds the AMQP handshake ("connect ETIMEDOUT").
+      throw new RetryableError(/ETIMEDOUT/.test(msg) ? 'timeout' : 'rabbitmq_unavailable', `${where}: cannot connect (${msg})`, { cause: err });
+    }
+  }
+
+  /** Forgets `conn` if it is the current one. */
+  private forget(conn: ChannelModel): void {
+    const current = this.live;
+    if (!current) return;
+    current.then((l) => {
+      if (l.conn === conn && this.live === current) this.live = null;
+    }, () => undefined);
+  }
+
+  /** Abandons a connection whose channel is unusable. */
+  private drop(live: Live): void {
+    this.forget(live.conn);
+    void this.shutdown(live.conn);
+  }
+
+  /**
+   * Closes `conn`, bounded: amqplib's close waits for the broker's close-ok, which never comes
+   * over a connection cut at the wrong moment, so after timeoutMs the socket is destroyed.
+   */
+  private async shutdown(conn: ChannelModel): Promise<void> {
+    const gone = new Promise<void>((resolve) => conn.once('close', () => resolve()));
+    try {
+      await withTimeout(Promise.race([conn.close(), gone]), this.config.timeoutMs, 'closing');
+    } catch {
+      (conn.connection as unknown as { stream?: { destroy(): void } }).stream?.destroy();
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const pending = this.live;
+    this.live = null;
+    if (!pending) return;
+    let conn: ChannelModel;
+    try {
+      ({ conn } = await pending);
+    } catch {
+      return; // never connected
+    }
+    await this.shutdown(conn);
+  }
+}

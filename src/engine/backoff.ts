@@ -1,0 +1,12 @@
+import type { RetryPolicy } from '../config/engine.js';
+
+/**
+ * Exponential backoff with full jitter (AWS Architecture Blog, "Exponential Backoff And
+ * Jitter"): a uniform draw from [0, min(cap, base·2^(attempt-1))]. The jitter spreads a
+ * burst of failures (a destination outage) so the retries do not return as one wave.
+ */
+export function backoffDelayMs(attempt: number, policy: Pick<RetryPolicy, 'baseMs' | 'capMs'>, random: () => number = Math.random): number {
+  const exponent = Math.min(Math.max(attempt, 1) - 1, 52);
+  const ceiling = Math.min(policy.capMs, policy.baseMs * 2 ** exponent);
+  return Math.floor(random() * (ceiling + 1));
+}

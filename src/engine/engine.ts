@@ -1,0 +1,86 @@
+import { hostname } from 'node:os';
+import type { Logger } from 'pino';
+import type { Config } from '../config/schema.js';
+import type { KeyRing } from '../crypto/keyring.js';
+import type { Destination } from '../destinations/contract.js';
+import { createDestination } from '../destinations/registry.js';
+import { engineMetrics, refreshQueueGauges, type EngineMetrics } from '../metrics/engine.js';
+import type { Registry } from '../metrics/registry.js';
+import type { InboxStore } from '../store/port.js';
+import { EffectsRunner } from './effects-runner.js';
+import type { HandlerRegistry } from './handlers.js';
+import { InboxWorker } from './inbox-worker.js';
+import { ClaimLoop } from './loop.js';
+import { OutboxRelay } from './relay.js';
+import { Router } from './routes.js';
+
+export interface EngineOptions {
+  readonly config: Config;
+  readonly store: InboxStore;
+  readonly keyring: KeyRing;
+  readonly handlers: HandlerRegistry;
+  readonly registry: Registry;
+  readonly log: Logger;
+  readonly env?: NodeJS.ProcessEnv;
+  /** Lease owner id (default host:pid:random). */
+  readonly owner?: string;
+}
+
+// The relay never gives up on a row; it only slows down while a broker is away.
+const RELAY_RETRY = { baseMs: 250, capMs: 30_000, maxAttempts: Number.MAX_SAFE_INTEGER };
+
+/**
+ * The processing engine of one process: the inbox worker, the effects runner and the outbox
+ * relay, each a claim loop over its table, woken by new accepts (PostgreSQL NOTIFY / SQLite
+ * in-process signal) with a polling backstop.
+ */
+export class Engine {
+  readonly metrics: EngineMetrics;
+  readonly owner: string;
+  private readonly destinations = new Map<string, Destination>();
+  private readonly loops: ClaimLoop<any>[] = [];
+  private unsubscribe: (() => void) | undefined;
+
+  constructor(private readonly o: EngineOptions) {
+    const { config, store, log } = o;
+    this.owner = o.owner ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
+    this.metrics = engineMetrics(o.registry);
+    for (const d of config.destinations) this.destinations.set(d.id, createDestination(d, o.env));
+    const router = new Router(config.endpoints, this.destinations);
+    const w = config.workers;
+    const onError = (what: string) => (err: unknown) => log.error({ err }, `${what} failed`);
+
+    const effects = new EffectsRunner({ store, handlers: o.handlers, owner: this.owner, leaseMs: w.leaseMs, retry: config.retry, metrics: this.metrics, log });
+    const effectsLoop = new ClaimLoop(w, (n) => effects.claim(n), (b) => effects.process(b), onError('effects batch'));
+    const inbox = new InboxWorker({
+      store, cipher: () => o.keyring.cipher, endpoints: new Map(config.endpoints.map((e) => [e.id, e])), router, handlers: o.handlers,
+      owner: this.owner, leaseMs: w.leaseMs, defaultRetry: config.retry, metrics: this.metrics, log, onEffects: () => effectsLoop.wake(),
+    });
+    const inboxLoop = new ClaimLoop(w, (n) => inbox.claim(n), (b) => inbox.process(b), onError('inbox batch'));
+    const relay = new OutboxRelay({ store, router, owner: this.owner, leaseMs: w.leaseMs, retry: RELAY_RETRY, metrics: this.metrics, log });
+    const relayLoop = new ClaimLoop(w, (n) => relay.claim(n), (b) => relay.process(b), onError('outbox relay batch'));
+    this.loops.push(inboxLoop, effectsLoop, relayLoop);
+  }
+
+  start(): void {
+    const [inbox, , relay] = this.loops;
+    this.unsubscribe = this.o.store.onNewWork(() => {
+      inbox!.wake();
+      relay!.wake();
+    });
+    for (const l of this.loops) l.start();
+    this.o.log.info({ owner: this.owner, concurrency: this.o.config.workers.concurrency }, 'workers started');
+  }
+
+  /** Claims nothing more, waits for in-flight batches, closes destinations. */
+  async stop(): Promise<void> {
+    this.unsubscribe?.();
+    await Promise.all(this.loops.map((l) => l.stop()));
+    await Promise.all([...this.destinations.values()].map((d) => d.close().catch(() => undefined)));
+  }
+
+  /** Re-reads the queue gauges (oldest age, rows by status, relay lag, effects). */
+  refreshGauges(): Promise<void> {
+    return refreshQueueGauges(this.metrics, this.o.store);
+  }
+}

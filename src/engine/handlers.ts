@@ -1,0 +1,109 @@
+import { eventMatcher } from '../http/event-filter.js';
+import type { Row } from '../store/work-port.js';
+
+/** What a handler receives: the verified event, parsed, with its inbox identity. */
+export interface InboxEvent {
+  readonly inboxId: string;
+  readonly provider: string;
+  readonly endpointId: string;
+  /** The provider's stable event id (the de-duplication key within provider + endpoint). */
+  readonly providerEventId: string;
+  readonly type: string;
+  readonly objectId: string | null;
+  readonly objectVersion: string | null;
+  readonly receivedAt: Date;
+  /** 1 on the first attempt. */
+  readonly attempt: number;
+  /** The verified body, parsed as JSON. */
+  readonly payload: unknown;
+  /** The exact verified bytes. */
+  readonly raw: Buffer;
+}
+
+/** The handler's transaction on the inbox database (PostgreSQL `$1` placeholders, SQLite `?`). */
+export interface HandlerTx {
+  readonly kind: 'sqlite' | 'postgres';
+  query<R extends Row = Row>(sql: string, params?: readonly unknown[]): Promise<R[]>;
+}
+
+export interface HandlerContext {
+  /** Commits together with the processed marker and the inbox row's move to PROCESSED. */
+  readonly tx: HandlerTx;
+  /**
+   * Records an external effect in the same transaction; the effects runner executes it after
+   * commit with the idempotency key `<inbox_id>:<name>`. One effect per name per event.
+   */
+  effect(name: string, data: unknown): void;
+}
+
+export type Handler = (event: InboxEvent, ctx: HandlerContext) => Promise<void> | void;
+
+export interface HandlerOptions {
+  /**
+   * The handler's name: the processed-marker consumer (`handler:<name>`), so two handlers of
+   * one event type are tracked apart. Default: the type pattern. Keep it stable across deploys.
+   */
+  readonly name?: string;
+  /** Recorded on the inbox row as `<name>@<version>` (default "1"). */
+  readonly version?: string;
+  /** Only events of this provider / endpoint (default: any). */
+  readonly provider?: string;
+  readonly endpoint?: string;
+}
+
+export interface RegisteredHandler {
+  readonly name: string;
+  readonly version: string;
+  readonly consumer: string;
+  readonly fn: Handler;
+  matches(provider: string, endpointId: string, type: string): boolean;
+}
+
+export interface EffectContext {
+  /** `<inbox_id>:<effect name>`: pass it downstream so a repeated execution is a no-op there. */
+  readonly idempotencyKey: string;
+  readonly inboxId: string;
+  readonly attempt: number;
+}
+
+export type EffectExecutor = (data: unknown, ctx: EffectContext) => Promise<void> | void;
+
+/** In-process handlers and effect executors, registered by library users. */
+export class HandlerRegistry {
+  private readonly handlers: RegisteredHandler[] = [];
+  private readonly executors = new Map<string, EffectExecutor>();
+
+  on(typePattern: string, fn: Handler, opts: HandlerOptions = {}): this {
+    const name = opts.name ?? typePattern;
+    const consumer = `handler:${name}`;
+    if (this.handlers.some((h) => h.consumer === consumer)) throw new Error(`a handler named "${name}" is already registered; give it options.name`);
+    const typeMatches = eventMatcher([typePattern]);
+    this.handlers.push({
+      name,
+      version: opts.version ?? '1',
+      consumer,
+      fn,
+      matches: (provider, endpointId, type) =>
+        (opts.provider === undefined || opts.provider === provider) && (opts.endpoint === undefined || opts.endpoint === endpointId) && typeMatches(type),
+    });
+    return this;
+  }
+
+  effect(name: string, fn: EffectExecutor): this {
+    if (this.executors.has(name)) throw new Error(`an effect executor named "${name}" is already registered`);
+    this.executors.set(name, fn);
+    return this;
+  }
+
+  match(provider: string, endpointId: string, type: string): RegisteredHandler[] {
+    return this.handlers.filter((h) => h.matches(provider, endpointId, type));
+  }
+
+  executor(name: string): EffectExecutor | undefined {
+    return this.executors.get(name);
+  }
+
+  get size(): number {
+    return this.handlers.length;
+  }
+}

@@ -1,0 +1,262 @@
+import type { Logger } from 'pino';
+import type { RetryPolicy } from '../config/engine.js';
+import type { EndpointConfig } from '../config/schema.js';
+import type { PayloadCipher } from '../crypto/payload-cipher.js';
+import { uuidv7 } from '../crypto/ids.js';
+import type { EngineMetrics } from '../metrics/engine.js';
+import type { InboxStore } from '../store/port.js';
+import type { ClaimedInbox, EventKey, Settlement, StoreTx } from '../store/work-port.js';
+import { backoffDelayMs } from './backoff.js';
+import { failpoint } from './failpoints.js';
+import { classify, FAILURE, NeedsDecisionError, RetryableError } from './failure.js';
+import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
+import type { Router, Target } from './routes.js';
+
+export interface InboxWorkerDeps {
+  readonly store: InboxStore;
+  readonly cipher: () => PayloadCipher | null;
+  readonly endpoints: ReadonlyMap<string, EndpointConfig>;
+  readonly router: Router;
+  readonly handlers: HandlerRegistry;
+  readonly owner: string;
+  readonly leaseMs: number;
+  readonly defaultRetry: RetryPolicy;
+  readonly metrics: EngineMetrics;
+  readonly log: Logger;
+  /** Called after a commit that recorded effects, so the effects runner looks at once. */
+  readonly onEffects: () => void;
+  readonly now?: () => number;
+}
+
+interface Failure {
+  readonly error: unknown;
+  readonly retry: RetryPolicy;
+}
+
+/** One claimed row and what this attempt will do with it. */
+interface Plan {
+  readonly row: ClaimedInbox;
+  readonly key: EventKey;
+  /** Set when the row is settled without running anything (bad payload, no route, …). */
+  early?: Failure;
+  event?: InboxEvent;
+  handlers: readonly RegisteredHandler[];
+  direct: readonly Target[];
+  /** Destinations that took the event in this attempt (processed markers to record). */
+  delivered: Target[];
+  failure?: Failure;
+  /** What was committed, for metrics after the commit. */
+  settled?: Settlement;
+}
+
+class LeaseLost extends Error {}
+
+/**
+ * Processes claimed inbox rows. Per batch: decrypt and parse each event, choose its targets
+ * (in-process handlers, HTTP forwards; broker routes belong to the outbox relay), deliver the
+ * HTTP forwards, then ONE transaction settles the batch — each event inside its own
+ * savepoint, so one event's handler mutation, processed marker, effects and status change
+ * commit together or not at all, and one event's failure never undoes another's.
+ */
+export class InboxWorker {
+  private readonly now: () => number;
+  private claims = 0;
+
+  constructor(private readonly d: InboxWorkerDeps) {
+    this.now = d.now ?? Date.now;
+  }
+
+  claim(n: number): Promise<ClaimedInbox[]> {
+    // No payload key, no processing: rows stay PENDING rather than fail for a config problem.
+    if (!this.d.cipher()) return Promise.resolve([]);
+    // Each claim leases under its own token, so even two batches of this one process that
+    // hold the same row (an expired lease taken over) can never both settle it.
+    return this.d.store.claimInbox(n, `${this.d.owner}/${++this.claims}`, this.d.leaseMs, this.now());
+  }
+
+  async process(rows: ClaimedInbox[]): Promise<void> {
+    const ids = rows.map((r) => r.inboxId);
+    const owner = rows[0]!.leaseOwner;
+    const heartbeat = setInterval(() => {
+      this.d.store.extendInboxLeases(ids, owner, this.now() + this.d.leaseMs).catch((err) => this.d.log.warn({ err }, 'lease heartbeat failed'));
+    }, Math.max(100, Math.floor(this.d.leaseMs / 3)));
+    try {
+      const plans = rows.map((r) => this.plan(r));
+      await this.deliverDirect(plans);
+      if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
+      let effects = false;
+      await this.d.store.transaction(async (tx) => {
+        for (const p of plans) effects = (await this.settle(tx, p)) || effects;
+      });
+      failpoint('worker.after-commit');
+      this.record(plans);
+      if (effects) this.d.onEffects();
+    } finally {
+      clearInterval(heartbeat);
+    }
+  }
+
+  private plan(row: ClaimedInbox): Plan {
+    const key: EventKey = { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId };
+    const p: Plan = { row, key, handlers: [], direct: [], delivered: [] };
+    const endpoint = this.d.endpoints.get(row.endpointId);
+    const retry = endpoint?.retry ?? this.d.defaultRetry;
+    // A worker that crashed or lost its lease mid-attempt still spent an attempt.
+    if (row.attemptCount > retry.maxAttempts) {
+      p.early = { error: new NeedsDecisionError(FAILURE.retriesExhausted, `attempt ${row.attemptCount} exceeds maxAttempts ${retry.maxAttempts} (earlier attempts did not finish)`), retry };
+      return p;
+    }
+    const routes = this.d.router.route(row.endpointId, row.eventType);
+    if (!endpoint || !routes) {
+      p.early = { error: new NeedsDecisionError('unknown_endpoint', `endpoint "${row.endpointId}" is not configured`), retry };
+      return p;
+    }
+    const handlers = this.d.handlers.match(row.provider, row.endpointId, row.eventType);
+    if (handlers.length === 0 && routes.direct.length === 0 && routes.brokers.length === 0) {
+      p.early = { error: new NeedsDecisionError(FAILURE.unsupportedType, `no handler or route for ${row.provider} event type "${row.eventType}"`), retry };
+      return p;
+    }
+    p.handlers = handlers;
+    p.direct = routes.direct;
+    if (handlers.length === 0 && routes.direct.length === 0) return p; // broker routes only: the relay publishes
+    try {
+      const raw = this.open(row);
+      let payload: unknown;
+      try {
+        payload = JSON.parse(raw.toString('utf8'));
+      } catch {
+        throw new NeedsDecisionError(FAILURE.schemaError, 'stored payload is not JSON');
+      }
+      p.event = {
+        inboxId: row.inboxId, provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId,
+        type: row.eventType, objectId: row.objectId, objectVersion: row.objectVersion, receivedAt: new Date(row.receivedAtMs),
+        attempt: row.attemptCount, payload, raw,
+      };
+    } catch (error) {
+      p.early = { error, retry };
+    }
+    return p;
+  }
+
+  private open(row: ClaimedInbox): Buffer {
+    if (!row.payload) throw new NeedsDecisionError(FAILURE.payloadUnavailable, 'the raw payload was purged');
+    const cipher = this.d.cipher();
+    if (!cipher) throw new RetryableError('payload_key_unavailable', 'payload keys are not loaded');
+    if (!cipher.has(row.payload.keyId)) throw new RetryableError('payload_key_unavailable', `payload key "${row.payload.keyId}" is not configured`);
+    try {
+      return cipher.open(row.payload, { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId });
+    } catch {
+      throw new NeedsDecisionError('payload_corrupt', 'stored payload failed authentication');
+    }
+  }
+
+  /** HTTP forwards run outside the transaction; destinations already served are skipped. */
+  private async deliverDirect(plans: Plan[]): Promise<void> {
+    const forwarding = plans.filter((p) => !p.early && p.event && p.direct.length > 0);
+    if (forwarding.length === 0) return;
+    const done = new Set<string>();
+    await this.d.store.transaction(async (tx) => {
+      for (const p of forwarding) for (const t of p.direct) if (await tx.isProcessed(p.key, t.consumer)) done.add(`${p.row.inboxId} ${t.consumer}`);
+    });
+    await Promise.all(forwarding.flatMap((p) => p.direct.map(async (t) => {
+      if (done.has(`${p.row.inboxId} ${t.consumer}`)) return;
+      try {
+        await t.destination.deliver({ ...p.event!, eventType: p.row.eventType, receivedAtMs: p.row.receivedAtMs, body: p.event!.raw });
+        p.delivered.push(t);
+      } catch (error) {
+        p.failure ??= { error, retry: t.retry };
+      }
+    })));
+  }
+
+  /** Returns whether effects were recorded. */
+  private async settle(tx: StoreTx, p: Plan): Promise<boolean> {
+    const { row } = p;
+    const now = this.now();
+    let effects = false;
+    try {
+      await tx.savepoint(async () => {
+        let s: Settlement;
+        if (p.early) {
+          s = this.decide(row, p.early, now);
+        } else {
+          for (const t of p.delivered) await tx.markProcessed(p.key, t.consumer, row.inboxId, null, now);
+          let failure = p.failure;
+          const versions: string[] = [];
+          for (const h of p.handlers) {
+            versions.push(`${h.name}@${h.version}`);
+            if (await tx.isProcessed(p.key, h.consumer)) continue;
+            try {
+              effects = (await tx.savepoint(() => this.runHandler(tx, h, p.event!, now))) || effects;
+            } catch (error) {
+              failure ??= { error, retry: this.d.endpoints.get(row.endpointId)!.retry };
+            }
+          }
+          s = failure ? this.decide(row, failure, now) : { status: 'PROCESSED', handlerVersion: versions.length ? versions.join(',') : null, nowMs: now };
+        }
+        if (!(await tx.settleInbox(row.inboxId, row.leaseOwner, s))) throw new LeaseLost();
+        p.settled = s;
+      });
+    } catch (err) {
+      if (!(err instanceof LeaseLost)) throw err;
+      this.d.log.warn({ inboxId: row.inboxId }, 'lease lost before settling; another worker owns the event now');
+      return false;
+    }
+    return effects;
+  }
+
+  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent, now: number): Promise<boolean> {
+    const effects = new Map<string, unknown>();
+    let open = true;
+    const ctx = {
+      tx: {
+        kind: tx.kind,
+        query: <R extends Record<string, unknown>>(sql: string, params?: readonly unknown[]) => {
+          // A handler that outlived its timeout must not write into whatever runs next.
+          if (!open) return Promise.reject(new Error('this transaction is over (the handler timed out)'));
+          return tx.query<R>(sql, params);
+        },
+      },
+      effect: (name: string, data: unknown) => {
+        if (effects.has(name)) throw new Error(`effect "${name}" recorded twice for one event`);
+        effects.set(name, data);
+      },
+    };
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        Promise.resolve().then(() => h.fn(event, ctx)),
+        new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${this.d.leaseMs} ms`)), this.d.leaseMs);
+        }),
+      ]);
+    } finally {
+      open = false;
+      clearTimeout(timer);
+    }
+    await tx.markProcessed({ provider: event.provider, endpointId: event.endpointId, providerEventId: event.providerEventId }, h.consumer, event.inboxId, `${h.name}@${h.version}`, now);
+    for (const [name, data] of effects) {
+      await tx.addEffect({ effectId: uuidv7(now), inboxId: event.inboxId, name, idempotencyKey: `${event.inboxId}:${name}`, data: JSON.stringify(data ?? null), nowMs: now });
+    }
+    return effects.size > 0;
+  }
+
+  private decide(row: ClaimedInbox, f: Failure, now: number): Settlement {
+    const c = classify(f.error);
+    if (!c.retryable) return { status: 'FAILED', reason: c.reason, error: c.message, nowMs: now };
+    if (row.attemptCount >= f.retry.maxAttempts) return { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now };
+    return { status: 'PENDING', nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, f.retry), error: c.message, nowMs: now };
+  }
+
+  private record(plans: Plan[]): void {
+    const m = this.d.metrics;
+    for (const p of plans) {
+      const s = p.settled;
+      if (!s) continue;
+      if (s.status === 'PROCESSED') m.attempts.inc(['success', '']);
+      else if (s.status === 'PENDING') m.attempts.inc(['retry', classify(p.failure?.error ?? p.early?.error).reason]);
+      else m.attempts.inc(['failed', s.reason]);
+      if (s.status !== 'PENDING') m.processingLatency.observe(Math.max(0, s.nowMs - p.row.receivedAtMs) / 1000, [s.status]);
+    }
+  }
+}

@@ -1,0 +1,112 @@
+/**
+ * The claim loop every runner shares (inbox worker, effects runner, outbox relay): keep up to
+ * `concurrency` items in flight, claim at most `batchSize` at a time, sleep when nothing is
+ * due until a wake-up or the backstop poll, and on stop claim nothing more and wait for the
+ * batches in flight. Claim errors (database down) back off instead of spinning.
+ */
+/** A claimed row with the lease token it was claimed under. */
+export interface Claimed<T> {
+  readonly row: T;
+  readonly owner: string;
+}
+
+export interface LoopOptions {
+  readonly concurrency: number;
+  readonly batchSize: number;
+  readonly pollMs: number;
+}
+
+export class ClaimLoop<T> {
+  private inFlight = 0;
+  private running = false;
+  private claiming = false;
+  private wakeRequested = false;
+  private timer: NodeJS.Timeout | undefined;
+  private sleeping: (() => void) | undefined;
+  private idle: (() => void)[] = [];
+  private errorDelayMs = 0;
+
+  constructor(
+    private readonly opts: LoopOptions,
+    private readonly claim: (n: number) => Promise<T[]>,
+    private readonly process: (batch: T[]) => Promise<void>,
+    private readonly onError: (err: unknown) => void,
+  ) {}
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    void this.run();
+  }
+
+  /** New work may be due: claim now instead of at the next poll. */
+  wake(): void {
+    this.wakeRequested = true;
+    this.sleeping?.();
+  }
+
+  /** Claims nothing more; resolves when every batch in flight has settled. */
+  async stop(): Promise<void> {
+    this.running = false;
+    this.sleeping?.();
+    if (this.inFlight === 0 && !this.claiming) return;
+    await new Promise<void>((resolve) => this.idle.push(resolve));
+  }
+
+  get busy(): number {
+    return this.inFlight;
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      const free = this.opts.concurrency - this.inFlight;
+      if (free <= 0) {
+        await this.sleep(this.opts.pollMs);
+        continue;
+      }
+      this.wakeRequested = false;
+      this.claiming = true;
+      let batch: T[] = [];
+      try {
+        batch = await this.claim(Math.min(free, this.opts.batchSize));
+        this.errorDelayMs = 0;
+      } catch (err) {
+        this.onError(err);
+        this.errorDelayMs = Math.min(Math.max(this.errorDelayMs * 2, 100), 5000);
+      } finally {
+        this.claiming = false;
+      }
+      if (batch.length > 0) {
+        this.inFlight += batch.length;
+        void this.process(batch).catch(this.onError).finally(() => {
+          this.inFlight -= batch.length;
+          this.sleeping?.();
+          this.checkIdle();
+        });
+        continue; // more may be due: claim again while there is room
+      }
+      this.checkIdle();
+      if (!this.running) break;
+      if (this.errorDelayMs > 0) await this.sleep(this.errorDelayMs);
+      else if (!this.wakeRequested) await this.sleep(this.opts.pollMs);
+    }
+    this.checkIdle();
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(this.timer);
+        this.sleeping = undefined;
+        resolve();
+      };
+      this.sleeping = done;
+      this.timer = setTimeout(done, ms);
+    });
+  }
+
+  private checkIdle(): void {
+    if (this.running || this.inFlight > 0 || this.claiming) return;
+    for (const r of this.idle.splice(0)) r();
+  }
+}

@@ -1,0 +1,50 @@
+import type { RetryPolicy } from '../config/engine.js';
+import type { EndpointConfig } from '../config/schema.js';
+import type { Destination } from '../destinations/contract.js';
+import { eventMatcher } from '../http/event-filter.js';
+
+export interface Target {
+  readonly destination: Destination;
+  /** The route's own policy, else its endpoint's. */
+  readonly retry: RetryPolicy;
+  /** The processed-marker consumer for this destination. */
+  readonly consumer: string;
+}
+
+export interface EventRoutes {
+  /** Delivered by the inbox worker (HTTP forward). */
+  readonly direct: readonly Target[];
+  /** Published by the outbox relay (NATS, RabbitMQ). */
+  readonly brokers: readonly Target[];
+}
+
+const isBroker = (d: Destination) => d.type === 'nats' || d.type === 'rabbitmq';
+
+/** Every route whose `events` match receives the event (fan-out), each destination once. */
+export class Router {
+  private readonly byEndpoint = new Map<string, { matches: (type: string) => boolean; target: Target }[]>();
+
+  constructor(endpoints: readonly EndpointConfig[], destinations: ReadonlyMap<string, Destination>) {
+    for (const ep of endpoints) {
+      this.byEndpoint.set(ep.id, ep.routes.map((r) => {
+        const destination = destinations.get(r.destination);
+        if (!destination) throw new Error(`route destination "${r.destination}" is not open`);
+        return { matches: eventMatcher(r.events), target: { destination, retry: r.retry ?? ep.retry, consumer: `destination:${destination.id}` } };
+      }));
+    }
+  }
+
+  /** undefined = the endpoint is no longer configured. */
+  route(endpointId: string, type: string): EventRoutes | undefined {
+    const routes = this.byEndpoint.get(endpointId);
+    if (!routes) return undefined;
+    const direct: Target[] = [];
+    const brokers: Target[] = [];
+    for (const r of routes) {
+      if (!r.matches(type)) continue;
+      const list = isBroker(r.target.destination) ? brokers : direct;
+      if (!list.some((t) => t.destination === r.target.destination)) list.push(r.target);
+    }
+    return { direct, brokers };
+  }
+}

@@ -1,0 +1,42 @@
+import type { BacklogStat, WorkStore } from '../store/work-port.js';
+import { Counter, Gauge, Histogram, type Registry } from './registry.js';
+
+const E2E_SECONDS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600];
+
+/** The processing engine's metrics, on the server's one registry. */
+export function engineMetrics(registry: Registry) {
+  return {
+    attempts: registry.register(new Counter('webhook_worker_attempts_total', 'Processing attempts by result (success, retry, failed) and reason.', ['result', 'reason'])),
+    processingLatency: registry.register(new Histogram('webhook_processing_latency_seconds', 'Time from receipt to a terminal state (PROCESSED or FAILED).', E2E_SECONDS, ['status'])),
+    effects: registry.register(new Counter('webhook_effect_attempts_total', 'Effect executions by result and reason.', ['result', 'reason'])),
+    relay: registry.register(new Counter('webhook_relay_publishes_total', 'Outbox relay publishes by destination and result.', ['destination', 'result'])),
+    inboxRows: registry.register(new Gauge('webhook_inbox_rows', 'Inbox rows by status (PENDING, PROCESSING, FAILED; not PROCESSED).', ['status'])),
+    oldestUnprocessed: registry.register(new Gauge('webhook_inbox_oldest_unprocessed_age_seconds', 'Age of the oldest PENDING/PROCESSING row, by endpoint and event type.', ['endpoint', 'type'])),
+    relayLag: registry.register(new Gauge('webhook_outbox_relay_lag_seconds', 'Age of the oldest unpublished outbox row (0 when none).')),
+    outboxUnpublished: registry.register(new Gauge('webhook_outbox_unpublished', 'Outbox rows not yet published.')),
+    effectRows: registry.register(new Gauge('webhook_effects', 'Side-effect rows by status.', ['status'])),
+  };
+}
+
+export type EngineMetrics = ReturnType<typeof engineMetrics>;
+
+/** Reads the queue gauges from the store (one pass per scrape; called only by /metrics). */
+export async function refreshQueueGauges(m: EngineMetrics, store: WorkStore, nowMs = Date.now()): Promise<void> {
+  const [backlog, queues] = await Promise.all([store.backlog(), store.queueStats()]);
+  // PROCESSED rows are not counted (that would scan the whole history on every scrape); their
+  // rate is webhook_worker_attempts_total{result="success"}.
+  const byStatus: Record<string, number> = { PENDING: 0, PROCESSING: 0, FAILED: 0 };
+  m.oldestUnprocessed.clear();
+  for (const b of backlog as BacklogStat[]) {
+    byStatus[b.status] = (byStatus[b.status] ?? 0) + b.count;
+    if (b.status === 'PENDING' || b.status === 'PROCESSING') {
+      const key = [b.endpointId, b.eventType];
+      const age = Math.max(0, (nowMs - b.oldestReceivedAtMs) / 1000);
+      m.oldestUnprocessed.set(key, Math.max(age, m.oldestUnprocessed.get(key) ?? 0));
+    }
+  }
+  for (const [status, n] of Object.entries(byStatus)) m.inboxRows.set([status], n);
+  m.outboxUnpublished.set([], queues.outboxUnpublished);
+  m.relayLag.set([], queues.outboxOldestMs === null ? 0 : Math.max(0, (nowMs - queues.outboxOldestMs) / 1000));
+  for (const [status, n] of Object.entries(queues.effects)) m.effectRows.set([status], n);
+}

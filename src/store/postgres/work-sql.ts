@@ -1,0 +1,160 @@
+/**
+ * The processing engine's SQL on PostgreSQL, in plain sight. The port speaks Unix ms: times go
+ * in as `to_timestamp($n / 1000.0)` and come out as epoch-ms float8 under the column's own name,
+ * so src/store/rows.ts maps both stores' rows alike.
+ */
+import { epochMs } from './sql.js';
+
+const ts = (param: string) => `to_timestamp(${param} / 1000.0)`;
+
+/** A named statement: each connection prepares it once (no parse or plan per call). */
+export interface Statement { readonly name: string; readonly text: string }
+const named = (name: string, text: string): Statement => ({ name: `wi_${name}`, text });
+
+const INBOX_COLS = (t: string) => `${t}.inbox_id::text AS inbox_id, ${t}.provider, ${t}.endpoint_id, ${t}.provider_event_id,
+  ${t}.event_type, ${t}.object_id, ${t}.object_version, ${epochMs(`${t}.provider_created_at`)} AS provider_created_at,
+  ${epochMs(`${t}.received_at`)} AS received_at, ${t}.raw_payload_ref::text AS raw_payload_ref, ${t}.payload_hash,
+  ${t}.matched_secret_version, ${t}.status, ${t}.attempt_count, ${epochMs(`${t}.next_attempt_at`)} AS next_attempt_at,
+  ${epochMs(`${t}.lease_until`)} AS lease_until, ${t}.last_error, ${t}.lease_owner, ${t}.failure_reason,
+  ${t}.handler_version, ${epochMs(`${t}.processed_at`)} AS processed_at`;
+
+const EFFECT_COLS = (t: string) => `${t}.effect_id::text AS effect_id, ${t}.inbox_id::text AS inbox_id, ${t}.name,
+  ${t}.idempotency_key, ${t}.data, ${t}.status, ${t}.attempt_count, ${epochMs(`${t}.next_attempt_at`)} AS next_attempt_at,
+  ${t}.last_error, ${t}.failure_reason, ${epochMs(`${t}.created_at`)} AS created_at, ${epochMs(`${t}.done_at`)} AS done_at`;
+
+/**
+ * One leased claim: lock up to $1 due rows (SKIP LOCKED: concurrent claimers take disjoint
+ * rows instead of queueing), push their `next_attempt_at` to the lease end (so an abandoned
+ * lease becomes due again by the same index), and return them oldest-due first.
+ * The update finds its rows by `= ANY(ARRAY(…))`, an index lookup whatever the row estimate:
+ * a generic plan (the pool forces them) guesses `LIMIT $1` at 10% of the table, and a join
+ * on that guess hashes the whole table.
+ * $1 n, $2 owner, $3 now ms, $4 lease end ms. `select` reads `upd` (updated rows) and `due`.
+ */
+function leasedClaim(table: string, id: string, due: string, set: string, select: string): string {
+  return `
+    WITH due AS (
+      SELECT ${id}, next_attempt_at AS due_at FROM ${table}
+      WHERE ${due} AND next_attempt_at <= ${ts('$3')}
+      ORDER BY next_attempt_at LIMIT $1
+      FOR UPDATE SKIP LOCKED
+    ),
+    upd AS (
+      UPDATE ${table} w SET lease_owner = $2, next_attempt_at = ${ts('$4')}, attempt_count = w.attempt_count + 1${set}
+      WHERE w.${id} = ANY (ARRAY(SELECT ${id} FROM due))
+      RETURNING w.*
+    )
+    ${select}
+    ORDER BY due.due_at, upd.${id}`;
+}
+
+const ACTIVE = `status IN ('PENDING', 'PROCESSING')`;
+const LEASE = `, status = 'PROCESSING', lease_until = ${ts('$4')}`;
+
+export const CLAIM_INBOX = named('claim_inbox', leasedClaim('webhook_inbox', 'inbox_id', ACTIVE, LEASE, `
+  SELECT ${INBOX_COLS('upd')}, p.key_id, p.nonce, p.ciphertext
+  FROM upd JOIN due USING (inbox_id) LEFT JOIN webhook_payload p ON p.payload_id = upd.raw_payload_ref`));
+
+export const CLAIM_EFFECTS = named('claim_effects', leasedClaim('webhook_effects', 'effect_id', ACTIVE, LEASE, `
+  SELECT ${EFFECT_COLS('upd')} FROM upd JOIN due USING (effect_id)`));
+
+/** The outbox has no status: unpublished is the state, the lease is `lease_owner` + `next_attempt_at`. */
+export const CLAIM_OUTBOX = named('claim_outbox', leasedClaim('webhook_outbox', 'outbox_id', 'published_at IS NULL', '', `
+  SELECT upd.outbox_id::text AS outbox_id, upd.inbox_id::text AS inbox_id, upd.topic, i.provider, i.endpoint_id,
+    i.provider_event_id, i.event_type, ${epochMs('i.received_at')} AS received_at, upd.attempt_count
+  FROM upd JOIN due USING (outbox_id) JOIN webhook_inbox i ON i.inbox_id = upd.inbox_id`));
+
+export const EXTEND_INBOX_LEASES = named('extend_inbox_leases', `
+  UPDATE webhook_inbox SET lease_until = ${ts('$3')}, next_attempt_at = ${ts('$3')}
+  WHERE inbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND status = 'PROCESSING'`);
+
+/**
+ * Settles a leased inbox row; changes nothing if `owner` lost the lease. NULL parameters keep
+ * what is there (handler_version, last_error); a NULL next attempt ends the row's schedule.
+ * $1 id, $2 owner, then rows.ts settlementColumns in order: $3 status, $4 next attempt ms,
+ * $5 error, $6 failure reason, $7 handler version, $8 processed at ms.
+ */
+export const SETTLE_INBOX = named('settle_inbox', `
+  UPDATE webhook_inbox SET status = $3, next_attempt_at = ${ts('$4')}, lease_owner = NULL, lease_until = NULL,
+    last_error = COALESCE($5, last_error), failure_reason = $6, handler_version = COALESCE($7, handler_version),
+    processed_at = COALESCE(${ts('$8')}, processed_at)
+  WHERE inbox_id = $1 AND lease_owner = $2 AND status = 'PROCESSING'`);
+
+/** As SETTLE_INBOX, with rows.ts effectSettlementColumns ($3…$7, $7 done at ms); `next_attempt_at` is NOT NULL. */
+export const SETTLE_EFFECT = named('settle_effect', `
+  UPDATE webhook_effects SET status = $3, next_attempt_at = COALESCE(${ts('$4')}, next_attempt_at),
+    lease_owner = NULL, lease_until = NULL, last_error = COALESCE($5, last_error), failure_reason = $6,
+    done_at = ${ts('$7')}
+  WHERE effect_id = $1 AND lease_owner = $2 AND status = 'PROCESSING'`);
+
+/** $1 id, $2 owner, then rows.ts outboxSettlementColumns: $3 published at ms (NULL: not yet), $4 next attempt ms, $5 error. */
+export const SETTLE_OUTBOX = named('settle_outbox', `
+  UPDATE webhook_outbox SET published_at = ${ts('$3')}, next_attempt_at = COALESCE(${ts('$4')}, next_attempt_at),
+    lease_owner = NULL, last_error = COALESCE($5, last_error)
+  WHERE outbox_id = $1 AND lease_owner = $2 AND published_at IS NULL`);
+
+export const IS_PROCESSED = named('is_processed', `
+  SELECT 1 FROM processed_events WHERE provider = $1 AND endpoint_id = $2 AND provider_event_id = $3 AND consumer = $4`);
+
+/** No ON CONFLICT: a second row for the same (event, consumer) must fail (the PK is the guard). */
+export const MARK_PROCESSED = named('mark_processed', `
+  INSERT INTO processed_events (provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, processed_at)
+  VALUES ($1, $2, $3, $4, $5, $6, ${ts('$7')})`);
+
+export const ADD_EFFECT = named('add_effect', `
+  INSERT INTO webhook_effects (effect_id, inbox_id, name, idempotency_key, data, next_attempt_at, created_at)
+  VALUES ($1, $2, $3, $4, $5, ${ts('$6')}, ${ts('$6')})
+  ON CONFLICT (idempotency_key) DO NOTHING`);
+
+export const LIST_EFFECTS = named('list_effects', `
+  SELECT ${EFFECT_COLS('e')} FROM webhook_effects e WHERE e.inbox_id = $1 ORDER BY e.created_at, e.effect_id`);
+
+export const GET_EVENT = named('get_event', `SELECT ${INBOX_COLS('w')} FROM webhook_inbox w WHERE w.inbox_id = $1`);
+
+/**
+ * Newest first; only the filters given become conditions (one plan per shape, and generic plans
+ * stay index-friendly). Only FAILED rows carry a failure reason: saying so lets the partial
+ * `webhook_inbox_failed` index serve that filter. Returns the SQL and its parameters.
+ */
+export function listEventsQuery(f: { status?: string; endpointId?: string; eventType?: string; failureReason?: string; before?: string }, limit: number): { text: string; values: unknown[] } {
+  const values: unknown[] = [];
+  const where: string[] = [];
+  const add = (cond: (p: string) => string, v: unknown) => {
+    values.push(v);
+    where.push(cond(`$${values.length}`));
+  };
+  if (f.status !== undefined) add((p) => `w.status = ${p}`, f.status);
+  if (f.endpointId !== undefined) add((p) => `w.endpoint_id = ${p}`, f.endpointId);
+  if (f.eventType !== undefined) add((p) => `w.event_type = ${p}`, f.eventType);
+  if (f.failureReason !== undefined) add((p) => `w.status = 'FAILED' AND w.failure_reason = ${p}`, f.failureReason);
+  if (f.before !== undefined) add((p) => `w.inbox_id < ${p}::uuid`, f.before);
+  values.push(limit);
+  const text = `SELECT ${INBOX_COLS('w')} FROM webhook_inbox w
+    ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY w.inbox_id DESC LIMIT $${values.length}`;
+  return { text, values };
+}
+
+/** FAILED → PENDING due now, a fresh attempt budget; last_error stays as the history. */
+const REQUEUE_SET = `status = 'PENDING', attempt_count = 0, next_attempt_at = ${ts('$2')}, failure_reason = NULL,
+  lease_owner = NULL, lease_until = NULL`;
+
+/** One round trip: whether the row was requeued, and whether it exists at all. $1 id, $2 now ms. */
+export const RETRY_FAILED = named('retry_failed', `
+  WITH upd AS (UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE inbox_id = $1 AND status = 'FAILED' RETURNING 1)
+  SELECT EXISTS (SELECT 1 FROM upd) AS requeued, EXISTS (SELECT 1 FROM webhook_inbox WHERE inbox_id = $1) AS found`);
+
+/** $1 failure reasons, $2 now ms. */
+export const REQUEUE_FAILED = named('requeue_failed', `
+  UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE status = 'FAILED' AND failure_reason = ANY($1::text[])`);
+
+export const BACKLOG = named('backlog', `
+  SELECT endpoint_id, event_type, status, count(*)::int AS count, ${epochMs('min(received_at)')} AS oldest_received_at
+  FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING', 'FAILED')
+  GROUP BY endpoint_id, event_type, status ORDER BY endpoint_id, event_type, status`);
+
+/** Rows for rows.ts toQueueStats. */
+export const QUEUE_STATS = named('queue_stats', `
+  SELECT 'outbox' AS kind, count(*)::int AS count, ${epochMs('min(created_at)')} AS oldest
+    FROM webhook_outbox WHERE published_at IS NULL
+  UNION ALL
+  SELECT status, count(*)::int, NULL FROM webhook_effects GROUP BY status`);

@@ -1,0 +1,78 @@
+import type Database from 'better-sqlite3';
+import { effectSettlementColumns, eventListLimit, outboxSettlementColumns, settlementColumns } from '../rows.js';
+import type { EffectSettlement, EventFilter, EventKey, NewEffect, OutboxSettlement, Settlement } from '../work-port.js';
+import * as W from './work-sql.js';
+
+/** A writer-thread operation: one message in, one structured-clonable answer out. */
+export type Ops = Record<string, (arg: any) => unknown>;
+
+export interface ClaimArgs { readonly n: number; readonly owner: string; readonly leaseMs: number; readonly nowMs: number }
+interface Guarded<S> { readonly id: string; readonly owner: string; readonly s: S }
+
+/**
+ * The WorkStore's operations on the writer thread. `free` ops run on their own (each an
+ * autocommit statement or its own transaction); `inTx` ops run only inside the handler
+ * transaction the message names (tx-gate.ts). Statements are prepared on first use: the
+ * tables exist only after migrate.
+ */
+export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
+  const prepared = new Map<string, Database.Statement>();
+  const st = (sql: string): Database.Statement => {
+    let s = prepared.get(sql);
+    if (!s) prepared.set(sql, (s = db.prepare(sql)));
+    return s;
+  };
+
+  /** Pick the due ids, lease them, read them back in due order — under one write lock. */
+  const claim = (due: string, lease: string, read: string) =>
+    db.transaction((a: ClaimArgs) => {
+      const picked = st(due).pluck(true).all({ now: a.nowMs, n: a.n });
+      if (picked.length === 0) return [];
+      const ids = JSON.stringify(picked);
+      st(lease).run({ ids, owner: a.owner, leaseUntil: a.nowMs + a.leaseMs });
+      return st(read).all({ ids });
+    });
+  const claimInbox = claim(W.DUE_INBOX, W.LEASE_INBOX, W.READ_CLAIMED_INBOX);
+  const claimEffects = claim(W.DUE_EFFECTS, W.LEASE_EFFECTS, W.READ_CLAIMED_EFFECTS);
+  const claimOutbox = claim(W.DUE_OUTBOX, W.LEASE_OUTBOX, W.READ_CLAIMED_OUTBOX);
+
+  const retryFailed = db.transaction((a: { id: string; nowMs: number }) => {
+    if (st(W.RETRY_FAILED).run({ id: a.id, now: a.nowMs }).changes === 1) return 'requeued';
+    return st(W.INBOX_EXISTS).get(a.id) ? 'not_failed' : 'not_found';
+  });
+
+  const free: Ops = {
+    claimInbox: (a: ClaimArgs) => claimInbox.immediate(a),
+    claimEffects: (a: ClaimArgs) => claimEffects.immediate(a),
+    claimOutbox: (a: ClaimArgs) => claimOutbox.immediate(a),
+    extendInboxLeases: (a: { ids: string[]; owner: string; leaseUntilMs: number }) =>
+      void st(W.EXTEND_INBOX_LEASES).run({ ids: JSON.stringify(a.ids), owner: a.owner, leaseUntil: a.leaseUntilMs }),
+    settleEffect: (a: Guarded<EffectSettlement>) =>
+      st(W.SETTLE_EFFECT).run({ id: a.id, owner: a.owner, ...effectSettlementColumns(a.s) }).changes === 1,
+    settleOutbox: (a: Guarded<OutboxSettlement>) =>
+      st(W.SETTLE_OUTBOX).run({ id: a.id, owner: a.owner, ...outboxSettlementColumns(a.s) }).changes === 1,
+    listEffects: (inboxId: string) => st(W.LIST_EFFECTS).all(inboxId),
+    getEvent: (inboxId: string) => st(W.GET_EVENT).get(inboxId) ?? null,
+    listEvents: (f: EventFilter) => st(W.LIST_EVENTS).all({
+      status: f.status ?? null, endpointId: f.endpointId ?? null, eventType: f.eventType ?? null,
+      failureReason: f.failureReason ?? null, before: f.before ?? null, limit: eventListLimit(f.limit),
+    }),
+    retryFailed: (a: { id: string; nowMs: number }) => retryFailed.immediate(a),
+    requeueFailed: (a: { reasons: string[]; nowMs: number }) =>
+      st(W.REQUEUE_FAILED).run({ reasons: JSON.stringify(a.reasons), now: a.nowMs }).changes,
+    backlog: () => st(W.BACKLOG).all(),
+    queueStats: () => st(W.QUEUE_STATS).all(),
+  };
+
+  const inTx: Ops = {
+    isProcessed: (a: { key: EventKey; consumer: string }) =>
+      st(W.IS_PROCESSED).get(a.key.provider, a.key.endpointId, a.key.providerEventId, a.consumer) !== undefined,
+    markProcessed: (a: { key: EventKey; consumer: string; inboxId: string; handlerVersion: string | null; nowMs: number }) =>
+      void st(W.MARK_PROCESSED).run(a.key.provider, a.key.endpointId, a.key.providerEventId, a.consumer, a.inboxId, a.handlerVersion, a.nowMs),
+    addEffect: (e: NewEffect) => void st(W.ADD_EFFECT).run(e),
+    settleInbox: (a: Guarded<Settlement>) =>
+      st(W.SETTLE_INBOX).run({ id: a.id, owner: a.owner, ...settlementColumns(a.s) }).changes === 1,
+  };
+
+  return { free, inTx };
+}

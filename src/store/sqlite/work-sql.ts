@@ -1,0 +1,138 @@
+/**
+ * The processing engine's SQL on SQLite, in plain sight. Times are Unix-ms INTEGERs; a list of
+ * ids travels as one JSON array parameter (`json_each`), so every statement is prepared once.
+ * Rows come out under the column names src/store/rows.ts maps for both stores.
+ *
+ * A leased claim is three statements in one BEGIN IMMEDIATE transaction (see work-ops.ts):
+ * pick the due ids oldest-due first, lease them, read them back in that order. The write lock
+ * makes pick-then-lease atomic; picking first is how the result keeps the due order (SQLite's
+ * RETURNING sees only the new `next_attempt_at`).
+ */
+
+const ACTIVE = `status IN ('PENDING', 'PROCESSING')`;
+const IDS = `(SELECT value FROM json_each(@ids))`;
+
+// ── inbox ──────────────────────────────────────────────────────────────────────────────────
+
+/** Matches the partial index webhook_inbox_due. */
+export const DUE_INBOX = `
+  SELECT inbox_id FROM webhook_inbox WHERE ${ACTIVE} AND next_attempt_at <= @now
+  ORDER BY next_attempt_at, inbox_id LIMIT @n`;
+
+export const LEASE_INBOX = `
+  UPDATE webhook_inbox SET status = 'PROCESSING', lease_owner = @owner, lease_until = @leaseUntil,
+    next_attempt_at = @leaseUntil, attempt_count = attempt_count + 1
+  WHERE inbox_id IN ${IDS}`;
+
+/** The leased rows in the order of @ids, each with its payload (NULLs once purged). */
+export const READ_CLAIMED_INBOX = `
+  SELECT w.*, p.key_id, p.nonce, p.ciphertext
+  FROM json_each(@ids) j JOIN webhook_inbox w ON w.inbox_id = j.value
+  LEFT JOIN webhook_payload p ON p.payload_id = w.raw_payload_ref
+  ORDER BY j.key`;
+
+export const EXTEND_INBOX_LEASES = `
+  UPDATE webhook_inbox SET lease_until = @leaseUntil, next_attempt_at = @leaseUntil
+  WHERE inbox_id IN ${IDS} AND lease_owner = @owner AND status = 'PROCESSING'`;
+
+/** Changes nothing unless `owner` still holds the lease. Parameters: rows.ts settlementColumns. */
+export const SETTLE_INBOX = `
+  UPDATE webhook_inbox SET status = @status, next_attempt_at = @nextAttemptAtMs, lease_owner = NULL, lease_until = NULL,
+    last_error = COALESCE(@error, last_error), failure_reason = @reason,
+    handler_version = COALESCE(@handlerVersion, handler_version), processed_at = COALESCE(@processedAtMs, processed_at)
+  WHERE inbox_id = @id AND lease_owner = @owner AND status = 'PROCESSING'`;
+
+// ── the handler transaction's bookkeeping ──────────────────────────────────────────────────
+
+export const IS_PROCESSED = `
+  SELECT 1 FROM processed_events WHERE provider = ? AND endpoint_id = ? AND provider_event_id = ? AND consumer = ?`;
+
+/** No ON CONFLICT: a second row for the same (event, consumer) must fail (the PK is the guard). */
+export const MARK_PROCESSED = `
+  INSERT INTO processed_events (provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, processed_at)
+  VALUES (?, ?, ?, ?, ?, ?, ?)`;
+
+export const ADD_EFFECT = `
+  INSERT INTO webhook_effects (effect_id, inbox_id, name, idempotency_key, data, next_attempt_at, created_at)
+  VALUES (@effectId, @inboxId, @name, @idempotencyKey, @data, @nowMs, @nowMs)
+  ON CONFLICT (idempotency_key) DO NOTHING`;
+
+// ── effects ────────────────────────────────────────────────────────────────────────────────
+
+export const DUE_EFFECTS = `
+  SELECT effect_id FROM webhook_effects WHERE ${ACTIVE} AND next_attempt_at <= @now
+  ORDER BY next_attempt_at, effect_id LIMIT @n`;
+
+export const LEASE_EFFECTS = `
+  UPDATE webhook_effects SET status = 'PROCESSING', lease_owner = @owner, lease_until = @leaseUntil,
+    next_attempt_at = @leaseUntil, attempt_count = attempt_count + 1
+  WHERE effect_id IN ${IDS}`;
+
+export const READ_CLAIMED_EFFECTS = `
+  SELECT e.* FROM json_each(@ids) j JOIN webhook_effects e ON e.effect_id = j.value ORDER BY j.key`;
+
+/** Parameters: rows.ts effectSettlementColumns. */
+export const SETTLE_EFFECT = `
+  UPDATE webhook_effects SET status = @status, next_attempt_at = COALESCE(@nextAttemptAtMs, next_attempt_at),
+    lease_owner = NULL, lease_until = NULL, last_error = COALESCE(@error, last_error), failure_reason = @reason,
+    done_at = @doneAtMs
+  WHERE effect_id = @id AND lease_owner = @owner AND status = 'PROCESSING'`;
+
+export const LIST_EFFECTS = `SELECT * FROM webhook_effects WHERE inbox_id = ? ORDER BY created_at, effect_id`;
+
+// ── outbox (no status: unpublished is the state; the lease is lease_owner + next_attempt_at) ──
+
+export const DUE_OUTBOX = `
+  SELECT outbox_id FROM webhook_outbox WHERE published_at IS NULL AND next_attempt_at <= @now
+  ORDER BY next_attempt_at, outbox_id LIMIT @n`;
+
+export const LEASE_OUTBOX = `
+  UPDATE webhook_outbox SET lease_owner = @owner, next_attempt_at = @leaseUntil, attempt_count = attempt_count + 1
+  WHERE outbox_id IN ${IDS}`;
+
+export const READ_CLAIMED_OUTBOX = `
+  SELECT o.outbox_id, o.inbox_id, o.topic, o.attempt_count, i.provider, i.endpoint_id, i.provider_event_id,
+    i.event_type, i.received_at
+  FROM json_each(@ids) j JOIN webhook_outbox o ON o.outbox_id = j.value JOIN webhook_inbox i ON i.inbox_id = o.inbox_id
+  ORDER BY j.key`;
+
+/** @publishedAt NULL = not yet: retry at @nextAttemptAtMs. */
+export const SETTLE_OUTBOX = `
+  UPDATE webhook_outbox SET published_at = @publishedAt, next_attempt_at = COALESCE(@nextAttemptAtMs, next_attempt_at),
+    lease_owner = NULL, last_error = COALESCE(@error, last_error)
+  WHERE outbox_id = @id AND lease_owner = @owner AND published_at IS NULL`;
+
+// ── operator queries ───────────────────────────────────────────────────────────────────────
+
+export const GET_EVENT = `SELECT * FROM webhook_inbox WHERE inbox_id = ?`;
+
+/** Newest first (UUIDv7 ids sort by arrival); a NULL filter matches every row. */
+export const LIST_EVENTS = `
+  SELECT * FROM webhook_inbox
+  WHERE (@status IS NULL OR status = @status)
+    AND (@endpointId IS NULL OR endpoint_id = @endpointId)
+    AND (@eventType IS NULL OR event_type = @eventType)
+    AND (@failureReason IS NULL OR (status = 'FAILED' AND failure_reason = @failureReason))
+    AND (@before IS NULL OR inbox_id < @before)
+  ORDER BY inbox_id DESC LIMIT @limit`;
+
+/** FAILED → PENDING due now with a fresh attempt budget; last_error stays as the history. */
+const REQUEUE_SET = `status = 'PENDING', attempt_count = 0, next_attempt_at = @now, failure_reason = NULL,
+  lease_owner = NULL, lease_until = NULL`;
+
+export const RETRY_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE inbox_id = @id AND status = 'FAILED'`;
+export const INBOX_EXISTS = `SELECT 1 FROM webhook_inbox WHERE inbox_id = ?`;
+
+export const REQUEUE_FAILED = `
+  UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons))`;
+
+export const BACKLOG = `
+  SELECT endpoint_id, event_type, status, count(*) AS count, min(received_at) AS oldest_received_at
+  FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING', 'FAILED')
+  GROUP BY endpoint_id, event_type, status ORDER BY endpoint_id, event_type, status`;
+
+/** Rows for rows.ts toQueueStats. */
+export const QUEUE_STATS = `
+  SELECT 'outbox' AS kind, count(*) AS count, min(created_at) AS oldest FROM webhook_outbox WHERE published_at IS NULL
+  UNION ALL
+  SELECT status, count(*), NULL FROM webhook_effects GROUP BY status`;

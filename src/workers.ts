@@ -1,0 +1,35 @@
+import type { Logger } from 'pino';
+import type { Config } from './config/schema.js';
+import { KeyRing } from './crypto/keyring.js';
+import { Engine } from './engine/engine.js';
+import { HandlerRegistry } from './engine/handlers.js';
+import { createLogger } from './log.js';
+import { Registry } from './metrics/registry.js';
+import { openStore } from './store/open.js';
+import type { InboxStore } from './store/port.js';
+
+export interface RunningWorkers {
+  readonly engine: Engine;
+  readonly store: InboxStore;
+  stop(): Promise<void>;
+}
+
+/** Workers without ingress (`webhook-inbox work`): scale processing apart from receiving. */
+export async function startWorkers(config: Config, opts: { handlers?: HandlerRegistry; env?: NodeJS.ProcessEnv; logger?: Logger; migrate?: boolean } = {}): Promise<RunningWorkers> {
+  const log = opts.logger ?? createLogger(config.log.level);
+  const keyring = new KeyRing(config, opts.env);
+  for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable');
+  const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs });
+  if (opts.migrate ?? true) await store.migrate();
+  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: new Registry(), log, env: opts.env });
+  engine.start();
+  return {
+    engine,
+    store,
+    async stop() {
+      await engine.stop();
+      await store.close();
+      log.flush();
+    },
+  };
+}

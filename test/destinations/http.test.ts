@@ -1,0 +1,210 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { Webhook } from 'standardwebhooks';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { DestinationConfig } from '../../src/config/engine.js';
+import { parseSecretRef, SecretUnavailableError } from '../../src/config/secrets.js';
+import type { DeliveryEvent, Destination } from '../../src/destinations/contract.js';
+import { closeAll, createDestination } from '../../src/destinations/registry.js';
+import { NeedsDecisionError, RetryableError } from '../../src/engine/failure.js';
+import { ConfigError } from '../../src/errors.js';
+import { thrownBy } from '../helpers/adapter.js';
+import { closedPort, failureOf } from '../helpers/destinations.js';
+
+const SECRET = 'whsec_' + Buffer.alloc(32, 7).toString('base64');
+const BODY = Buffer.from('{"id":"evt_1",  "type":"invoice.paid", "note":"caf\u00e9 \u2603"}\n');
+
+interface Received {
+  readonly path: string;
+  readonly headers: IncomingMessage['headers'];
+  readonly body: Buffer;
+  readonly socket: Socket;
+}
+
+type Handler = (req: IncomingMessage, res: ServerResponse, body: Buffer) => void;
+
+let server: Server;
+let base: string;
+const received: Received[] = [];
+let handler: Handler = (_req, res) => res.end('ok');
+const sockets = new Set<Socket>();
+
+beforeAll(async () => {
+  server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks);
+      received.push({ path: req.url ?? '', headers: req.headers, body, socket: req.socket });
+      handler(req, res, body);
+    });
+  });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  for (const s of sockets) s.destroy();
+  await new Promise<void>((r) => server.close(() => r()));
+});
+
+const open: Destination[] = [];
+afterEach(async () => {
+  await closeAll(open.splice(0));
+  received.length = 0;
+  handler = (_req, res) => res.end('ok');
+  // Sockets a test left hanging (the never-answering server) must not outlive it.
+  for (const s of sockets) s.destroy();
+});
+
+function destination(over: Partial<Extract<DestinationConfig, { type: 'http' }>> = {}, env: NodeJS.ProcessEnv = {}): Destination {
+  const d = createDestination({ id: 'fwd', type: 'http', url: `${base}/hooks/in?x=1`, secret: parseSecretRef(SECRET, 'destinations[0].secret'), timeoutMs: 2000, ...over }, env);
+  open.push(d);
+  return d;
+}
+
+function event(inboxId = '0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b', body: Buffer | undefined = BODY): DeliveryEvent {
+  return { inboxId, provider: 'stripe', endpointId: 'stripe-main', providerEventId: 'evt_1', eventType: 'invoice.paid', receivedAtMs: Date.now(), body };
+}
+
+describe('http destination', () => {
+  it('POSTs the exact bytes with a Standard Webhooks signature the official library verifies', async () => {
+    const d = destination({ secret: parseSecretRef('${env:FWD_SECRET}', 'destinations[0].secret') }, { FWD_SECRET: SECRET });
+    const e = event();
+    await d.deliver(e);
+
+    expect(received).toHaveLength(1);
+    const r = received[0]!;
+    expect(r.path).toBe('/hooks/in?x=1');
+    expect(r.body.equals(BODY)).toBe(true);
+    expect(r.headers['content-type']).toBe('application/json');
+    expect(r.headers['user-agent']).toBe('webhook-inbox');
+    expect(r.headers['idempotency-key']).toBe(e.inboxId);
+    expect(r.headers['webhook-id']).toBe(e.inboxId);
+    const ts = Number(r.headers['webhook-timestamp']);
+    expect(Math.abs(ts - Date.now() / 1000)).toBeLessThan(5);
+
+    const wh = new Webhook(SECRET);
+    const h = { 'webhook-id': String(r.headers['webhook-id']), 'webhook-timestamp': String(r.headers['webhook-timestamp']), 'webhook-signature': String(r.headers['webhook-signature']) };
+    expect(() => wh.verify(r.body, h)).not.toThrow();
+    // Any other key, or any other byte, fails verification.
+    expect(() => new Webhook('whsec_' + Buffer.alloc(32, 8).toString('base64')).verify(r.body, h)).toThrow();
+    expect(() => wh.verify(Buffer.concat([r.body, Buffer.from(' ')]), h)).toThrow();
+  });
+
+  it('keeps the connection alive between deliveries and keeps the idempotency key stable per event', async () => {
+    const d = destination();
+    // (undici frees the pooled socket a tick after the answer completes: without the pause, a
+    // delivery started in the same tick opens a second socket.)
+    await d.deliver(event('id-a'));
+    await new Promise((r) => setImmediate(r));
+    await d.deliver(event('id-a'));
+    await new Promise((r) => setImmediate(r));
+    await d.deliver(event('id-b'));
+    expect(received.map((r) => r.headers['idempotency-key'])).toEqual(['id-a', 'id-a', 'id-b']);
+    expect(new Set(received.map((r) => r.socket)).size).toBe(1);
+  });
+
+  it('sends Basic auth from credentials in the URL', async () => {
+    const d = destination({ url: `http://user:p%40ss@${base.slice('http://'.length)}/auth` });
+    await d.deliver(event());
+    expect(received[0]!.headers.authorization).toBe(`Basic ${Buffer.from('user:p@ss').toString('base64')}`);
+  });
+
+  it('5xx and 4xx are retryable http_<status>, and the error never carries a body', async () => {
+    const d = destination();
+    handler = (_req, res, body) => {
+      res.statusCode = 500;
+      res.end(body); // echo: the answer must not leak into the error either
+    };
+    const e500 = await failureOf(d.deliver(event()));
+    expect(e500).toBeInstanceOf(RetryableError);
+    expect(e500.reason).toBe('http_500');
+    expect(e500.message).not.toContain('evt_1');
+
+    handler = (_req, res) => {
+      res.statusCode = 404;
+      res.end('nope');
+    };
+    const e404 = await failureOf(d.deliver(event()));
+    expect(e404.reason).toBe('http_404');
+  });
+
+  it('does not follow a redirect: a 3xx is a failure and its Location is never requested', async () => {
+    const d = destination();
+    handler = (req, res) => {
+      if (req.url === '/elsewhere') {
+        res.end('should not be reached');
+        return;
+      }
+      res.writeHead(302, { location: `${base}/elsewhere` });
+      res.end();
+    };
+    const err = await failureOf(d.deliver(event()));
+    expect(err).toBeInstanceOf(RetryableError);
+    expect(err.reason).toBe('http_302');
+    await new Promise((r) => setTimeout(r, 100));
+    expect(received.map((r) => r.path)).toEqual(['/hooks/in?x=1']);
+  });
+
+  it('a server that never answers is a timeout within about timeoutMs', async () => {
+    const d = destination({ timeoutMs: 400 });
+    handler = () => undefined;
+    const t0 = Date.now();
+    const err = await failureOf(d.deliver(event()));
+    const elapsed = Date.now() - t0;
+    expect(err.reason).toBe('timeout');
+    expect(elapsed).toBeGreaterThanOrEqual(350);
+    expect(elapsed).toBeLessThan(1500);
+  });
+
+  it('the deadline covers the answer body too', async () => {
+    const d = destination({ timeoutMs: 400 });
+    handler = (_req, res) => {
+      res.writeHead(200, { 'content-length': '100' });
+      res.write('partial'); // and never the rest
+    };
+    const t0 = Date.now();
+    const err = await failureOf(d.deliver(event()));
+    expect(err.reason).toBe('timeout');
+    expect(Date.now() - t0).toBeLessThan(1500);
+  });
+
+  it('a closed port is a connection failure', async () => {
+    const d = destination({ url: `http://127.0.0.1:${await closedPort()}/x` });
+    const err = await failureOf(d.deliver(event()));
+    expect(err).toBeInstanceOf(RetryableError);
+    expect(err.reason).toBe('connection');
+  });
+
+  it('an event whose payload is gone needs a decision', async () => {
+    const d = destination();
+    const err = await failureOf(d.deliver({ ...event('id-x'), body: undefined }));
+    expect(err).toBeInstanceOf(NeedsDecisionError);
+    expect(err.reason).toBe('payload_unavailable');
+  });
+
+  it('after close, deliveries fail as retryable without a request', async () => {
+    const d = destination();
+    await d.close();
+    const err = await failureOf(d.deliver(event()));
+    expect(err.reason).toBe('destination_closed');
+    expect(received).toHaveLength(0);
+  });
+
+  it('secret problems name the config path, never the value', () => {
+    const missing = thrownBy(() => destination({ secret: parseSecretRef('${env:NOPE}', 'destinations[0].secret') }, {}), SecretUnavailableError);
+    expect(missing).toBeInstanceOf(SecretUnavailableError);
+    expect(missing.message).toContain('destinations[0].secret');
+
+    const bad = 'whsec_not*base64*at*all-SUPERSECRET';
+    const err = thrownBy(() => destination({ secret: parseSecretRef(bad, 'destinations[0].secret') }), ConfigError);
+    expect(err).toBeInstanceOf(ConfigError);
+    expect(err.message).toContain('destinations[0].secret');
+    expect(err.message).not.toContain('SUPERSECRET');
+  });
+});

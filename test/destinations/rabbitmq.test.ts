@@ -1,0 +1,190 @@
+import { createServer, type Server, type Socket } from 'node:net';
+import { connect, type Channel, type ChannelModel, type GetMessage } from 'amqplib';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { DestinationConfig } from '../../src/config/engine.js';
+import { brokerMessage, type Destination } from '../../src/destinations/contract.js';
+import { closeAll, createDestination } from '../../src/destinations/registry.js';
+import { RetryableError } from '../../src/engine/failure.js';
+import { ConfigError } from '../../src/errors.js';
+import { thrownBy } from '../helpers/adapter.js';
+import { closedPort, deliveryEvent, failureOf, uniqueName } from '../helpers/destinations.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+
+// The real RabbitMQ that .ci/run starts on loopback.
+const AMQP_URL = 'amqp://guest:guest@127.0.0.1:5672';
+
+type RabbitConfig = Extract<DestinationConfig, { type: 'rabbitmq' }>;
+
+let conn: ChannelModel;
+let ch: Channel;
+const queues: string[] = [];
+const exchanges: string[] = [];
+const open: Destination[] = [];
+
+beforeAll(async () => {
+  conn = await connect(AMQP_URL);
+  ch = await conn.createChannel();
+});
+
+afterEach(async () => {
+  await closeAll(open.splice(0));
+});
+
+afterAll(async () => {
+  for (const q of queues) await ch.deleteQueue(q).catch(() => undefined);
+  for (const x of exchanges) await ch.deleteExchange(x).catch(() => undefined);
+  await conn?.close();
+});
+
+function destination(over: Partial<RabbitConfig>): Destination {
+  const d = createDestination({ id: 'rabbit', type: 'rabbitmq', url: AMQP_URL, exchange: '', routingKey: 'webhooks.{provider}.{type}', queue: undefined, timeoutMs: 3000, ...over });
+  open.push(d);
+  return d;
+}
+
+/** A queue name the test owns (deleted after the file). */
+function queueName(): string {
+  const q = uniqueName('whi_test_q');
+  queues.push(q);
+  return q;
+}
+
+async function topicExchange(): Promise<string> {
+  const x = uniqueName('whi_test_x');
+  exchanges.push(x);
+  await ch.assertExchange(x, 'topic', { durable: false });
+  return x;
+}
+
+/** The next message on `q`, waiting briefly for it to arrive. */
+async function take(q: string): Promise<GetMessage> {
+  for (let i = 0; i < 50; i++) {
+    const m = await ch.get(q, { noAck: true });
+    if (m) return m;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`no message on ${q}`);
+}
+
+describe('rabbitmq destination (real broker)', () => {
+  it('default exchange: asserts the durable queue and publishes persistent JSON with message_id = inbox id', async () => {
+    const q = queueName();
+    const d = destination({ routingKey: q, queue: q });
+    const e = deliveryEvent({ body: Buffer.from('{"secret":"provider payload"}') });
+    await d.deliver(e);
+
+    expect((await ch.checkQueue(q)).messageCount).toBe(1);
+    const m = await take(q);
+    expect(m.properties.messageId).toBe(e.inboxId);
+    expect(m.properties.contentType).toBe('application/json');
+    expect(m.properties.deliveryMode).toBe(2);
+    expect(m.fields.routingKey).toBe(q);
+    expect(m.content.toString()).toBe(brokerMessage(e));
+    expect(JSON.parse(m.content.toString())).toEqual({
+      inbox_id: e.inboxId, provider: 'stripe', endpoint_id: 'stripe-main', provider_event_id: 'evt_1',
+      event_type: 'payment_intent.succeeded', received_at: '2025-01-02T03:04:05.678Z',
+    });
+  });
+
+  it('named exchange: binds the queue with the routing key prefix + "#" and routes expanded keys to it', async () => {
+    const x = await topicExchange();
+    const q = queueName();
+    const prefix = x.replace(/_/g, '-');
+    const d = destination({ exchange: x, routingKey: `${prefix}.{provider}.{type}`, queue: q });
+    const e = deliveryEvent();
+    await d.deliver(e);
+    await d.deliver(deliveryEvent({ provider: 'github', eventType: 'push' }));
+    const first = await take(q);
+    expect(first.fields.exchange).toBe(x);
+    expect(first.fields.routingKey).toBe(`${prefix}.stripe.payment_intent.succeeded`);
+    expect(first.properties.messageId).toBe(e.inboxId);
+    expect((await take(q)).fields.routingKey).toBe(`${prefix}.github.push`);
+  });
+
+  it('a message no queue accepts is unroutable; the channel stays usable', async () => {
+    const x = await topicExchange();
+    const d = destination({ exchange: x, routingKey: 'nowhere.{provider}' });
+    const err = await failureOf(d.deliver(deliveryEvent()));
+    expect(err).toBeInstanceOf(RetryableError);
+    expect(err.reason).toBe('unroutable');
+
+    const q = queueName();
+    await ch.assertQueue(q, { durable: false });
+    await ch.bindQueue(q, x, 'nowhere.#');
+    await d.deliver(deliveryEvent());
+    expect((await take(q)).fields.routingKey).toBe('nowhere.stripe');
+  });
+
+  it('a broker nack is rabbitmq_nack', async () => {
+    const q = queueName();
+    // A queue that refuses every publish: with confirms, the broker answers basic.nack.
+    await ch.assertQueue(q, { durable: false, arguments: { 'x-max-length': 0, 'x-overflow': 'reject-publish' } });
+    const d = destination({ routingKey: q });
+    const err = await failureOf(d.deliver(deliveryEvent()));
+    expect(err.reason).toBe('rabbitmq_nack');
+  });
+
+  it('a missing exchange fails as retryable; the next delivery reconnects and succeeds once it exists', async () => {
+    const x = uniqueName('whi_test_x');
+    exchanges.push(x);
+    const q = queueName();
+    const d = destination({ exchange: x, routingKey: 'late.{provider}', queue: q });
+    const err = await failureOf(d.deliver(deliveryEvent()));
+    expect(err.reason).toBe('rabbitmq_unavailable');
+    expect(err.message).toContain('404');
+
+    await ch.assertExchange(x, 'topic', { durable: false });
+    await d.deliver(deliveryEvent());
+    expect((await take(q)).fields.routingKey).toBe('late.stripe');
+  });
+
+  it('rides out a connection loss: fails as retryable, then reconnects on the next delivery', async () => {
+    const proxy = new TcpProxy(5672);
+    const port = await proxy.start();
+    try {
+      const q = queueName();
+      const d = destination({ url: `amqp://guest:guest@127.0.0.1:${port}`, routingKey: q, queue: q, timeoutMs: 1000 });
+      await d.deliver(deliveryEvent());
+      await proxy.stop();
+      const during = await failureOf(d.deliver(deliveryEvent()));
+      expect(['rabbitmq_unavailable', 'timeout']).toContain(during.reason);
+      await proxy.start(port);
+      const e = deliveryEvent();
+      await d.deliver(e);
+      const ids = [(await take(q)).properties.messageId, (await take(q)).properties.messageId];
+      expect(ids[1]).toBe(e.inboxId);
+    } finally {
+      await proxy.stop();
+    }
+  });
+
+  it('a closed port is rabbitmq_unavailable', async () => {
+    const d = destination({ url: `amqp://guest:guest@127.0.0.1:${await closedPort()}`, timeoutMs: 1000 });
+    const err = await failureOf(d.deliver(deliveryEvent()));
+    expect(err).toBeInstanceOf(RetryableError);
+    expect(err.reason).toBe('rabbitmq_unavailable');
+    expect(err.message).not.toContain('guest:guest');
+  });
+
+  it('a server that accepts the socket but never speaks AMQP is a timeout', async () => {
+    const held = new Set<Socket>();
+    const silent: Server = createServer((s) => held.add(s));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    try {
+      const port = (silent.address() as { port: number }).port;
+      const d = destination({ url: `amqp://guest:guest@127.0.0.1:${port}`, timeoutMs: 500 });
+      const t0 = Date.now();
+      const err = await failureOf(d.deliver(deliveryEvent()));
+      expect(err.reason).toBe('timeout');
+      expect(Date.now() - t0).toBeLessThan(2500);
+    } finally {
+      for (const s of held) s.destroy();
+      await new Promise<void>((r) => silent.close(() => r()));
+    }
+  });
+
+  it('on the default exchange the routing key must be the queue name (config error)', () => {
+    const err = thrownBy(() => destination({ routingKey: 'webhooks.{provider}', queue: 'some-queue' }), ConfigError);
+    expect(err.message).toContain('routingKey');
+  });
+});

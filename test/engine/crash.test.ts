@@ -1,0 +1,123 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pino from 'pino';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { startApp } from '../../src/app.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { openStore } from '../../src/store/open.js';
+import type { InboxStore } from '../../src/store/port.js';
+import { configDoc } from '../helpers/app.js';
+import { waitFor } from '../helpers/engine.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { post } from '../helpers/http.js';
+import { exited, spawnWork } from '../helpers/server-process.js';
+import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
+
+const HANDLERS = fileURLToPath(new URL('../fixtures/ledger-handlers.mjs', import.meta.url));
+
+/**
+ * A separate `webhook-inbox work` process is SIGKILLed at a chosen point, then restarted
+ * without the crash: every accepted event must reach a terminal state and the ledger must
+ * show each business mutation exactly once.
+ */
+describeEachStore('worker crash recovery', (kind) => {
+  let db: TestDatabase;
+  let dir: string;
+  let store: InboxStore;
+  let doc: Record<string, unknown>;
+  beforeEach(async () => {
+    db = await freshDatabase(kind);
+    dir = mkdtempSync(join(tmpdir(), 'wi-wcrash-'));
+    doc = configDoc(db.url, { log: { level: 'warn' }, workers: { leaseMs: 1000, pollMs: 50, concurrency: 4, batchSize: 4 }, retry: { baseMs: 10, capMs: 50, maxAttempts: 5 } });
+    store = openStore(db.url);
+    await store.migrate();
+    await store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
+  });
+  afterEach(async () => {
+    await store.close();
+    await db.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Accepts events through a real ingress with no workers running. */
+  async function accept(ids: string[]): Promise<string[]> {
+    const app = await startApp(parseConfig(doc, {}), { logger: pino({ level: 'silent' }), workers: false });
+    try {
+      const out: string[] = [];
+      for (const id of ids) {
+        const body = stripeEvent(id);
+        const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+        expect(r.status).toBe(200);
+        out.push(r.json().inbox_id);
+      }
+      return out;
+    } finally {
+      await app.close();
+    }
+  }
+
+  async function ledger(): Promise<Map<string, number>> {
+    const rows = await store.transaction((tx) => tx.query<{ event_id: string }>('SELECT event_id FROM ledger'));
+    const m = new Map<string, number>();
+    for (const r of rows) m.set(r.event_id, (m.get(r.event_id) ?? 0) + 1);
+    return m;
+  }
+
+  async function runUntilTerminal(inboxIds: string[], effectLog: string): Promise<void> {
+    const w = await spawnWork(join(dir, 'work.yaml'), doc, HANDLERS, { EFFECT_LOG: effectLog });
+    try {
+      await waitFor(async () => {
+        for (const id of inboxIds) {
+          const e = await store.getEvent(id);
+          if (e?.status !== 'PROCESSED') return false;
+          const effects = await store.listEffects(id);
+          if (effects.some((f) => f.status !== 'DONE')) return false;
+        }
+        return true;
+      }, 20_000, 'every event PROCESSED with its effects DONE');
+    } finally {
+      w.child.kill('SIGTERM');
+      await exited(w);
+    }
+  }
+
+  it('killed inside a handler (transaction open, lease held): the lease expires, the event is processed once', async () => {
+    const ids = ['evt_a', 'evt_b', 'evt_c', 'evt_d'];
+    const inboxIds = await accept(ids);
+    const effectLog = join(dir, 'effects.log');
+    writeFileSync(effectLog, '');
+    const crashing = await spawnWork(join(dir, 'work.yaml'), doc, HANDLERS, { EFFECT_LOG: effectLog, CRASH_IN_HANDLER: 'evt_c' });
+    expect(await exited(crashing)).toBe('SIGKILL');
+    const held = await store.getEvent(inboxIds[2]!);
+    expect(held?.status).toBe('PROCESSING'); // its lease is still held by the dead process
+
+    await runUntilTerminal(inboxIds, effectLog);
+    const l = await ledger();
+    for (const id of ids) expect(l.get(id), id).toBe(1);
+    const final = await store.getEvent(inboxIds[2]!);
+    expect(final).toMatchObject({ status: 'PROCESSED', handlerVersion: 'ledger@2' });
+    expect(final!.attemptCount).toBeGreaterThanOrEqual(2);
+    // Effects: each event's key at least once (at-least-once), never a key of another name.
+    const keys = readFileSync(effectLog, 'utf8').trim().split('\n');
+    expect(new Set(keys)).toEqual(new Set(inboxIds.map((id) => `${id}:notify`)));
+  });
+
+  it('killed right after the business commit, before its effects ran: effects run after restart, mutations stay single', async () => {
+    const ids = ['evt_p', 'evt_q', 'evt_r'];
+    const inboxIds = await accept(ids);
+    const effectLog = join(dir, 'effects.log');
+    writeFileSync(effectLog, '');
+    const crashing = await spawnWork(join(dir, 'work.yaml'), doc, HANDLERS, { EFFECT_LOG: effectLog, WEBHOOK_INBOX_FAILPOINTS: 'worker.after-commit' });
+    expect(await exited(crashing)).toBe('SIGKILL');
+    const committed = await Promise.all(inboxIds.map((id) => store.getEvent(id)));
+    expect(committed.some((e) => e?.status === 'PROCESSED')).toBe(true);
+
+    await runUntilTerminal(inboxIds, effectLog);
+    const l = await ledger();
+    for (const id of ids) expect(l.get(id), id).toBe(1);
+    const keys = readFileSync(effectLog, 'utf8').trim().split('\n');
+    expect(new Set(keys)).toEqual(new Set(inboxIds.map((id) => `${id}:notify`)));
+  });
+});

@@ -1,0 +1,179 @@
+import { afterEach, expect, it } from 'vitest';
+import { HandlerRegistry } from '../../src/engine/handlers.js';
+import { NeedsDecisionError } from '../../src/engine/failure.js';
+import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
+import { DestinationServer, FAST_WORKERS, FORWARD_SECRET, waitFor } from '../helpers/engine.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { post } from '../helpers/http.js';
+import { describeEachStore } from '../helpers/stores.js';
+
+const endpoint = (over: Record<string, unknown> = {}) => ({ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }], ...over });
+
+describeEachStore('processing engine', (kind) => {
+  let app: TestApp | undefined;
+  const dest = new DestinationServer();
+  afterEach(async () => {
+    await app?.stop();
+    app = undefined;
+    await dest.stop();
+    dest.received.length = 0;
+    dest.status = () => 200;
+  });
+
+  const send = (id: string, type = 'payment_intent.succeeded', extra = '') => {
+    const body = stripeEvent(id, { type, size: 600 + extra.length });
+    const withMarker = extra ? Buffer.from(body.toString().replace('"pad":"', `"pad":"${extra}`)) : body;
+    return post(`${app!.url}/webhooks/stripe`, withMarker, stripeHeaders(withMarker));
+  };
+  const sql = (pg: string) => (kind === 'postgres' ? pg : pg.replace(/\$\d+/g, '?'));
+  const userTable = async () => {
+    await app!.store.transaction(async (tx) => {
+      await tx.query('CREATE TABLE paid_orders (event_id TEXT PRIMARY KEY, amount INTEGER NOT NULL)');
+    });
+  };
+  const countPaid = async () => {
+    const rows = await app!.store.transaction((tx) => tx.query<{ n: number | string }>('SELECT count(*) AS n FROM paid_orders'));
+    return Number(rows[0]!.n);
+  };
+
+  it('300 concurrent copies of one event: one inbox row, one handler mutation, one forward', async () => {
+    await dest.start();
+    let handlerRuns = 0;
+    const handlers = new HandlerRegistry().on('payment_intent.*', async (event, ctx) => {
+      handlerRuns++;
+      await ctx.tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), [event.providerEventId, 2000]);
+    }, { version: '7', name: 'mark-paid' });
+    app = await startTestApp(kind, {
+      ...FAST_WORKERS,
+      destinations: [{ id: 'orders-api', type: 'http', url: dest.url, secret: FORWARD_SECRET, timeoutMs: 2000 }],
+      endpoints: [endpoint({ routes: [{ events: ['payment_intent.*'], destination: 'orders-api' }] })],
+    }, {}, { workers: true, handlers });
+    await userTable();
+
+    const answers = await Promise.all(Array.from({ length: 300 }, () => send('evt_dup_storm')));
+    expect(answers.every((a) => a.status === 200)).toBe(true);
+    const inboxIds = new Set(answers.map((a) => a.json().inbox_id as string));
+    expect(inboxIds.size).toBe(1);
+    const [inboxId] = [...inboxIds];
+
+    const done = await waitFor(async () => {
+      const e = await app!.store.getEvent(inboxId!);
+      return e?.status === 'PROCESSED' ? e : null;
+    }, 10_000, 'PROCESSED');
+    expect(done.handlerVersion).toBe('mark-paid@7');
+    expect(done.processedAtMs).toBeGreaterThanOrEqual(done.receivedAtMs);
+    expect((await app.store.countRows()).inbox).toBe(1);
+    expect(await countPaid()).toBe(1);
+    expect(handlerRuns).toBe(1);
+    expect(dest.received).toHaveLength(1);
+    expect(dest.received[0]).toMatchObject({ idempotencyKey: inboxId, verified: true });
+    expect(dest.received[0]!.body.equals(stripeEvent('evt_dup_storm', { type: 'payment_intent.succeeded', size: 600 }))).toBe(true);
+  });
+
+  it('destination down: ingress keeps answering 200, the backlog and its oldest age grow; back up: it drains to PROCESSED', async () => {
+    await dest.start();
+    const port = dest.port;
+    await dest.stop(); // the port is now closed: every forward fails with a connection error
+    app = await startTestApp(kind, {
+      workers: { pollMs: 50, leaseMs: 2000 },
+      retry: { baseMs: 20, capMs: 200, maxAttempts: 1000 },
+      destinations: [{ id: 'orders-api', type: 'http', url: `http://127.0.0.1:${port}/hooks`, secret: FORWARD_SECRET, timeoutMs: 1000 }],
+      endpoints: [endpoint({ routes: [{ events: ['*'], destination: 'orders-api' }] })],
+    }, {}, { workers: true });
+
+    const ids: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      const r = await send(`evt_outage_${i}`);
+      expect(r.status).toBe(200);
+      ids.push(r.json().inbox_id);
+    }
+    // One scrape, many readings: values from two scrapes would mix two moments.
+    const scrape = async () => {
+      const text = await (await fetch(`${app!.url}/metrics`)).text();
+      return (name: string, label = '') => {
+        const line = text.split('\n').find((l) => l.startsWith(name) && l.includes(label));
+        return line ? Number(line.split(' ').pop()) : NaN;
+      };
+    };
+    const gauge = async (name: string, label = '') => (await scrape())(name, label);
+    const age1 = await gauge('webhook_inbox_oldest_unprocessed_age_seconds', 'type="payment_intent.succeeded"');
+    await new Promise((r) => setTimeout(r, 400));
+    const age2 = await gauge('webhook_inbox_oldest_unprocessed_age_seconds', 'type="payment_intent.succeeded"');
+    expect(age2).toBeGreaterThan(age1);
+    const during = await scrape();
+    expect(during('webhook_inbox_rows', 'status="PENDING"') + during('webhook_inbox_rows', 'status="PROCESSING"')).toBe(20);
+    const retried = await waitFor(() => app!.store.getEvent(ids[0]!).then((e) => (e && e.attemptCount >= 2 ? e : null)), 5000, 'a retry');
+    expect(retried.lastError).toMatch(/connection/i);
+
+    await dest.start(port);
+    await waitFor(async () => (await app!.store.listEvents({ status: 'PROCESSED', limit: 100 })).length === 20, 15_000, 'drain');
+    expect(dest.keys()).toEqual(new Set(ids));
+    expect(await gauge('webhook_inbox_rows', 'status="PENDING"')).toBe(0);
+    expect(await gauge('webhook_worker_attempts_total', 'result="success"')).toBe(20);
+    expect(await gauge('webhook_inbox_oldest_unprocessed_age_seconds')).toBeNaN(); // no unprocessed group left
+  });
+
+  it('a poison event (technical error every time) is FAILED after maxAttempts with a bounded diagnostic and no body', async () => {
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', () => {
+      throw new Error('ledger service timed out');
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    const r = await send('evt_poison', 'payment_intent.succeeded', 'BODY_MARKER_42');
+    const failed = await waitFor(() => app!.store.getEvent(r.json().inbox_id).then((e) => (e?.status === 'FAILED' ? e : null)), 10_000, 'FAILED');
+    expect(failed).toMatchObject({ failureReason: 'retries_exhausted', attemptCount: 3 });
+    expect(failed.lastError).toBe('Error: ledger service timed out');
+    expect(failed.lastError).not.toContain('BODY_MARKER_42');
+    expect(app.engine.metrics.attempts.get(['retry', 'error'])).toBe(2);
+    expect(app.engine.metrics.attempts.get(['failed', 'retries_exhausted'])).toBe(1);
+  });
+
+  it('a needs-decision error is FAILED at once with its reason; an unknown type is FAILED as unsupported_type', async () => {
+    const handlers = new HandlerRegistry().on('charge.refunded', () => {
+      throw new NeedsDecisionError('amount_mismatch', 'refund 2000 exceeds captured 1500');
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    const a = (await send('evt_decide', 'charge.refunded')).json().inbox_id;
+    const b = (await send('evt_unknown', 'customer.created')).json().inbox_id;
+    const fa = await waitFor(() => app!.store.getEvent(a).then((e) => (e?.status === 'FAILED' ? e : null)), 5000, 'FAILED a');
+    const fb = await waitFor(() => app!.store.getEvent(b).then((e) => (e?.status === 'FAILED' ? e : null)), 5000, 'FAILED b');
+    expect(fa).toMatchObject({ failureReason: 'amount_mismatch', attemptCount: 1 });
+    expect(fa.lastError).toContain('refund 2000 exceeds captured 1500');
+    expect(fb).toMatchObject({ failureReason: 'unsupported_type', attemptCount: 1 });
+  });
+
+  it('effects run after the commit with the stable key <inbox_id>:<name>, retried until DONE', async () => {
+    const calls: { key: string; data: unknown; attempt: number }[] = [];
+    const handlers = new HandlerRegistry()
+      .on('payment_intent.succeeded', (event, ctx) => ctx.effect('send-receipt', { to: 'buyer@example.com', event: event.providerEventId }))
+      .effect('send-receipt', (data, ctx) => {
+        calls.push({ key: ctx.idempotencyKey, data, attempt: ctx.attempt });
+        if (calls.length === 1) throw new Error('smtp 421 try later');
+      });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    const id = (await send('evt_effect')).json().inbox_id;
+    await waitFor(async () => (await app!.store.listEffects(id))[0]?.status === 'DONE', 5000, 'effect DONE');
+    expect(calls.map((c) => c.key)).toEqual([`${id}:send-receipt`, `${id}:send-receipt`]);
+    expect(calls[1]).toMatchObject({ data: { to: 'buyer@example.com', event: 'evt_effect' }, attempt: 2 });
+    expect((await app.store.getEvent(id))?.status).toBe('PROCESSED');
+  });
+
+  it('a handler whose transaction fails leaves no partial mutation and is retried', async () => {
+    let runs = 0;
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      runs++;
+      await ctx.tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), [event.providerEventId, 1]);
+      if (runs === 1) throw new Error('crash after the first write');
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    await userTable();
+    const id = (await send('evt_partial')).json().inbox_id;
+    await waitFor(() => app!.store.getEvent(id).then((e) => e?.status === 'PROCESSED'), 5000, 'PROCESSED');
+    expect(runs).toBe(2);
+    expect(await countPaid()).toBe(1);
+  });
+});
+
+it('config: a route to an unknown destination names its path', async () => {
+  const { parseConfig } = await import('../../src/config/schema.js');
+  expect(() => parseConfig(configDoc('sqlite:/tmp/x.db', { endpoints: [endpoint({ routes: [{ destination: 'nope' }] })] }))).toThrow(/endpoints\[0\]\.routes\[0\]\.destination/);
+});

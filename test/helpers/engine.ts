@@ -1,0 +1,79 @@
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Webhook } from 'standardwebhooks';
+
+export const FORWARD_SECRET = `whsec_${Buffer.from('forward-secret-for-tests-32bytes').toString('base64')}`;
+
+/** Polls until fn returns a truthy value (or throws the last error after timeoutMs). */
+export async function waitFor<T>(fn: () => Promise<T> | T, timeoutMs = 10_000, what = 'condition'): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v as NonNullable<T>;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+export interface ReceivedForward {
+  readonly idempotencyKey: string;
+  readonly body: Buffer;
+  readonly verified: boolean;
+}
+
+/**
+ * The user's own service, as a test double over real HTTP: verifies our Standard Webhooks
+ * signature with the official library, records each request, answers `status()`.
+ */
+export class DestinationServer {
+  readonly received: ReceivedForward[] = [];
+  status: (req: IncomingMessage) => number = () => 200;
+  private server: Server | undefined;
+  port = 0;
+
+  async start(port = 0): Promise<this> {
+    const wh = new Webhook(FORWARD_SECRET);
+    this.server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const body = Buffer.concat(chunks);
+        let verified = true;
+        try {
+          wh.verify(body.toString('utf8'), req.headers as Record<string, string>);
+        } catch {
+          verified = false;
+        }
+        this.received.push({ idempotencyKey: String(req.headers['idempotency-key']), body, verified });
+        res.writeHead(this.status(req)).end();
+      });
+    });
+    await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
+    this.port = (this.server.address() as AddressInfo).port;
+    return this;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}/hooks`;
+  }
+
+  keys(): Set<string> {
+    return new Set(this.received.map((r) => r.idempotencyKey));
+  }
+
+  async stop(): Promise<void> {
+    const s = this.server;
+    this.server = undefined;
+    if (!s) return;
+    s.closeAllConnections();
+    await new Promise<void>((resolve) => s.close(() => resolve()));
+  }
+}
+
+/** Engine settings that make tests fast: quick polls, short leases, tiny backoff. */
+export const FAST_WORKERS = { workers: { pollMs: 50, leaseMs: 2000, concurrency: 8, batchSize: 8 }, retry: { baseMs: 10, capMs: 40, maxAttempts: 3 } };

@@ -1,0 +1,585 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { uuidv7 } from '../../src/crypto/ids.js';
+import type { SealedPayload } from '../../src/crypto/payload-cipher.js';
+import { openStore } from '../../src/store/open.js';
+import type { AcceptRecord, InboxStore } from '../../src/store/port.js';
+import type { EventFilter, EventKey, NewEffect, Settlement } from '../../src/store/work-port.js';
+import { cipher, record } from '../helpers/records.js';
+import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
+
+/** A fixed clock: every test drives time through `nowMs`, so "due" is deterministic. */
+const T = 1_800_000_000_000;
+const LEASE = 30_000;
+
+/**
+ * The WorkStore contract (claims, leases, transactions, effects, outbox relay, operator
+ * queries); the same assertions for both adapters. Each test gets a fresh database, because a
+ * claim takes every due row in it.
+ */
+describeEachStore('work store', (kind) => {
+  let db: TestDatabase;
+  let store: InboxStore;
+  const extra: InboxStore[] = [];
+  beforeEach(async () => {
+    db = await freshDatabase(kind);
+    store = openStore(db.url);
+    await store.migrate();
+  });
+  afterEach(async () => {
+    await Promise.all(extra.splice(0).map((s) => s.close()));
+    await store?.close();
+    await db?.cleanup();
+  });
+
+  /** The user's SQL with `$n` placeholders, in the store's dialect. */
+  const sql = (text: string) => (kind === 'sqlite' ? text.replace(/\$\d+/g, '?') : text);
+
+  /** An event received at T + offsetMs; its id sorts by that time (UUIDv7). */
+  function at(eventId: string, offsetMs: number, over: Partial<AcceptRecord> = {}): AcceptRecord {
+    return record(eventId, undefined, { inboxId: uuidv7(T + offsetMs), receivedAtMs: T + offsetMs, ...over });
+  }
+
+  /** Accepts the records; returns a copy of each sealed payload (SQLite moves the ciphertext away). */
+  async function accept(...records: AcceptRecord[]): Promise<Map<string, SealedPayload>> {
+    const copies = new Map(records.map((r) => [r.inboxId, { keyId: r.payload.keyId, nonce: Buffer.from(r.payload.nonce), ciphertext: Buffer.from(r.payload.ciphertext) }]));
+    const res = await store.acceptBatch(records);
+    expect(res.every((x) => !x.duplicate)).toBe(true);
+    return copies;
+  }
+
+  const settle = (inboxId: string, owner: string, s: Settlement) => store.transaction((tx) => tx.settleInbox(inboxId, owner, s));
+  const keyOf = (r: AcceptRecord): EventKey => ({ provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId });
+  const ids = (rows: readonly { inboxId: string }[]) => rows.map((r) => r.inboxId).sort();
+  const effect = (inboxId: string, name: string, nowMs: number): NewEffect =>
+    ({ effectId: uuidv7(nowMs), inboxId, name, idempotencyKey: `${inboxId}:${name}`, data: JSON.stringify({ name }), nowMs });
+
+  /** Claims every due row and settles each as `plan` says (rows not in the plan stay PROCESSING). */
+  async function drive(nowMs: number, plan: Record<string, Settlement>): Promise<void> {
+    const claimed = await store.claimInbox(100, 'driver', LEASE, nowMs);
+    for (const c of claimed) {
+      const s = plan[c.inboxId];
+      if (s) expect(await settle(c.inboxId, 'driver', s)).toBe(true);
+    }
+  }
+  const failed = (reason: string, nowMs = T + 10): Settlement => ({ status: 'FAILED', reason, error: `${reason}!`, nowMs });
+  const processed = (nowMs = T + 10): Settlement => ({ status: 'PROCESSED', handlerVersion: 'h1', nowMs });
+
+  describe('inbox claims and leases', () => {
+    it('claims due PENDING rows oldest-due first, up to n, under a lease, with the sealed payload', async () => {
+      const a = at('evt_a', 0), b = at('evt_b', 10), c = at('evt_c', 20);
+      const copies = await accept(c, a, b);
+      const claimed = await store.claimInbox(2, 'w1', LEASE, T + 100);
+      expect(ids(claimed)).toEqual(ids([a, b]));
+      for (const row of claimed) {
+        expect(row).toMatchObject({ status: 'PROCESSING', leaseOwner: 'w1', attemptCount: 1, leaseUntilMs: T + 100 + LEASE, nextAttemptAtMs: T + 100 + LEASE });
+        const copy = copies.get(row.inboxId)!;
+        expect(row.payload!.keyId).toBe(copy.keyId);
+        expect(Buffer.from(row.payload!.nonce).equals(copy.nonce)).toBe(true);
+        expect(Buffer.from(row.payload!.ciphertext).equals(copy.ciphertext)).toBe(true);
+        expect(cipher.open(row.payload!, row).toString()).toBe(`{"id":"${row.providerEventId}"}`);
+      }
+      const stored = (await store.getInbox(a.inboxId))!;
+      expect(stored).toMatchObject({ status: 'PROCESSING', attemptCount: 1, leaseUntilMs: T + 100 + LEASE });
+      // The third row is still due.
+      expect(ids(await store.claimInbox(5, 'w2', LEASE, T + 100))).toEqual([c.inboxId]);
+    });
+
+    it('a second claimer at the same time gets nothing', async () => {
+      await accept(at('evt_1', 0), at('evt_2', 1));
+      expect(await store.claimInbox(10, 'w1', LEASE, T + 5)).toHaveLength(2);
+      expect(await store.claimInbox(10, 'w2', LEASE, T + 5)).toEqual([]);
+    });
+
+    it('a row is not due before its next_attempt_at', async () => {
+      const r = at('evt_future', 1000);
+      await accept(r);
+      expect(await store.claimInbox(10, 'w1', LEASE, T + 999)).toEqual([]);
+      expect(ids(await store.claimInbox(10, 'w1', LEASE, T + 1000))).toEqual([r.inboxId]);
+    });
+
+    it('an expired lease makes the row claimable by another owner, whose claim counts another attempt', async () => {
+      const r = at('evt_lease', 0);
+      await accept(r);
+      await store.claimInbox(1, 'w1', 1000, T);
+      expect(await store.claimInbox(1, 'w2', 1000, T + 999)).toEqual([]);
+      const [taken] = await store.claimInbox(1, 'w2', 1000, T + 1001);
+      expect(taken).toMatchObject({ inboxId: r.inboxId, leaseOwner: 'w2', attemptCount: 2, leaseUntilMs: T + 2001 });
+      // The old owner's settle changes nothing: its lease was taken over.
+      expect(await settle(r.inboxId, 'w1', processed(T + 1002))).toBe(false);
+      expect((await store.getEvent(r.inboxId))!).toMatchObject({ status: 'PROCESSING', attemptCount: 2, handlerVersion: null });
+    });
+
+    it('extendInboxLeases pushes the lease out for its owner only', async () => {
+      const r = at('evt_extend', 0), other = at('evt_other', 1);
+      await accept(r, other);
+      await store.claimInbox(10, 'w1', 1000, T + 1);
+      await store.extendInboxLeases([r.inboxId], 'w1', T + 5000);
+      await store.extendInboxLeases([other.inboxId], 'intruder', T + 9000);
+      expect((await store.getInbox(r.inboxId))!).toMatchObject({ leaseUntilMs: T + 5000, nextAttemptAtMs: T + 5000 });
+      expect(ids(await store.claimInbox(10, 'w2', LEASE, T + 2000))).toEqual([other.inboxId]);
+      expect(ids(await store.claimInbox(10, 'w2', LEASE, T + 5001))).toEqual([r.inboxId]);
+    });
+
+    it('claims a row whose payload was purged with a null payload', async () => {
+      const r = at('evt_purged', 0);
+      await accept(r);
+      // Retention deletes the payload; the foreign key sets raw_payload_ref to NULL.
+      await store.transaction((tx) => tx.query(sql('DELETE FROM webhook_payload WHERE payload_id = $1'), [r.payloadId]));
+      const [row] = await store.claimInbox(1, 'w1', LEASE, T);
+      expect(row).toMatchObject({ inboxId: r.inboxId, rawPayloadRef: null, payload: null });
+    });
+
+    it('concurrent claimers on separate connections never get the same row', async () => {
+      const records = Array.from({ length: 24 }, (_, i) => at(`evt_conc_${i}`, i));
+      await accept(...records);
+      for (let i = 0; i < 3; i++) extra.push(openStore(db.url));
+      const claimers = [store, ...extra];
+      const rounds = await Promise.all(claimers.flatMap((s, i) => [s.claimInbox(5, `w${i}a`, LEASE, T + 100), s.claimInbox(5, `w${i}b`, LEASE, T + 100)]));
+      const all = rounds.flat().map((r) => r.inboxId);
+      expect(new Set(all).size).toBe(all.length);
+      // Whatever a busy claimer skipped is still there for the next one; nothing was lost.
+      const rest = await store.claimInbox(100, 'sweeper', LEASE, T + 100);
+      expect([...all, ...rest.map((r) => r.inboxId)].sort()).toEqual(ids(records));
+    });
+  });
+
+  describe('transactions', () => {
+    beforeEach(async () => {
+      await store.transaction((tx) => tx.query('CREATE TABLE user_notes (id INTEGER PRIMARY KEY, note TEXT NOT NULL)'));
+    });
+    const notes = () => store.transaction((tx) => tx.query<{ id: number; note: string }>('SELECT id, note FROM user_notes ORDER BY id'));
+
+    it('commits on success and returns fn’s value; the tx has the store’s kind', async () => {
+      const out = await store.transaction(async (tx) => {
+        expect(tx.kind).toBe(kind);
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [1, 'one']);
+        return (await tx.query(sql('SELECT note FROM user_notes WHERE id = $1'), [1]))[0]!.note;
+      });
+      expect(out).toBe('one');
+      expect(await notes()).toEqual([{ id: 1, note: 'one' }]);
+    });
+
+    it('returns RETURNING rows from a write', async () => {
+      const rows = await store.transaction((tx) => tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2) RETURNING id'), [7, 'seven']));
+      expect(rows).toEqual([{ id: 7 }]);
+    });
+
+    it('rolls back on throw and rethrows the same error', async () => {
+      const boom = new Error('boom');
+      await expect(store.transaction(async (tx) => {
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [1, 'lost']);
+        throw boom;
+      })).rejects.toBe(boom);
+      expect(await notes()).toEqual([]);
+    });
+
+    it('rolls back when a statement fails', async () => {
+      await expect(store.transaction(async (tx) => {
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [1, 'lost']);
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [1, 'duplicate key']);
+      })).rejects.toThrow();
+      expect(await notes()).toEqual([]);
+    });
+
+    it('a savepoint rolls back only its own writes and rethrows; a successful one keeps them', async () => {
+      await store.transaction(async (tx) => {
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [1, 'before']);
+        await expect(tx.savepoint(async () => {
+          await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [2, 'inside']);
+          throw new Error('inner');
+        })).rejects.toThrow('inner');
+        expect(await tx.savepoint(async () => {
+          await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [3, 'kept']);
+          // Nested: the inner one fails, the outer one goes on.
+          await expect(tx.savepoint(async () => {
+            await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [4, 'nested']);
+            await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [4, 'pk violation']);
+          })).rejects.toThrow();
+          return 'ok';
+        })).toBe('ok');
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [5, 'after']);
+      });
+      expect((await notes()).map((n) => n.note)).toEqual(['before', 'kept', 'after']);
+    });
+
+    it('an accept issued while a transaction is open is not part of it', async () => {
+      const r = at('evt_during_tx', 0);
+      let accepted: Promise<unknown> | undefined;
+      await expect(store.transaction(async (tx) => {
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [1, 'lost']);
+        accepted = store.acceptBatch([r]); // not awaited: on SQLite it waits for this transaction to end
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [2, 'lost']);
+        throw new Error('rollback');
+      })).rejects.toThrow('rollback');
+      await accepted;
+      expect(await notes()).toEqual([]);
+      expect((await store.getInbox(r.inboxId))?.status).toBe('PENDING');
+    });
+
+    it('markProcessed guards (key, consumer) by its primary key; isProcessed reflects it', async () => {
+      const r = at('evt_proc', 0);
+      await accept(r);
+      const key = keyOf(r);
+      await store.transaction(async (tx) => {
+        expect(await tx.isProcessed(key, 'ledger')).toBe(false);
+        await tx.markProcessed(key, 'ledger', r.inboxId, 'h1', T + 5);
+        expect(await tx.isProcessed(key, 'ledger')).toBe(true);
+        expect(await tx.isProcessed(key, 'mailer')).toBe(false);
+        expect(await tx.isProcessed({ ...key, endpointId: 'ep2' }, 'ledger')).toBe(false);
+      });
+      await expect(store.transaction((tx) => tx.markProcessed(key, 'ledger', r.inboxId, 'h2', T + 6))).rejects.toThrow();
+      // Inside a savepoint the duplicate fails alone and the transaction goes on.
+      await store.transaction(async (tx) => {
+        await expect(tx.savepoint(() => tx.markProcessed(key, 'ledger', r.inboxId, 'h2', T + 7))).rejects.toThrow();
+        expect(await tx.isProcessed(key, 'ledger')).toBe(true);
+        await tx.markProcessed(key, 'mailer', r.inboxId, null, T + 7);
+      });
+      expect(await store.transaction((tx) => tx.isProcessed(key, 'mailer'))).toBe(true);
+    });
+
+    it('a rolled-back transaction undoes markProcessed, addEffect and settleInbox', async () => {
+      const r = at('evt_undo', 0);
+      await accept(r);
+      await store.claimInbox(1, 'w1', LEASE, T);
+      await expect(store.transaction(async (tx) => {
+        await tx.markProcessed(keyOf(r), 'ledger', r.inboxId, 'h1', T + 1);
+        await tx.addEffect(effect(r.inboxId, 'email', T + 1));
+        expect(await tx.settleInbox(r.inboxId, 'w1', processed(T + 1))).toBe(true);
+        throw new Error('handler crashed after settling');
+      })).rejects.toThrow('handler crashed');
+      expect(await store.transaction((tx) => tx.isProcessed(keyOf(r), 'ledger'))).toBe(false);
+      expect(await store.listEffects(r.inboxId)).toEqual([]);
+      expect((await store.getEvent(r.inboxId))!).toMatchObject({ status: 'PROCESSING', processedAtMs: null });
+    });
+
+    it('addEffect with the same idempotency key twice records one row', async () => {
+      const r = at('evt_eff', 0);
+      await accept(r);
+      const e = effect(r.inboxId, 'email', T + 1);
+      await store.transaction(async (tx) => {
+        await tx.addEffect(e);
+        await tx.addEffect({ ...e, effectId: uuidv7(T + 2), data: '{"second":true}' });
+      });
+      await store.transaction((tx) => tx.addEffect({ ...e, effectId: uuidv7(T + 3) }));
+      const rows = await store.listEffects(r.inboxId);
+      expect(rows).toHaveLength(1);
+      expect(rows[0]).toEqual({
+        effectId: e.effectId, inboxId: r.inboxId, name: 'email', idempotencyKey: e.idempotencyKey, data: e.data,
+        status: 'PENDING', attemptCount: 0, nextAttemptAtMs: T + 1, lastError: null, failureReason: null, createdAtMs: T + 1, doneAtMs: null,
+      });
+    });
+
+    it('settleInbox with the wrong owner returns false and changes nothing', async () => {
+      const r = at('evt_owner', 0);
+      await accept(r);
+      await store.claimInbox(1, 'w1', LEASE, T);
+      const before = await store.getEvent(r.inboxId);
+      expect(await settle(r.inboxId, 'w2', processed())).toBe(false);
+      expect(await settle(r.inboxId, 'w2', failed('schema_error'))).toBe(false);
+      expect(await store.getEvent(r.inboxId)).toEqual(before);
+    });
+
+    it('settleInbox on a row that is not PROCESSING returns false', async () => {
+      const r = at('evt_not_claimed', 0);
+      await accept(r);
+      expect(await settle(r.inboxId, 'w1', processed())).toBe(false);
+      await store.claimInbox(1, 'w1', LEASE, T);
+      expect(await settle(r.inboxId, 'w1', processed())).toBe(true);
+      expect(await settle(r.inboxId, 'w1', failed('late'))).toBe(false);
+      expect((await store.getEvent(r.inboxId))!.status).toBe('PROCESSED');
+    });
+
+    it('PROCESSED sets handler_version and processed_at and clears the lease; the row is never claimed again', async () => {
+      const r = at('evt_done', 0);
+      await accept(r);
+      await store.claimInbox(1, 'w1', LEASE, T);
+      expect(await settle(r.inboxId, 'w1', { status: 'PROCESSED', handlerVersion: 'ledger@3', nowMs: T + 50 })).toBe(true);
+      expect((await store.getEvent(r.inboxId))!).toMatchObject({
+        status: 'PROCESSED', handlerVersion: 'ledger@3', processedAtMs: T + 50, leaseUntilMs: null, attemptCount: 1, failureReason: null,
+      });
+      expect(await store.claimInbox(10, 'w2', LEASE, T + 10 * LEASE)).toEqual([]);
+    });
+
+    it('PENDING sets next_attempt_at and last_error, clears the lease, and the row is due again then', async () => {
+      const r = at('evt_retry', 0);
+      await accept(r);
+      await store.claimInbox(1, 'w1', LEASE, T);
+      expect(await settle(r.inboxId, 'w1', { status: 'PENDING', nextAttemptAtMs: T + 5000, error: 'HTTP 503', nowMs: T + 10 })).toBe(true);
+      expect((await store.getEvent(r.inboxId))!).toMatchObject({
+        status: 'PENDING', nextAttemptAtMs: T + 5000, lastError: 'HTTP 503', leaseUntilMs: null, attemptCount: 1, processedAtMs: null,
+      });
+      expect(await store.claimInbox(1, 'w2', LEASE, T + 4999)).toEqual([]);
+      const [again] = await store.claimInbox(1, 'w2', LEASE, T + 5000);
+      expect(again).toMatchObject({ inboxId: r.inboxId, attemptCount: 2, leaseOwner: 'w2', lastError: 'HTTP 503' });
+    });
+
+    it('FAILED sets failure_reason and last_error, clears the lease; the row is never claimed again', async () => {
+      const r = at('evt_fail', 0);
+      await accept(r);
+      await store.claimInbox(1, 'w1', LEASE, T);
+      expect(await settle(r.inboxId, 'w1', { status: 'FAILED', reason: 'schema_error', error: 'missing data.object', nowMs: T + 10 })).toBe(true);
+      expect((await store.getEvent(r.inboxId))!).toMatchObject({
+        status: 'FAILED', failureReason: 'schema_error', lastError: 'missing data.object', leaseUntilMs: null, processedAtMs: null,
+      });
+      expect(await store.claimInbox(10, 'w2', LEASE, T + 10 * LEASE)).toEqual([]);
+    });
+  });
+
+  describe('effects', () => {
+    async function withEffects(...names: string[]): Promise<{ inboxId: string; effectIds: string[] }> {
+      const r = at(`evt_effects_${names.join('_')}`, 0);
+      await accept(r);
+      const effects = names.map((n, i) => effect(r.inboxId, n, T + 100 + i));
+      await store.transaction(async (tx) => { for (const e of effects) await tx.addEffect(e); });
+      return { inboxId: r.inboxId, effectIds: effects.map((e) => e.effectId) };
+    }
+    const effectById = async (inboxId: string, effectId: string) => (await store.listEffects(inboxId)).find((e) => e.effectId === effectId)!;
+
+    it('claims due effects oldest first under a lease; a second claimer gets nothing', async () => {
+      const { inboxId, effectIds } = await withEffects('a', 'b', 'c');
+      expect(await store.claimEffects(10, 'e1', LEASE, T + 99)).toEqual([]);
+      const claimed = await store.claimEffects(2, 'e1', LEASE, T + 200);
+      expect(claimed.map((e) => e.effectId).sort()).toEqual(effectIds.slice(0, 2).sort());
+      for (const e of claimed) expect(e).toMatchObject({ inboxId, status: 'PROCESSING', attemptCount: 1, nextAttemptAtMs: T + 200 + LEASE });
+      expect((await store.claimEffects(10, 'e2', LEASE, T + 200)).map((e) => e.effectId)).toEqual([effectIds[2]]);
+      expect(await store.claimEffects(10, 'e3', LEASE, T + 200)).toEqual([]);
+    });
+
+    it('DONE: settled once by its owner, never claimed again', async () => {
+      const { inboxId, effectIds: [id] } = await withEffects('done');
+      await store.claimEffects(1, 'e1', LEASE, T + 100);
+      expect(await store.settleEffect(id!, 'e2', { status: 'DONE', nowMs: T + 150 })).toBe(false);
+      expect(await store.settleEffect(id!, 'e1', { status: 'DONE', nowMs: T + 150 })).toBe(true);
+      expect(await store.settleEffect(id!, 'e1', { status: 'DONE', nowMs: T + 160 })).toBe(false);
+      expect(await effectById(inboxId, id!)).toMatchObject({ status: 'DONE', doneAtMs: T + 150, attemptCount: 1 });
+      expect(await store.claimEffects(10, 'e1', LEASE, T + 10 * LEASE)).toEqual([]);
+    });
+
+    it('PENDING retries at next_attempt_at with last_error; FAILED records the reason', async () => {
+      const { inboxId, effectIds: [id] } = await withEffects('retry');
+      await store.claimEffects(1, 'e1', LEASE, T + 100);
+      expect(await store.settleEffect(id!, 'e1', { status: 'PENDING', nextAttemptAtMs: T + 5000, error: 'timeout', nowMs: T + 150 })).toBe(true);
+      expect(await effectById(inboxId, id!)).toMatchObject({ status: 'PENDING', nextAttemptAtMs: T + 5000, lastError: 'timeout', attemptCount: 1 });
+      expect(await store.claimEffects(1, 'e2', LEASE, T + 4999)).toEqual([]);
+      const [again] = await store.claimEffects(1, 'e2', LEASE, T + 5000);
+      expect(again).toMatchObject({ effectId: id, status: 'PROCESSING', attemptCount: 2 });
+      expect(await store.settleEffect(id!, 'e2', { status: 'FAILED', reason: 'retries_exhausted', error: 'timeout again', nowMs: T + 5100 })).toBe(true);
+      expect(await effectById(inboxId, id!)).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted', lastError: 'timeout again', doneAtMs: null });
+      expect(await store.claimEffects(10, 'e3', LEASE, T + 10 * LEASE)).toEqual([]);
+    });
+
+    it('an expired effect lease is taken over; the old owner’s settle changes nothing', async () => {
+      const { inboxId, effectIds: [id] } = await withEffects('lease');
+      await store.claimEffects(1, 'e1', 1000, T + 100);
+      expect(await store.claimEffects(1, 'e2', 1000, T + 1099)).toEqual([]);
+      expect((await store.claimEffects(1, 'e2', 1000, T + 1101)).map((e) => e.effectId)).toEqual([id]);
+      expect(await store.settleEffect(id!, 'e1', { status: 'DONE', nowMs: T + 1102 })).toBe(false);
+      expect(await effectById(inboxId, id!)).toMatchObject({ status: 'PROCESSING', attemptCount: 2, doneAtMs: null });
+    });
+
+    it('listEffects lists one event’s effects in creation order', async () => {
+      const first = await withEffects('x', 'y');
+      const second = await withEffects('z');
+      expect((await store.listEffects(first.inboxId)).map((e) => e.effectId)).toEqual(first.effectIds);
+      expect((await store.listEffects(second.inboxId)).map((e) => e.name)).toEqual(['z']);
+      expect(await store.listEffects(uuidv7())).toEqual([]);
+    });
+  });
+
+  describe('outbox relay', () => {
+    it('claims unpublished due rows with the event metadata; a second claimer gets nothing', async () => {
+      const r = at('evt_out', 0, { eventType: 'invoice.paid', topic: 'stripe.invoice.paid' });
+      await accept(r);
+      expect(await store.claimOutbox(10, 'relay1', LEASE, T - 1)).toEqual([]);
+      expect(await store.claimOutbox(10, 'relay1', LEASE, T)).toEqual([{
+        outboxId: r.outboxId, inboxId: r.inboxId, topic: 'stripe.invoice.paid', provider: 'stripe', endpointId: 'ep',
+        providerEventId: 'evt_out', eventType: 'invoice.paid', receivedAtMs: T, attemptCount: 1,
+      }]);
+      expect(await store.claimOutbox(10, 'relay2', LEASE, T)).toEqual([]);
+    });
+
+    it('claims oldest due first, up to n', async () => {
+      const rs = [at('evt_o1', 0), at('evt_o2', 1), at('evt_o3', 2)];
+      await accept(...rs);
+      const claimed = await store.claimOutbox(2, 'relay1', LEASE, T + 10);
+      expect(claimed.map((c) => c.outboxId).sort()).toEqual([rs[0]!.outboxId, rs[1]!.outboxId].sort());
+    });
+
+    it('published rows are never claimed again; an unpublished one is deferred to nextAttemptAtMs', async () => {
+      const pub = at('evt_pub', 0), later = at('evt_later', 1);
+      await accept(pub, later);
+      await store.claimOutbox(10, 'relay1', LEASE, T + 10);
+      expect(await store.settleOutbox(pub.outboxId, 'relay2', { published: true, nowMs: T + 20 })).toBe(false);
+      expect(await store.settleOutbox(pub.outboxId, 'relay1', { published: true, nowMs: T + 20 })).toBe(true);
+      expect(await store.settleOutbox(later.outboxId, 'relay1', { published: false, nextAttemptAtMs: T + 7000, error: 'broker down', nowMs: T + 20 })).toBe(true);
+      expect(await store.claimOutbox(10, 'relay1', LEASE, T + 6999)).toEqual([]);
+      const again = await store.claimOutbox(10, 'relay1', LEASE, T + 7000);
+      expect(again.map((c) => [c.outboxId, c.attemptCount])).toEqual([[later.outboxId, 2]]);
+      expect(await store.settleOutbox(later.outboxId, 'relay1', { published: true, nowMs: T + 7001 })).toBe(true);
+      expect(await store.settleOutbox(later.outboxId, 'relay1', { published: true, nowMs: T + 7002 })).toBe(false);
+      expect(await store.claimOutbox(10, 'relay1', LEASE, T + 10 * LEASE)).toEqual([]);
+    });
+
+    it('an expired outbox lease is taken over; the old owner cannot settle', async () => {
+      const r = at('evt_out_lease', 0);
+      await accept(r);
+      await store.claimOutbox(1, 'relay1', 1000, T);
+      expect(await store.claimOutbox(1, 'relay2', 1000, T + 999)).toEqual([]);
+      expect((await store.claimOutbox(1, 'relay2', 1000, T + 1000)).map((c) => c.attemptCount)).toEqual([2]);
+      expect(await store.settleOutbox(r.outboxId, 'relay1', { published: true, nowMs: T + 1001 })).toBe(false);
+      expect(await store.settleOutbox(r.outboxId, 'relay2', { published: true, nowMs: T + 1001 })).toBe(true);
+    });
+
+    it('queueStats counts unpublished outbox rows and effects by status', async () => {
+      const a = at('evt_qs_a', 0), b = at('evt_qs_b', 5);
+      await accept(a, b);
+      await store.transaction(async (tx) => {
+        await tx.addEffect(effect(a.inboxId, 'one', T + 10));
+        await tx.addEffect(effect(a.inboxId, 'two', T + 11));
+        await tx.addEffect(effect(b.inboxId, 'three', T + 12));
+      });
+      const [first] = await store.claimEffects(1, 'e1', LEASE, T + 20);
+      await store.settleEffect(first!.effectId, 'e1', { status: 'DONE', nowMs: T + 21 });
+      await store.claimEffects(1, 'e1', LEASE, T + 22);
+      expect(await store.queueStats()).toEqual({ outboxUnpublished: 2, outboxOldestMs: T, effects: { PENDING: 1, PROCESSING: 1, DONE: 1, FAILED: 0 } });
+      await store.claimOutbox(1, 'relay1', LEASE, T + 30);
+      await store.settleOutbox(a.outboxId, 'relay1', { published: true, nowMs: T + 31 });
+      expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 1, outboxOldestMs: T + 5 });
+    });
+
+    it('queueStats on an empty store', async () => {
+      expect(await store.queueStats()).toEqual({ outboxUnpublished: 0, outboxOldestMs: null, effects: { PENDING: 0, PROCESSING: 0, DONE: 0, FAILED: 0 } });
+    });
+  });
+
+  describe('operator queries', () => {
+    /** Six events over two endpoints and types, in every status. */
+    async function scenario() {
+      const r = {
+        p1: at('evt_p1', 0, { endpointId: 'shop' }),
+        f1: at('evt_f1', 1, { endpointId: 'shop' }),
+        f2: at('evt_f2', 2, { endpointId: 'billing', eventType: 'invoice.paid' }),
+        f3: at('evt_f3', 3, { endpointId: 'shop', eventType: 'invoice.paid' }),
+        done: at('evt_done', 4, { endpointId: 'shop' }),
+        busy: at('evt_busy', 5, { endpointId: 'billing', eventType: 'invoice.paid' }),
+      };
+      await accept(...Object.values(r));
+      // All six are claimed; busy stays PROCESSING, p1 waits for a retry a minute later.
+      await drive(T + 5, {
+        [r.f1.inboxId]: failed('retries_exhausted'),
+        [r.f2.inboxId]: failed('schema_error'),
+        [r.f3.inboxId]: failed('retries_exhausted'),
+        [r.done.inboxId]: processed(),
+        [r.p1.inboxId]: { status: 'PENDING', nextAttemptAtMs: T + 60_000, error: 'HTTP 500', nowMs: T + 10 },
+      });
+      return r;
+    }
+    const list = async (filter: EventFilter) => (await store.listEvents(filter)).map((e) => e.providerEventId);
+
+    it('listEvents lists newest first and filters by status, endpoint, type and failure reason', async () => {
+      await scenario();
+      expect(await list({})).toEqual(['evt_busy', 'evt_done', 'evt_f3', 'evt_f2', 'evt_f1', 'evt_p1']);
+      expect(await list({ status: 'FAILED' })).toEqual(['evt_f3', 'evt_f2', 'evt_f1']);
+      expect(await list({ status: 'PROCESSING' })).toEqual(['evt_busy']);
+      expect(await list({ endpointId: 'billing' })).toEqual(['evt_busy', 'evt_f2']);
+      expect(await list({ eventType: 'invoice.paid' })).toEqual(['evt_busy', 'evt_f3', 'evt_f2']);
+      expect(await list({ failureReason: 'retries_exhausted' })).toEqual(['evt_f3', 'evt_f1']);
+      expect(await list({ status: 'FAILED', endpointId: 'shop', eventType: 'invoice.paid' })).toEqual(['evt_f3']);
+      expect(await list({ endpointId: 'nowhere' })).toEqual([]);
+    });
+
+    it('listEvents pages with limit and the keyset cursor `before`', async () => {
+      await scenario();
+      const page1 = await store.listEvents({ limit: 4 });
+      expect(page1.map((e) => e.providerEventId)).toEqual(['evt_busy', 'evt_done', 'evt_f3', 'evt_f2']);
+      const page2 = await store.listEvents({ limit: 4, before: page1.at(-1)!.inboxId });
+      expect(page2.map((e) => e.providerEventId)).toEqual(['evt_f1', 'evt_p1']);
+      expect(await list({ status: 'FAILED', limit: 1, before: page1[2]!.inboxId })).toEqual(['evt_f2']);
+    });
+
+    it('getEvent returns the full detail, or null for an unknown id', async () => {
+      const r = await scenario();
+      expect((await store.getEvent(r.done.inboxId))!).toMatchObject({
+        inboxId: r.done.inboxId, provider: 'stripe', endpointId: 'shop', providerEventId: 'evt_done', eventType: 'payment_intent.succeeded',
+        receivedAtMs: T + 4, rawPayloadRef: r.done.payloadId, status: 'PROCESSED', attemptCount: 1, handlerVersion: 'h1',
+        processedAtMs: T + 10, failureReason: null, lastError: null, leaseUntilMs: null,
+      });
+      expect((await store.getEvent(r.f2.inboxId))!).toMatchObject({ status: 'FAILED', failureReason: 'schema_error', lastError: 'schema_error!' });
+      const listed = (await store.listEvents({ endpointId: 'billing', status: 'FAILED' }))[0];
+      expect(listed).toEqual(await store.getEvent(r.f2.inboxId));
+      expect(await store.getEvent(uuidv7())).toBeNull();
+    });
+
+    it('retryFailed requeues only a FAILED row: PENDING, due now, attempt_count reset', async () => {
+      const r = await scenario();
+      expect(await store.retryFailed(r.f2.inboxId, T + 100)).toBe('requeued');
+      expect((await store.getEvent(r.f2.inboxId))!).toMatchObject({ status: 'PENDING', attemptCount: 0, nextAttemptAtMs: T + 100, failureReason: null, leaseUntilMs: null });
+      expect(await store.retryFailed(r.f2.inboxId, T + 100)).toBe('not_failed');
+      expect(await store.retryFailed(r.done.inboxId, T + 100)).toBe('not_failed');
+      expect(await store.retryFailed(r.busy.inboxId, T + 100)).toBe('not_failed');
+      expect(await store.retryFailed(uuidv7(), T + 100)).toBe('not_found');
+      const claimed = await store.claimInbox(10, 'w9', LEASE, T + 100);
+      expect(claimed.map((c) => [c.inboxId, c.attemptCount])).toEqual([[r.f2.inboxId, 1]]);
+    });
+
+    it('requeueFailed touches only FAILED rows with the given reasons', async () => {
+      const r = await scenario();
+      expect(await store.requeueFailed([], T + 100)).toBe(0);
+      expect(await store.requeueFailed(['retries_exhausted', 'no_such_reason'], T + 100)).toBe(2);
+      for (const e of [r.f1, r.f3]) expect((await store.getEvent(e.inboxId))!).toMatchObject({ status: 'PENDING', attemptCount: 0, nextAttemptAtMs: T + 100 });
+      expect((await store.getEvent(r.f2.inboxId))!).toMatchObject({ status: 'FAILED', failureReason: 'schema_error' });
+      expect((await store.getEvent(r.done.inboxId))!.status).toBe('PROCESSED');
+      expect(await store.requeueFailed(['retries_exhausted'], T + 100)).toBe(0);
+      expect(ids(await store.claimInbox(10, 'w9', LEASE, T + 100))).toEqual(ids([r.f1, r.f3]));
+    });
+
+    it('backlog groups non-terminal and FAILED rows by endpoint, type and status', async () => {
+      await scenario();
+      const extraPending = at('evt_p2', 9, { endpointId: 'shop' });
+      await accept(extraPending);
+      const rows = [...(await store.backlog())].sort((a, b) => `${a.endpointId}|${a.eventType}|${a.status}`.localeCompare(`${b.endpointId}|${b.eventType}|${b.status}`));
+      expect(rows).toEqual([
+        { endpointId: 'billing', eventType: 'invoice.paid', status: 'FAILED', count: 1, oldestReceivedAtMs: T + 2 },
+        { endpointId: 'billing', eventType: 'invoice.paid', status: 'PROCESSING', count: 1, oldestReceivedAtMs: T + 5 },
+        { endpointId: 'shop', eventType: 'invoice.paid', status: 'FAILED', count: 1, oldestReceivedAtMs: T + 3 },
+        { endpointId: 'shop', eventType: 'payment_intent.succeeded', status: 'FAILED', count: 1, oldestReceivedAtMs: T + 1 },
+        { endpointId: 'shop', eventType: 'payment_intent.succeeded', status: 'PENDING', count: 2, oldestReceivedAtMs: T },
+      ]);
+    });
+  });
+
+  describe('new-work notifications', () => {
+    it('onNewWork fires after an accept commits; unsubscribe stops it', async () => {
+      let calls = 0;
+      let fired!: () => void;
+      const firedOnce = new Promise<void>((resolve) => { fired = resolve; });
+      const off = store.onNewWork(() => { calls++; fired(); });
+      // PostgreSQL LISTEN is set up asynchronously: keep accepting new events until one is heard.
+      let n = 0;
+      const deadline = Date.now() + 5000;
+      while (calls === 0 && Date.now() < deadline) {
+        await store.acceptBatch([at(`evt_notify_${n++}`, n)]);
+        if (calls === 0) await Promise.race([firedOnce, new Promise((r) => setTimeout(r, 200))]);
+      }
+      expect(calls).toBeGreaterThan(0);
+      off();
+      const before = calls;
+      await store.acceptBatch([at('evt_after_off', 100)]);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(calls).toBe(before);
+    });
+
+    // SQLite only (registered only there: CI fails on skipped tests).
+    if (kind === 'sqlite') it('SQLite: fires before acceptBatch resolves, and only when a new row was inserted', async () => {
+      const first = at('evt_once', 0);
+      await accept(first);
+      let calls = 0;
+      const off = store.onNewWork(() => { calls++; });
+      await store.acceptBatch([at('evt_once', 1, { inboxId: uuidv7() })]); // a duplicate: nothing new
+      expect(calls).toBe(0);
+      await store.acceptBatch([at('evt_new', 2)]);
+      expect(calls).toBe(1);
+      off();
+    });
+  });
+});
