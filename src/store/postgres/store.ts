@@ -4,7 +4,7 @@ import { acceptUnique } from '../dedupe.js';
 import { MIGRATIONS } from '../migrations.js';
 import { logicalKey, type AcceptRecord, type AcceptResult, type InboxRow, type InboxStore, type StoredPayload } from '../port.js';
 import {
-  effectSettlementColumns, eventListLimit, outboxSettlementColumns, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
+  eventListLimit, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
   toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
@@ -206,7 +206,7 @@ export class PostgresStore implements InboxStore {
   }
 
   async settleEffect(effectId: string, owner: string, s: EffectSettlement): Promise<boolean> {
-    return (await this.query({ ...W.SETTLE_EFFECT, values: [effectId, owner, ...Object.values(effectSettlementColumns(s))] })).rowCount === 1;
+    return (await this.query({ ...W.SETTLE_EFFECT, values: [effectId, owner, ...W.settleEffectValues(s)] })).rowCount === 1;
   }
 
   async listEffects(inboxId: string): Promise<EffectRow[]> {
@@ -219,7 +219,7 @@ export class PostgresStore implements InboxStore {
   }
 
   async settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean> {
-    return (await this.query({ ...W.SETTLE_OUTBOX, values: [outboxId, owner, ...Object.values(outboxSettlementColumns(s))] })).rowCount === 1;
+    return (await this.query({ ...W.SETTLE_OUTBOX, values: [outboxId, owner, ...W.settleOutboxValues(s)] })).rowCount === 1;
   }
 
   async listEvents(filter: EventFilter): Promise<InboxDetail[]> {

@@ -1,6 +1,5 @@
 import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
-import { settlementColumns } from '../rows.js';
 import type { EventKey, NewEffect, Row, Settlement, StoreTx } from '../work-port.js';
 import * as W from './work-sql.js';
 
@@ -70,7 +69,7 @@ export class PgTx implements StoreTx {
   }
 
   async settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean> {
-    const r = await this.run(W.SETTLE_INBOX, [inboxId, owner, ...Object.values(settlementColumns(s))]);
+    const r = await this.run(W.SETTLE_INBOX, [inboxId, owner, ...W.settleInboxValues(s)]);
     return r.rowCount === 1;
   }
 }

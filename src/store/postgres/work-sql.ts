@@ -3,6 +3,8 @@
  * in as `to_timestamp($n / 1000.0)` and come out as epoch-ms float8 under the column's own name,
  * so src/store/rows.ts maps both stores' rows alike.
  */
+import { effectSettlementColumns, outboxSettlementColumns, settlementColumns } from '../rows.js';
+import type { EffectSettlement, OutboxSettlement, Settlement } from '../work-port.js';
 import { epochMs } from './sql.js';
 
 const ts = (param: string) => `to_timestamp(${param} / 1000.0)`;
@@ -71,8 +73,7 @@ export const EXTEND_INBOX_LEASES = named('extend_inbox_leases', `
 /**
  * Settles a leased inbox row; changes nothing if `owner` lost the lease. NULL parameters keep
  * what is there (handler_version, last_error); a NULL next attempt ends the row's schedule.
- * $1 id, $2 owner, then rows.ts settlementColumns in order: $3 status, $4 next attempt ms,
- * $5 error, $6 failure reason, $7 handler version, $8 processed at ms.
+ * $1 id, $2 owner, $3… settleInboxValues.
  */
 export const SETTLE_INBOX = named('settle_inbox', `
   UPDATE webhook_inbox SET status = $3, next_attempt_at = ${ts('$4')}, lease_owner = NULL, lease_until = NULL,
@@ -80,18 +81,33 @@ export const SETTLE_INBOX = named('settle_inbox', `
     processed_at = COALESCE(${ts('$8')}, processed_at)
   WHERE inbox_id = $1 AND lease_owner = $2 AND status = 'PROCESSING'`);
 
-/** As SETTLE_INBOX, with rows.ts effectSettlementColumns ($3…$7, $7 done at ms); `next_attempt_at` is NOT NULL. */
+export function settleInboxValues(s: Settlement): unknown[] {
+  const c = settlementColumns(s);
+  return [c.status, c.nextAttemptAtMs, c.error, c.reason, c.handlerVersion, c.processedAtMs];
+}
+
+/** As SETTLE_INBOX; an effect's `next_attempt_at` is NOT NULL, so terminal states keep it. $3… settleEffectValues. */
 export const SETTLE_EFFECT = named('settle_effect', `
   UPDATE webhook_effects SET status = $3, next_attempt_at = COALESCE(${ts('$4')}, next_attempt_at),
     lease_owner = NULL, lease_until = NULL, last_error = COALESCE($5, last_error), failure_reason = $6,
     done_at = ${ts('$7')}
   WHERE effect_id = $1 AND lease_owner = $2 AND status = 'PROCESSING'`);
 
-/** $1 id, $2 owner, then rows.ts outboxSettlementColumns: $3 published at ms (NULL: not yet), $4 next attempt ms, $5 error. */
+export function settleEffectValues(s: EffectSettlement): unknown[] {
+  const c = effectSettlementColumns(s);
+  return [c.status, c.nextAttemptAtMs, c.error, c.reason, c.doneAtMs];
+}
+
+/** $1 id, $2 owner, $3… settleOutboxValues (a NULL published_at: not yet). */
 export const SETTLE_OUTBOX = named('settle_outbox', `
   UPDATE webhook_outbox SET published_at = ${ts('$3')}, next_attempt_at = COALESCE(${ts('$4')}, next_attempt_at),
     lease_owner = NULL, last_error = COALESCE($5, last_error)
   WHERE outbox_id = $1 AND lease_owner = $2 AND published_at IS NULL`);
+
+export function settleOutboxValues(s: OutboxSettlement): unknown[] {
+  const c = outboxSettlementColumns(s);
+  return [c.publishedAt, c.nextAttemptAtMs, c.error];
+}
 
 export const IS_PROCESSED = named('is_processed', `
   SELECT 1 FROM processed_events WHERE provider = $1 AND endpoint_id = $2 AND provider_event_id = $3 AND consumer = $4`);
