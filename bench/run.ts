@@ -4,11 +4,15 @@
  * For each target (plain node:http ceiling, hand-written Express+pg receiver, webhook-inbox on
  * SQLite, webhook-inbox on PostgreSQL) it runs an open-loop rate ladder and a 1 MiB flood, each
  * step against a freshly started server and a fresh database, with the load generator in its own
- * process. It prints a table, and appends the run to bench/RESULTS.md.
+ * process. It prints a table, and appends the run to bench/RESULTS.md. Then the processing-engine
+ * scenarios of bench/engine.ts on both stores: `drain` (a seeded backlog drained by one
+ * `webhook-inbox work` process) and `e2e` (accept → PROCESSED under 2,000 req/s, workers in `serve`).
  *
- *   npm run bench                         full run (~7 min)
+ *   npm run bench                         full run (~12 min)
  *   npm run bench -- --quick              2,000 and 4,000 req/s, 5 s steps, short flood (~1.5 min)
- *   npm run bench -- --only sqlite,plain  a subset of targets (plain, express, sqlite, postgres)
+ *   npm run bench -- --only sqlite,plain  a subset of targets (plain, express, sqlite, postgres, drain, e2e)
+ *   npm run bench -- --only drain,e2e --stores sqlite --backlog 50000 --e2e-duration 10
+ *   npm run bench -- --only drain --workers '{"concurrency":64}' --profile  (work process under --cpu-prof)
  *   npm run bench -- --rates 2000 --duration 15 --no-memory --no-write
  *   npm run bench -- --profile --only sqlite --rates 4000 --no-memory   (server under --cpu-prof)
  *   npm run bench -- --server /other/checkout/dist/cli/main.js         (measure another build)
@@ -23,17 +27,18 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import ts from 'typescript';
 import type { FloodResult, FloodSpec, LoadMessage, LoadResult, RateResult, RateSpec } from './loadgen.js';
+import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { cpuDelta, cpuOfCommand, threadCpuMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const BUILD = join(ROOT, 'dist-bench', 'bench');
-let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const BUILD = join(ROOT, 'dist-bench', 'bench');
+export let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
-const PG_ADMIN = process.env.BENCH_PG_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-const STRIPE_SECRET = 'whsec_bench_' + randomBytes(12).toString('hex');
-const PAYLOAD_KEY = randomBytes(32).toString('base64');
-const PATH = '/webhooks/stripe-bench';
+export const PG_ADMIN = process.env.BENCH_PG_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const STRIPE_SECRET = 'whsec_bench_' + randomBytes(12).toString('hex');
+export const PAYLOAD_KEY = randomBytes(32).toString('base64');
+export const PATH = '/webhooks/stripe-bench';
 
 // ---------------------------------------------------------------- options
 
@@ -58,6 +63,10 @@ const { values: args } = parseArgs({
     'inflight-mib': { type: 'string' },
     timeline: { type: 'string' },
     server: { type: 'string' },
+    backlog: { type: 'string' },
+    'e2e-duration': { type: 'string' },
+    stores: { type: 'string' },
+    workers: { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   },
   strict: true,
@@ -69,9 +78,9 @@ if (args.help) {
   process.exit(0);
 }
 
-const quick = Boolean(args.quick);
+export const quick = Boolean(args.quick);
 const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v));
-const opts = {
+export const opts = {
   rates: (args.rates ?? (quick ? '2000,4000' : '1000,2000,3000,4000,5000,6000')).split(',').map(Number),
   durationS: num(args.duration, quick ? 5 : 10),
   warmupS: num(args.warmup, 3),
@@ -90,20 +99,28 @@ const opts = {
   timelineDir: args.timeline ? resolve(args.timeline) : undefined,
   dupFraction: 0.01,
   largeFraction: 0.003,
+  // bench/engine.ts
+  backlog: num(args.backlog, quick ? 20_000 : 100_000),
+  e2eDurationS: num(args['e2e-duration'], quick ? 6 : 20),
+  stores: (args.stores ?? 'sqlite,postgres').split(',').map((s) => s.trim()).filter(Boolean),
+  /** Merged into the engine scenarios' `workers` config (default: the built-in defaults). */
+  workers: args.workers ? (JSON.parse(args.workers) as Record<string, unknown>) : {},
 };
 const ALL_TARGETS = ['plain', 'express', 'sqlite', 'postgres'] as const;
 type TargetName = (typeof ALL_TARGETS)[number];
-const only = (args.only ?? ALL_TARGETS.join(',')).split(',').map((s) => s.trim()).filter(Boolean);
-for (const o of only) if (!(ALL_TARGETS as readonly string[]).includes(o)) throw new Error(`--only: unknown target "${o}" (known: ${ALL_TARGETS.join(', ')})`);
+const KNOWN: readonly string[] = [...ALL_TARGETS, ...ENGINE_SCENARIOS];
+const only = (args.only ?? KNOWN.join(',')).split(',').map((s) => s.trim()).filter(Boolean);
+for (const o of only) if (!KNOWN.includes(o)) throw new Error(`--only: unknown target "${o}" (known: ${KNOWN.join(', ')})`);
+for (const st of opts.stores) if (st !== 'sqlite' && st !== 'postgres') throw new Error(`--stores: unknown store "${st}" (sqlite, postgres)`);
 for (const r of opts.rates) if (!(r > 0)) throw new Error(`--rates: bad rate "${r}"`);
 
-const CORES = os.availableParallelism();
+export const CORES = os.availableParallelism();
 const P99_LIMIT_MS = 500;
 const ACHIEVED_MIN = 0.97;
-const A_RATE = 2000;
+export const A_RATE = 2000;
 /** "other CPU %" above this marks a step as disturbed by processes outside the bench. */
-const NOISY_PCT = 25;
-const A_P99_TARGET_MS = 50;
+export const NOISY_PCT = 25;
+export const A_P99_TARGET_MS = 50;
 
 const LABELS: Record<TargetName, string> = {
   plain: 'ref: plain node:http',
@@ -115,7 +132,7 @@ const LABELS: Record<TargetName, string> = {
 // ---------------------------------------------------------------- child processes
 
 const children = new Set<ChildProcess>();
-function track(c: ChildProcess): ChildProcess {
+export function track(c: ChildProcess): ChildProcess {
   children.add(c);
   c.once('exit', () => children.delete(c));
   return c;
@@ -144,7 +161,7 @@ function waitExit(c: ChildProcess, ms: number): Promise<boolean> {
   });
 }
 
-async function stopChild(c: ChildProcess, graceMs = 10_000): Promise<void> {
+export async function stopChild(c: ChildProcess, graceMs = 10_000): Promise<void> {
   if (c.exitCode !== null || c.signalCode !== null) return;
   c.kill('SIGTERM');
   if (!(await waitExit(c, graceMs))) {
@@ -169,7 +186,7 @@ function buildChildren(): void {
 
 // ---------------------------------------------------------------- PostgreSQL
 
-async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   const c = new pg.Client({ connectionString: PG_ADMIN, connectionTimeoutMillis: 3000 });
   await c.connect();
   try {
@@ -179,7 +196,7 @@ async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-async function recreateDb(name: string): Promise<string> {
+export async function recreateDb(name: string): Promise<string> {
   await pgAdmin(async (c) => {
     await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     await c.query(`CREATE DATABASE ${name}`);
@@ -189,13 +206,13 @@ async function recreateDb(name: string): Promise<string> {
   return u.toString();
 }
 
-async function dropDb(name: string): Promise<void> {
+export async function dropDb(name: string): Promise<void> {
   await pgAdmin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).catch(() => undefined);
 }
 
 // ---------------------------------------------------------------- targets
 
-interface Running {
+export interface Running {
   readonly pid: number;
   readonly url: string;
   readonly child: ChildProcess;
@@ -203,10 +220,11 @@ interface Running {
   stop(): Promise<void>;
 }
 
-const RUN_DIR = mkdtempSync(join(os.tmpdir(), 'wi-bench-'));
+export const RUN_DIR = mkdtempSync(join(os.tmpdir(), 'wi-bench-'));
 let serial = 0;
 
-function serverConfig(database: string): object {
+/** Our server's config for a bench run; `workers` replaces the default (off for the ingress ladder). */
+export function serverConfig(database: string, workers: object = { enabled: false }): object {
   return {
     listen: { host: '127.0.0.1', port: 0 },
     database,
@@ -215,32 +233,33 @@ function serverConfig(database: string): object {
     log: { level: 'warn' },
     // The ingress ladder measures receiving alone (as the references do); bench/engine.ts
     // measures draining and accept → PROCESSED with the workers on.
-    workers: { enabled: false },
+    workers,
     endpoints: [{ id: 'stripe-bench', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }],
   };
 }
 
-async function launch(cmd: string[], env: NodeJS.ProcessEnv, name: string, cleanup: () => Promise<void>): Promise<Running> {
+/** Starts a child and waits until its output matches `ready` (whose first group, if any, is its URL). */
+export async function launch(cmd: string[], env: NodeJS.ProcessEnv, name: string, cleanup: () => Promise<void>, ready = /listening on (http:\/\/127\.0\.0\.1:\d+)/): Promise<Running> {
   const logFile = join(RUN_DIR, `${name}-${++serial}.log`);
   const log = createWriteStream(logFile);
   const child = track(spawn(process.execPath, cmd, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }));
   let buffered = '';
   const url = await new Promise<string>((res, rej) => {
-    const timer = setTimeout(() => rej(new Error(`${name}: not listening after 30 s (log: ${logFile})`)), 30_000);
+    const timer = setTimeout(() => rej(new Error(`${name}: not ready after 30 s (log: ${logFile})`)), 30_000);
     const onData = (d: Buffer) => {
       log.write(d);
       buffered += d.toString();
-      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(buffered);
+      const m = ready.exec(buffered);
       if (m) {
         clearTimeout(timer);
-        res(m[1]!);
+        res(m[1] ?? '');
       }
     };
     child.stdout!.on('data', onData);
     child.stderr!.on('data', onData);
     child.once('exit', (code, sig) => {
       clearTimeout(timer);
-      rej(new Error(`${name} exited before listening (code ${code}, signal ${sig}):\n${buffered.slice(-2000)}`));
+      rej(new Error(`${name} exited before it was ready (code ${code}, signal ${sig}):\n${buffered.slice(-2000)}`));
     });
   }).catch(async (err: unknown) => {
     child.kill('SIGKILL');
@@ -328,7 +347,7 @@ async function scrapeCommitStats(url: string): Promise<Usage['commit']> {
  * Other sessions may share this machine: before a step, wait (up to 30 s) until the box has been
  * quiet (< 10% busy) for 1 s, so a step does not start in the middle of someone's test run.
  */
-async function waitQuiet(): Promise<number> {
+export async function waitQuiet(): Promise<number> {
   let last = NaN;
   for (let i = 0; i < 30; i++) {
     const a = machineJiffies();
@@ -339,6 +358,72 @@ async function waitQuiet(): Promise<number> {
   }
   console.error(`bench: machine still ${last.toFixed(0)}% busy after 30 s of waiting; measuring anyway`);
   return last;
+}
+
+/** CPU over a window: a process (all threads; the event loop and its busiest other thread), PostgreSQL, the machine. */
+export interface CpuWindow {
+  readonly windowS: number;
+  readonly cpuMs: number;
+  /** % of one core. */
+  readonly cpuPct: number;
+  readonly mainThreadCpuPct: number;
+  readonly otherThreadCpuPct: number;
+  readonly pgCpuPct: number;
+  readonly machineBusyPct: number;
+}
+
+export function cpuSampler(pid: number): { start(): void; end(): void; readonly ended: boolean; result(): CpuWindow } {
+  let cpu0 = 0, cpu1 = 0, t0 = 0, t1 = 0;
+  let pg0 = new Map<number, number>(), pg1 = new Map<number, number>();
+  let th0 = new Map<number, number>(), th1 = new Map<number, number>();
+  let m0: [number, number] = [0, 0], m1: [number, number] = [0, 0];
+  return {
+    start() {
+      t0 = performance.now();
+      cpu0 = procCpuMs(pid) ?? 0;
+      th0 = threadCpuMs(pid);
+      pg0 = cpuOfCommand('postgres');
+      m0 = machineJiffies();
+    },
+    end() {
+      t1 = performance.now();
+      cpu1 = procCpuMs(pid) ?? cpu0;
+      th1 = threadCpuMs(pid);
+      pg1 = cpuOfCommand('postgres');
+      m1 = machineJiffies();
+    },
+    get ended() {
+      return t1 !== 0;
+    },
+    result() {
+      const windowS = (t1 - t0) / 1000;
+      const pct = (ms: number) => (windowS > 0 ? ms / 10 / windowS : NaN);
+      return {
+        windowS,
+        cpuMs: cpu1 - cpu0,
+        cpuPct: pct(cpu1 - cpu0),
+        mainThreadCpuPct: pct((th1.get(pid) ?? 0) - (th0.get(pid) ?? 0)),
+        otherThreadCpuPct: pct(Math.max(0, ...[...th1].filter(([tid]) => tid !== pid).map(([tid, c]) => c - (th0.get(tid) ?? 0)))),
+        pgCpuPct: pct(cpuDelta(pg0, pg1)),
+        machineBusyPct: m1[1] > m0[1] ? (100 * (m1[0] - m0[0])) / (m1[1] - m0[1]) : NaN,
+      };
+    },
+  };
+}
+
+/** Forks the load generator on `spec`; `on` is called at the edges of its measured window. Resolves with its result. */
+export function runLoad<R extends LoadResult>(spec: RateSpec | FloodSpec, on: { windowStart(): void; windowEnd(): void }): Promise<R> {
+  const lg = track(fork(join(BUILD, 'loadgen.js'), [JSON.stringify(spec)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: [] }));
+  return new Promise<R>((res, rej) => {
+    let got: R | undefined;
+    lg.on('message', (m: LoadMessage) => {
+      if (m.type === 'window-start') on.windowStart();
+      else if (m.type === 'window-end') on.windowEnd();
+      else if (m.type === 'result') got = m.result as R;
+      else if (m.type === 'error') rej(new Error(`loadgen: ${m.message}`));
+    });
+    lg.once('exit', (code) => (got ? res(got) : rej(new Error(`loadgen exited with code ${code} without a result`))));
+  });
 }
 
 async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<RateSpec, 'url'> | Omit<FloodSpec, 'url'>): Promise<StepRecord<R>> {
@@ -363,54 +448,26 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
       quarters[q] = Math.max(quarters[q]!, r);
     }, 50);
 
-    let cpu0 = 0, cpu1 = 0, t0 = 0, t1 = 0;
-    let pg0 = new Map<number, number>(), pg1 = new Map<number, number>();
-    let th0 = new Map<number, number>(), th1 = new Map<number, number>();
-    let m0: [number, number] = [0, 0], m1: [number, number] = [0, 0];
-    const sampleStart = () => {
-      t0 = performance.now();
-      cpu0 = procCpuMs(srv.pid) ?? 0;
-      th0 = threadCpuMs(srv.pid);
-      pg0 = cpuOfCommand('postgres');
-      m0 = machineJiffies();
-    };
-    const sampleEnd = () => {
-      t1 = performance.now();
-      cpu1 = procCpuMs(srv.pid) ?? cpu0;
-      th1 = threadCpuMs(srv.pid);
-      pg1 = cpuOfCommand('postgres');
-      m1 = machineJiffies();
-    };
-
-    const full = { ...spec, url: srv.url } as RateSpec | FloodSpec;
-    const lg = track(fork(join(BUILD, 'loadgen.js'), [JSON.stringify(full)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: [] }));
-    const result = await new Promise<R>((res, rej) => {
-      let got: R | undefined;
-      lg.on('message', (m: LoadMessage) => {
-        if (m.type === 'window-start') sampleStart();
-        else if (m.type === 'window-end') sampleEnd();
-        else if (m.type === 'result') got = m.result as R;
-        else if (m.type === 'error') rej(new Error(`loadgen: ${m.message}`));
-      });
-      lg.once('exit', (code) => (got ? res(got) : rej(new Error(`loadgen exited with code ${code} without a result`))));
-    }).finally(() => clearInterval(sampler));
-    if (t1 === 0) sampleEnd();
+    const cpu = cpuSampler(srv.pid);
+    const result = await runLoad<R>({ ...spec, url: srv.url } as RateSpec | FloodSpec, { windowStart: cpu.start, windowEnd: cpu.end })
+      .finally(() => clearInterval(sampler));
+    if (!cpu.ended) cpu.end();
 
     const hwm = peakRssBytes(srv.pid) ?? 0;
     const peak = Math.max(canReset ? hwm : 0, sampledPeak);
-    const windowS = (t1 - t0) / 1000;
+    const c = cpu.result();
     const commit = ours ? await scrapeCommitStats(srv.url) : undefined;
     const usage: Usage = {
-      serverCpuMs: cpu1 - cpu0,
-      serverCpuPct: windowS > 0 ? ((cpu1 - cpu0) / 10) / windowS : NaN,
+      serverCpuMs: c.cpuMs,
+      serverCpuPct: c.cpuPct,
       peakRssMiB: peak / 1024 ** 2,
       rssQuartersMiB: quarters.map((q) => q / 1024 ** 2),
       idleRssMiB: idleRss / 1024 ** 2,
-      pgCpuPct: windowS > 0 ? cpuDelta(pg0, pg1) / 10 / windowS : NaN,
-      mainThreadCpuPct: windowS > 0 ? ((th1.get(srv.pid) ?? 0) - (th0.get(srv.pid) ?? 0)) / 10 / windowS : NaN,
-      otherThreadCpuPct: windowS > 0 ? Math.max(0, ...[...th1].filter(([tid]) => tid !== srv.pid).map(([tid, c]) => c - (th0.get(tid) ?? 0))) / 10 / windowS : NaN,
-      machineBusyPct: m1[1] > m0[1] ? (100 * (m1[0] - m0[0])) / (m1[1] - m0[1]) : NaN,
-      windowS,
+      pgCpuPct: c.pgCpuPct,
+      mainThreadCpuPct: c.mainThreadCpuPct,
+      otherThreadCpuPct: c.otherThreadCpuPct,
+      machineBusyPct: c.machineBusyPct,
+      windowS: c.windowS,
       ...(commit ? { commit } : {}),
     };
     await srv.stop();
@@ -428,16 +485,16 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
 
 // ---------------------------------------------------------------- formatting
 
-const f0 = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '–');
-const f1 = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '–');
-const ms = (n: number) => (!Number.isFinite(n) ? '–' : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : Math.round(n).toLocaleString('en-US'));
+export const f0 = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '–');
+export const f1 = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '–');
+export const ms = (n: number) => (!Number.isFinite(n) ? '–' : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : Math.round(n).toLocaleString('en-US'));
 const ratio = (a: number, b: number) => {
   if (!(Number.isFinite(a) && Number.isFinite(b) && a > 0 && b > 0)) return '–';
   const r = a / b;
   return `${r >= 0.1 ? r.toFixed(2) : r.toPrecision(2)}×`;
 };
 
-function outcomesText(o: Record<string, number>, okKeys = ['200']): string {
+export function outcomesText(o: Record<string, number>, okKeys = ['200']): string {
   const bad = Object.entries(o).filter(([k]) => !okKeys.includes(k));
   return bad.length ? bad.map(([k, v]) => `${k}:${v}`).join(' ') : '0';
 }
@@ -446,7 +503,7 @@ function passes(r: RateResult): boolean {
   return r.latency.p99 <= P99_LIMIT_MS && r.achieved >= ACHIEVED_MIN * r.offered;
 }
 
-function table(head: string[], rows: string[][]): string {
+export function table(head: string[], rows: string[][]): string {
   const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]) => `| ${cells.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join(' | ')} |`;
   return [line(head), `|${w.map((n, i) => (i === 0 ? ':' : '') + '-'.repeat(n + 1) + (i === 0 ? '' : ':')).join('|')}|`, ...rows.map(line)].join('\n');
@@ -498,11 +555,15 @@ async function main(): Promise<void> {
     console.error(`bench: PostgreSQL at ${PG_ADMIN} unavailable (${(err as Error).message}); skipping express and postgres`);
   }
   const targets = (ALL_TARGETS as readonly TargetName[]).filter((t) => only.includes(t) && (pgVersion !== 'unavailable' || (t !== 'express' && t !== 'postgres')));
+  const scenarios = ENGINE_SCENARIOS.filter((s) => only.includes(s));
+  const stores = opts.stores.filter((s) => pgVersion !== 'unavailable' || s !== 'postgres');
   const machine = machineInfo(pgVersion);
   const started = new Date();
   console.log(`webhook-inbox bench — ${started.toISOString()}`);
   console.log(`machine: ${machine.cores} cores, ${machine.model}, ${machine.ramGiB} GiB RAM, Node ${machine.node}, PostgreSQL ${machine.postgres}`);
-  console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}\n`);
+  console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}`);
+  if (scenarios.length) console.log(`engine: ${scenarios.join(', ')} on ${stores.join(', ')}; backlog ${f0(opts.backlog)}; e2e ${f0(A_RATE)} req/s for ${opts.e2eDurationS} s`);
+  console.log('');
 
   const tag = `${started.getTime().toString(36)}`;
   const ladder = new Map<TargetName, StepRecord<RateResult>[]>();
@@ -560,7 +621,9 @@ async function main(): Promise<void> {
     }
   }
 
-  const report = renderReport(machine, started, targets, ladder, floods);
+  const engine = scenarios.length && stores.length ? await runEngineBench(scenarios, stores) : undefined;
+
+  const report = renderReport(machine, started, targets, ladder, floods, engine);
   console.log(`\n${report.summary}`);
   if (opts.write) {
     if (!existsSync(RESULTS)) writeFileSync(RESULTS, '# webhook-inbox benchmark results\n\nEach `npm run bench` appends a section; method in bench/README.md.\n');
@@ -580,7 +643,7 @@ function maxSustained(steps: StepRecord<RateResult>[] | undefined): { rate: numb
 }
 
 /** Which server build was measured: commit, and whether src/ had uncommitted changes. */
-function buildIdentity(): string {
+export function buildIdentity(): string {
   if (args.server) return `server build ${SERVER_MAIN}`;
   try {
     const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
@@ -597,6 +660,7 @@ function renderReport(
   targets: TargetName[],
   ladder: Map<TargetName, StepRecord<RateResult>[]>,
   floods: StepRecord<FloodResult>[],
+  engine: EngineReport | undefined,
 ): { markdown: string; summary: string } {
   const out: string[] = [];
   const date = started.toUTCString();
@@ -606,7 +670,7 @@ function renderReport(
   out.push(`- machine: ${machine.cores} cores (\`nproc\`), ${machine.model}, ${machine.ramGiB} GiB RAM, Linux ${machine.kernel}`);
   out.push(`- Node ${machine.node}; PostgreSQL ${machine.postgres}`);
   out.push(`- measured: ${buildIdentity()}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);
-  out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (undici Pool, pipelining 1), ` +
+  if (ladder.size || floods.length) out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (undici Pool, pipelining 1), ` +
     `${opts.dupFraction * 100}% exact duplicates, ${(opts.largeFraction * 100).toFixed(1)}% bodies of 1 MiB, the rest 1–13 KiB; every step on a fresh server process and fresh database; ` +
     `pass = p99 ≤ ${P99_LIMIT_MS} ms and achieved ≥ ${ACHIEVED_MIN * 100}% of offered. Latency from the scheduled send time. CPU % is of one core (the box has ${machine.cores}).`);
   out.push('');
@@ -698,6 +762,7 @@ function renderReport(
     out.push('');
     for (const s of profiles) out.push(`${LABELS[s.target]} @ ${f0(s.result.offered)}/s:\n\n\`\`\`\n${s.profile}\n\`\`\`\n`);
   }
+  if (engine) out.push(engine.markdown);
   const markdown = out.join('\n');
   const summary = markdown.slice(markdown.indexOf('### '));
   return { markdown, summary };

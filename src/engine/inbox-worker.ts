@@ -5,7 +5,8 @@ import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { uuidv7 } from '../crypto/ids.js';
 import type { EngineMetrics } from '../metrics/engine.js';
 import type { InboxStore } from '../store/port.js';
-import type { ClaimedInbox, EventKey, Settlement, StoreTx } from '../store/work-port.js';
+import { logicalKey } from '../store/port.js';
+import type { ClaimedInbox, EventKey, NewEffect, NewMarker, ProcessedMarker, Settlement, StoreTx } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
 import { classify, FAILURE, NeedsDecisionError, RetryableError } from './failure.js';
@@ -49,7 +50,9 @@ interface Plan {
   settled?: Settlement;
 }
 
-class LeaseLost extends Error {}
+/** Processed markers as a set of `<logical key>\u0000<consumer>` strings. */
+const markerKey = (k: EventKey, consumer: string) => `${logicalKey(k)}\u0000${consumer}`;
+const markerSet = (markers: readonly ProcessedMarker[]) => new Set(markers.map((m) => markerKey(m, m.consumer)));
 
 /**
  * Processes claimed inbox rows. Per batch: decrypt and parse each event, choose its targets
@@ -84,13 +87,13 @@ export class InboxWorker {
       const plans = rows.map((r) => this.plan(r));
       await this.deliverDirect(plans);
       if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
-      let effects = false;
+      let effects = 0;
       await this.d.store.transaction(async (tx) => {
-        for (const p of plans) effects = (await this.settle(tx, p)) || effects;
+        effects = await this.settleBatch(tx, owner, plans);
       });
       failpoint('worker.after-commit');
       this.record(plans);
-      if (effects) this.d.onEffects();
+      if (effects > 0) this.d.onEffects();
     } finally {
       clearInterval(heartbeat);
     }
@@ -154,12 +157,9 @@ export class InboxWorker {
   private async deliverDirect(plans: Plan[]): Promise<void> {
     const forwarding = plans.filter((p) => !p.early && p.event && p.direct.length > 0);
     if (forwarding.length === 0) return;
-    const done = new Set<string>();
-    await this.d.store.transaction(async (tx) => {
-      for (const p of forwarding) for (const t of p.direct) if (await tx.isProcessed(p.key, t.consumer)) done.add(`${p.row.inboxId} ${t.consumer}`);
-    });
+    const done = markerSet(await this.d.store.transaction((tx) => tx.processed(forwarding.map((p) => p.key))));
     await Promise.all(forwarding.flatMap((p) => p.direct.map(async (t) => {
-      if (done.has(`${p.row.inboxId} ${t.consumer}`)) return;
+      if (done.has(markerKey(p.key, t.consumer))) return;
       try {
         await t.destination.deliver({ ...p.event!, eventType: p.row.eventType, receivedAtMs: p.row.receivedAtMs, body: p.event!.raw });
         p.delivered.push(t);
@@ -169,51 +169,67 @@ export class InboxWorker {
     })));
   }
 
-  /** Returns whether effects were recorded. */
-  private async settle(tx: StoreTx, p: Plan): Promise<boolean> {
-    const { row } = p;
+  /**
+   * The batch protocol, in one transaction: lock the rows this claim still leases (a takeover
+   * cannot slip in before the end), look up their processed markers, run the handlers not yet
+   * done — each in a savepoint opened only if it touches the database — and write every
+   * marker, effect and settlement in one round trip. Returns the number of effects recorded.
+   */
+  private async settleBatch(tx: StoreTx, owner: string, plans: Plan[]): Promise<number> {
     const now = this.now();
-    let effects = false;
-    try {
-      await tx.savepoint(async () => {
-        let s: Settlement;
-        if (p.early) {
-          s = this.decide(row, p.early, now);
-        } else {
-          for (const t of p.delivered) await tx.markProcessed(p.key, t.consumer, row.inboxId, null, now);
-          let failure = p.failure;
-          const versions: string[] = [];
-          for (const h of p.handlers) {
-            versions.push(`${h.name}@${h.version}`);
-            if (await tx.isProcessed(p.key, h.consumer)) continue;
-            try {
-              effects = (await tx.savepoint(() => this.runHandler(tx, h, p.event!, now))) || effects;
-            } catch (error) {
-              failure ??= { error, retry: this.d.endpoints.get(row.endpointId)!.retry };
+    const owned = new Set(await tx.lockLeased(plans.map((p) => p.row.inboxId), owner));
+    const live = plans.filter((p) => owned.has(p.row.inboxId));
+    for (const p of plans) if (!owned.has(p.row.inboxId)) this.d.log.warn({ inboxId: p.row.inboxId }, 'lease lost before settling; another worker owns the event now');
+    const withHandlers = live.filter((p) => !p.early && p.handlers.length > 0);
+    const done = withHandlers.length ? markerSet(await tx.processed(withHandlers.map((p) => p.key))) : new Set<string>();
+    const markers: NewMarker[] = [];
+    const effects: NewEffect[] = [];
+    const settlements: { inboxId: string; s: Settlement }[] = [];
+    for (const p of live) {
+      const { row } = p;
+      let s: Settlement;
+      if (p.early) {
+        s = this.decide(row, p.early, now);
+      } else {
+        for (const t of p.delivered) markers.push({ ...p.key, consumer: t.consumer, inboxId: row.inboxId, handlerVersion: null, nowMs: now });
+        let failure = p.failure;
+        const versions: string[] = [];
+        for (const h of p.handlers) {
+          const version = `${h.name}@${h.version}`;
+          versions.push(version);
+          if (done.has(markerKey(p.key, h.consumer))) continue;
+          try {
+            const recorded = await this.runHandler(tx, h, p.event!);
+            markers.push({ ...p.key, consumer: h.consumer, inboxId: row.inboxId, handlerVersion: version, nowMs: now });
+            for (const [name, data] of recorded) {
+              effects.push({ effectId: uuidv7(now), inboxId: row.inboxId, name, idempotencyKey: `${row.inboxId}:${name}`, data: JSON.stringify(data ?? null), nowMs: now });
             }
+          } catch (error) {
+            failure ??= { error, retry: this.d.endpoints.get(row.endpointId)!.retry };
           }
-          s = failure ? this.decide(row, failure, now) : { status: 'PROCESSED', handlerVersion: versions.length ? versions.join(',') : null, nowMs: now };
         }
-        if (!(await tx.settleInbox(row.inboxId, row.leaseOwner, s))) throw new LeaseLost();
-        p.settled = s;
-      });
-    } catch (err) {
-      if (!(err instanceof LeaseLost)) throw err;
-      this.d.log.warn({ inboxId: row.inboxId }, 'lease lost before settling; another worker owns the event now');
-      return false;
+        s = failure ? this.decide(row, failure, now) : { status: 'PROCESSED', handlerVersion: versions.length ? versions.join(',') : null, nowMs: now };
+      }
+      settlements.push({ inboxId: row.inboxId, s });
+      p.settled = s;
     }
-    return effects;
+    if (settlements.length > 0) await tx.finishBatch(owner, { markers, effects, settlements });
+    return effects.length;
   }
 
-  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent, now: number): Promise<boolean> {
+  /** Runs one handler; its writes are undone if it throws. Returns the effects it recorded. */
+  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent): Promise<Map<string, unknown>> {
     const effects = new Map<string, unknown>();
     let open = true;
+    // The savepoint is opened lazily: a handler that never queries costs no round trip.
+    let savepoint: Promise<unknown> | undefined;
     const ctx = {
       tx: {
         kind: tx.kind,
-        query: <R extends Record<string, unknown>>(sql: string, params?: readonly unknown[]) => {
+        query: async <R extends Record<string, unknown>>(sql: string, params?: readonly unknown[]) => {
           // A handler that outlived its timeout must not write into whatever runs next.
-          if (!open) return Promise.reject(new Error('this transaction is over (the handler timed out)'));
+          if (!open) throw new Error('this transaction is over (the handler timed out)');
+          await (savepoint ??= tx.query('SAVEPOINT wi_handler'));
           return tx.query<R>(sql, params);
         },
       },
@@ -230,15 +246,20 @@ export class InboxWorker {
           timer = setTimeout(() => reject(new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${this.d.leaseMs} ms`)), this.d.leaseMs);
         }),
       ]);
+    } catch (err) {
+      open = false;
+      if (savepoint) {
+        await savepoint.catch(() => undefined);
+        await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
+        await tx.query('RELEASE SAVEPOINT wi_handler');
+      }
+      throw err;
     } finally {
       open = false;
       clearTimeout(timer);
     }
-    await tx.markProcessed({ provider: event.provider, endpointId: event.endpointId, providerEventId: event.providerEventId }, h.consumer, event.inboxId, `${h.name}@${h.version}`, now);
-    for (const [name, data] of effects) {
-      await tx.addEffect({ effectId: uuidv7(now), inboxId: event.inboxId, name, idempotencyKey: `${event.inboxId}:${name}`, data: JSON.stringify(data ?? null), nowMs: now });
-    }
-    return effects.size > 0;
+    if (savepoint) await tx.query('RELEASE SAVEPOINT wi_handler');
+    return effects;
   }
 
   private decide(row: ClaimedInbox, f: Failure, now: number): Settlement {

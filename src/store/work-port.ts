@@ -47,6 +47,24 @@ export interface NewEffect {
   readonly nowMs: number;
 }
 
+/** A (logical event, consumer) that has applied its work: a processed_events row. */
+export interface ProcessedMarker extends EventKey {
+  readonly consumer: string;
+}
+
+export interface NewMarker extends ProcessedMarker {
+  readonly inboxId: string;
+  readonly handlerVersion: string | null;
+  readonly nowMs: number;
+}
+
+/** Everything one batch writes at its end, in one round trip. */
+export interface BatchOutcome {
+  readonly markers: readonly NewMarker[];
+  readonly effects: readonly NewEffect[];
+  readonly settlements: readonly { readonly inboxId: string; readonly s: Settlement }[];
+}
+
 /** Statement results from the user's SQL. */
 export type Row = Record<string, unknown>;
 
@@ -67,6 +85,20 @@ export interface StoreTx {
   addEffect(effect: NewEffect): Promise<void>;
   /** Settles a claimed inbox row. False (and nothing written) if `owner` no longer holds its lease. */
   settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean>;
+  /**
+   * The batch protocol's first step: of these rows, the ones `owner` still leases, locked until
+   * this transaction ends (PostgreSQL `FOR UPDATE`; SQLite's write lock already excludes
+   * everyone), so their settle at the end cannot be lost to a takeover.
+   */
+  lockLeased(inboxIds: readonly string[], owner: string): Promise<string[]>;
+  /** The processed markers that exist for these events (every consumer). */
+  processed(keys: readonly EventKey[]): Promise<ProcessedMarker[]>;
+  /**
+   * The batch protocol's last step: inserts the markers (a duplicate throws: the PK is the
+   * guard), records the effects (a repeated idempotency key is ignored) and settles the rows
+   * (guarded by `owner`). Returns how many rows were settled.
+   */
+  finishBatch(owner: string, outcome: BatchOutcome): Promise<number>;
 }
 
 export type EffectStatus = 'PENDING' | 'PROCESSING' | 'DONE' | 'FAILED';

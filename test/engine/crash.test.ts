@@ -2,13 +2,16 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect as natsConnect } from '@nats-io/transport-node';
 import pino from 'pino';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { startApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
-import { configDoc } from '../helpers/app.js';
+import { configDoc, STRIPE_SECRET } from '../helpers/app.js';
+import { NATS_URL, natsStreamMessages, uniqueName } from '../helpers/destinations.js';
 import { waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
@@ -19,8 +22,8 @@ const HANDLERS = fileURLToPath(new URL('../fixtures/ledger-handlers.mjs', import
 
 /**
  * A separate `webhook-inbox work` process is SIGKILLed at a chosen point, then restarted
- * without the crash: every accepted event must reach a terminal state and the ledger must
- * show each business mutation exactly once.
+ * without the crash: every accepted event must reach a terminal state, the ledger must
+ * show each business mutation exactly once, and a broker stream each message once.
  */
 describeEachStore('worker crash recovery', (kind) => {
   let db: TestDatabase;
@@ -119,5 +122,59 @@ describeEachStore('worker crash recovery', (kind) => {
     for (const id of ids) expect(l.get(id), id).toBe(1);
     const keys = readFileSync(effectLog, 'utf8').trim().split('\n');
     expect(new Set(keys)).toEqual(new Set(inboxIds.map((id) => `${id}:notify`)));
+  });
+
+  it('killed after a broker publish, before marking the outbox row: republished after restart, stored once by Nats-Msg-Id', async () => {
+    const stream = uniqueName('WHI_CRASH');
+    const prefix = stream.toLowerCase();
+    doc = {
+      ...doc,
+      destinations: [{ id: 'bus', type: 'nats', url: NATS_URL, subject: `${prefix}.{provider}.{type}`, stream, timeoutMs: 3000 }],
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }], routes: [{ events: ['*'], destination: 'bus' }] }],
+    };
+    const nc = await natsConnect({ servers: NATS_URL, timeout: 5000 });
+    const jsm = await jetstreamManager(nc);
+    try {
+      const ids = ['evt_x', 'evt_y', 'evt_z'];
+      const inboxIds = await accept(ids);
+      const effectLog = join(dir, 'effects.log');
+      writeFileSync(effectLog, '');
+      const crashing = await spawnWork(join(dir, 'work.yaml'), doc, HANDLERS, { EFFECT_LOG: effectLog, WEBHOOK_INBOX_FAILPOINTS: 'relay.after-publish' });
+      expect(await exited(crashing)).toBe('SIGKILL');
+      // The broker has the message(s), the outbox does not know: no row was marked published.
+      const before = await natsStreamMessages(nc, stream);
+      expect(before.length).toBeGreaterThanOrEqual(1);
+      expect((await store.queueStats()).outboxUnpublished).toBe(inboxIds.length);
+
+      const w = await spawnWork(join(dir, 'work.yaml'), doc, HANDLERS, { EFFECT_LOG: effectLog });
+      try {
+        await waitFor(async () => {
+          if ((await store.queueStats()).outboxUnpublished !== 0) return false;
+          for (const id of inboxIds) {
+            if ((await store.getEvent(id))?.status !== 'PROCESSED') return false;
+            if ((await store.listEffects(id)).some((f) => f.status !== 'DONE')) return false;
+          }
+          return true;
+        }, 20_000, 'every outbox row published and every event PROCESSED');
+      } finally {
+        w.child.kill('SIGTERM');
+        await exited(w);
+      }
+
+      // Exactly one stored message per inbox id: the republish was dropped by Nats-Msg-Id.
+      const after = await natsStreamMessages(nc, stream);
+      expect(after.map((m) => m.id).sort()).toEqual([...inboxIds].sort());
+      for (const m of after) expect(m.body.inbox_id).toBe(m.id);
+      // What was in the stream before the restart was published again (a second relay attempt).
+      const attempts = new Map((await store.transaction((tx) => tx.query<{ inbox_id: string; attempt_count: number | string }>('SELECT inbox_id, attempt_count FROM webhook_outbox')))
+        .map((r) => [String(r.inbox_id), Number(r.attempt_count)]));
+      for (const m of before) expect(attempts.get(m.id), m.id).toBeGreaterThanOrEqual(2);
+      for (const id of inboxIds) expect(await store.getEvent(id), id).toMatchObject({ status: 'PROCESSED', handlerVersion: 'ledger@2' });
+      const l = await ledger();
+      for (const id of ids) expect(l.get(id), id).toBe(1);
+    } finally {
+      await jsm.streams.delete(stream).catch(() => undefined);
+      await nc.close();
+    }
   });
 });

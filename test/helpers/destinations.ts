@@ -1,5 +1,8 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Channel } from 'amqplib';
 import type { DeliveryEvent } from '../../src/destinations/contract.js';
 import { NeedsDecisionError, RetryableError } from '../../src/engine/failure.js';
 
@@ -36,4 +39,39 @@ export function deliveryEvent(over: Partial<DeliveryEvent> = {}): DeliveryEvent 
     receivedAtMs: Date.UTC(2025, 0, 2, 3, 4, 5, 678),
     ...over,
   };
+}
+
+/** The real brokers .ci/run starts on loopback (a test that cannot reach one fails, never skips). */
+export const NATS_URL = 'nats://127.0.0.1:4222';
+export const AMQP_URL = 'amqp://guest:guest@127.0.0.1:5672';
+
+/** A message as a broker holds it: its idempotency key (Nats-Msg-Id / message_id), where it went, its JSON body. */
+export interface BrokerMessage {
+  readonly id: string;
+  /** NATS subject / AMQP routing key. */
+  readonly subject: string;
+  readonly body: Record<string, unknown>;
+}
+
+/** Every message a JetStream stream holds, oldest first (read by an ordered consumer; the stream keeps them). */
+export async function natsStreamMessages(nc: NatsConnection, stream: string): Promise<BrokerMessage[]> {
+  const n = (await (await jetstreamManager(nc)).streams.info(stream)).state.messages;
+  const consumer = await jetstream(nc).consumers.get(stream);
+  const out: BrokerMessage[] = [];
+  for (let i = 0; i < n; i++) {
+    const m = await consumer.next({ expires: 2000 });
+    if (!m) throw new Error(`stream ${stream}: message ${i + 1} of ${n} did not arrive`);
+    out.push({ id: m.headers?.get('Nats-Msg-Id') ?? '', subject: m.subject, body: m.json() });
+  }
+  return out;
+}
+
+/** Takes every message a RabbitMQ queue holds (the queue is empty afterwards). */
+export async function drainQueue(ch: Channel, queue: string): Promise<BrokerMessage[]> {
+  const out: BrokerMessage[] = [];
+  for (;;) {
+    const m = await ch.get(queue, { noAck: true });
+    if (!m) return out;
+    out.push({ id: String(m.properties.messageId), subject: m.fields.routingKey, body: JSON.parse(m.content.toString('utf8')) });
+  }
 }

@@ -77,3 +77,15 @@ export class DestinationServer {
 
 /** Engine settings that make tests fast: quick polls, short leases, tiny backoff. */
 export const FAST_WORKERS = { workers: { pollMs: 50, leaseMs: 2000, concurrency: 8, batchSize: 8 }, retry: { baseMs: 10, capMs: 40, maxAttempts: 3 } };
+
+/**
+ * One scrape of GET /metrics, read by exact metric name (and an optional label substring):
+ * values from two scrapes would mix two moments. NaN when the series is absent.
+ */
+export async function scrapeMetrics(baseUrl: string): Promise<(name: string, label?: string) => number> {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text();
+  return (name, label = '') => {
+    const line = text.split('\n').find((l) => (l.startsWith(`${name} `) || l.startsWith(`${name}{`)) && l.includes(label));
+    return line ? Number(line.split(' ').pop()) : NaN;
+  };
+}

@@ -325,6 +325,71 @@ describeEachStore('work store', (kind) => {
     });
   });
 
+  describe('batch protocol', () => {
+    it('lockLeased returns only the rows the owner still leases', async () => {
+      const [a, b, c] = [at('evt_l1', 0), at('evt_l2', 1), at('evt_l3', 2)];
+      await accept(a, b, c);
+      await store.claimInbox(2, 'mine', LEASE, T + 10); // a, b
+      await store.claimInbox(1, 'theirs', LEASE, T + 10); // c
+      const locked = await store.transaction((tx) => tx.lockLeased([a.inboxId, b.inboxId, c.inboxId, uuidv7()], 'mine'));
+      expect(locked.sort()).toEqual([a.inboxId, b.inboxId].sort());
+    });
+
+    it('processed lists every marker of the given events and nothing of others', async () => {
+      const [a, b] = [at('evt_p1', 0), at('evt_p2', 1)];
+      await accept(a, b);
+      await store.transaction(async (tx) => {
+        await tx.markProcessed(keyOf(a), 'handler:x', a.inboxId, 'x@1', T);
+        await tx.markProcessed(keyOf(a), 'destination:d', a.inboxId, null, T);
+        await tx.markProcessed(keyOf(b), 'handler:x', b.inboxId, 'x@1', T);
+      });
+      const found = await store.transaction((tx) => tx.processed([keyOf(a)]));
+      expect(found.map((m) => m.consumer).sort()).toEqual(['destination:d', 'handler:x']);
+      expect(found.every((m) => m.providerEventId === a.providerEventId)).toBe(true);
+      expect(await store.transaction((tx) => tx.processed([]))).toEqual([]);
+    });
+
+    it('finishBatch writes markers, effects and settlements in one go, guarded by the owner', async () => {
+      const [a, b, c] = [at('evt_f1', 0), at('evt_f2', 1), at('evt_f3', 2)];
+      await accept(a, b, c);
+      await store.claimInbox(3, 'mine', LEASE, T + 10);
+      const settled = await store.transaction((tx) => tx.finishBatch('mine', {
+        markers: [{ ...keyOf(a), consumer: 'handler:x', inboxId: a.inboxId, handlerVersion: 'x@2', nowMs: T + 20 }],
+        effects: [effect(a.inboxId, 'send', T + 20), effect(a.inboxId, 'send', T + 20)],
+        settlements: [
+          { inboxId: a.inboxId, s: { status: 'PROCESSED', handlerVersion: 'x@2', nowMs: T + 20 } },
+          { inboxId: b.inboxId, s: { status: 'PENDING', nextAttemptAtMs: T + 5000, error: 'Error: later', nowMs: T + 20 } },
+          { inboxId: c.inboxId, s: { status: 'FAILED', reason: 'amount_mismatch', error: 'NeedsDecisionError: no', nowMs: T + 20 } },
+        ],
+      }));
+      expect(settled).toBe(3);
+      expect(await store.getEvent(a.inboxId)).toMatchObject({ status: 'PROCESSED', handlerVersion: 'x@2', processedAtMs: T + 20, leaseUntilMs: null });
+      expect(await store.getEvent(b.inboxId)).toMatchObject({ status: 'PENDING', nextAttemptAtMs: T + 5000, lastError: 'Error: later' });
+      expect(await store.getEvent(c.inboxId)).toMatchObject({ status: 'FAILED', failureReason: 'amount_mismatch' });
+      expect((await store.listEffects(a.inboxId)).map((e) => e.idempotencyKey)).toEqual([`${a.inboxId}:send`]);
+      expect(await store.transaction((tx) => tx.isProcessed(keyOf(a), 'handler:x'))).toBe(true);
+      // A second marker for the same (event, consumer) fails the batch: nothing of it stays.
+      const [d] = [at('evt_f4', 3)];
+      await accept(d);
+      await store.claimInbox(1, 'mine2', LEASE, T + 30);
+      await expect(store.transaction((tx) => tx.finishBatch('mine2', {
+        markers: [{ ...keyOf(a), consumer: 'handler:x', inboxId: a.inboxId, handlerVersion: 'x@2', nowMs: T + 40 }],
+        effects: [],
+        settlements: [{ inboxId: d.inboxId, s: { status: 'PROCESSED', handlerVersion: null, nowMs: T + 40 } }],
+      }))).rejects.toThrow();
+      expect((await store.getEvent(d.inboxId))?.status).toBe('PROCESSING');
+    });
+
+    it('finishBatch settles nothing for a row another owner holds', async () => {
+      const a = at('evt_g1', 0);
+      await accept(a);
+      await store.claimInbox(1, 'theirs', LEASE, T + 10);
+      const settled = await store.transaction((tx) => tx.finishBatch('mine', { markers: [], effects: [], settlements: [{ inboxId: a.inboxId, s: { status: 'PROCESSED', handlerVersion: null, nowMs: T + 20 } }] }));
+      expect(settled).toBe(0);
+      expect((await store.getEvent(a.inboxId))?.status).toBe('PROCESSING');
+    });
+  });
+
   describe('effects', () => {
     async function withEffects(...names: string[]): Promise<{ inboxId: string; effectIds: string[] }> {
       const r = at(`evt_effects_${names.join('_')}`, 0);

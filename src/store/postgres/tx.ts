@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
-import type { EventKey, NewEffect, Row, Settlement, StoreTx } from '../work-port.js';
+import type { BatchOutcome, EventKey, NewEffect, ProcessedMarker, Row, Settlement, StoreTx } from '../work-port.js';
 import * as W from './work-sql.js';
 
 /**
@@ -71,5 +71,20 @@ export class PgTx implements StoreTx {
   async settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean> {
     const r = await this.run(W.SETTLE_INBOX, [inboxId, owner, ...W.settleInboxValues(s)]);
     return r.rowCount === 1;
+  }
+
+  async lockLeased(inboxIds: readonly string[], owner: string): Promise<string[]> {
+    return (await this.run<{ inbox_id: string }>(W.LOCK_LEASED, [inboxIds, owner])).rows.map((r) => r.inbox_id);
+  }
+
+  async processed(keys: readonly EventKey[]): Promise<ProcessedMarker[]> {
+    if (keys.length === 0) return [];
+    const r = await this.run<{ provider: string; endpoint_id: string; provider_event_id: string; consumer: string }>(W.PROCESSED_FOR_EVENTS,
+      [keys.map((k) => k.provider), keys.map((k) => k.endpointId), keys.map((k) => k.providerEventId)]);
+    return r.rows.map((m) => ({ provider: m.provider, endpointId: m.endpoint_id, providerEventId: m.provider_event_id, consumer: m.consumer }));
+  }
+
+  async finishBatch(owner: string, outcome: BatchOutcome): Promise<number> {
+    return (await this.run<{ settled: number }>(W.FINISH_BATCH, W.finishBatchValues(owner, outcome))).rows[0]!.settled;
   }
 }

@@ -4,7 +4,7 @@
  * so src/store/rows.ts maps both stores' rows alike.
  */
 import { effectSettlementColumns, outboxSettlementColumns, settlementColumns } from '../rows.js';
-import type { EffectSettlement, OutboxSettlement, Settlement } from '../work-port.js';
+import type { BatchOutcome, EffectSettlement, OutboxSettlement, Settlement } from '../work-port.js';
 import { epochMs } from './sql.js';
 
 const ts = (param: string) => `to_timestamp(${param} / 1000.0)`;
@@ -121,6 +121,63 @@ export const ADD_EFFECT = named('add_effect', `
   INSERT INTO webhook_effects (effect_id, inbox_id, name, idempotency_key, data, next_attempt_at, created_at)
   VALUES ($1, $2, $3, $4, $5, ${ts('$6')}, ${ts('$6')})
   ON CONFLICT (idempotency_key) DO NOTHING`);
+
+/** The rows of $1 that $2 still leases, locked for the rest of the transaction. */
+export const LOCK_LEASED = named('lock_leased', `
+  SELECT inbox_id::text AS inbox_id FROM webhook_inbox
+  WHERE inbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND status = 'PROCESSING'
+  ORDER BY inbox_id FOR UPDATE`);
+
+export const PROCESSED_FOR_EVENTS = named('processed_for_events', `
+  SELECT p.provider, p.endpoint_id, p.provider_event_id, p.consumer
+  FROM processed_events p
+  JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint_id, provider_event_id)
+    USING (provider, endpoint_id, provider_event_id)`);
+
+/**
+ * A whole batch's end in one statement: processed markers (no ON CONFLICT: a duplicate fails
+ * the batch), effects (a repeated idempotency key is ignored), and the guarded settles.
+ * Arrays are parallel columns; times are epoch ms. Returns the number of rows settled.
+ */
+export const FINISH_BATCH = named('finish_batch', `
+  WITH markers AS (
+    INSERT INTO processed_events (provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, processed_at)
+    SELECT m.provider, m.endpoint_id, m.provider_event_id, m.consumer, m.inbox_id, m.handler_version, ${ts('m.at')}
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::float8[])
+      AS m(provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, at)
+  ),
+  effects AS (
+    INSERT INTO webhook_effects (effect_id, inbox_id, name, idempotency_key, data, next_attempt_at, created_at)
+    SELECT e.effect_id, e.inbox_id, e.name, e.idempotency_key, e.data, ${ts('e.at')}, ${ts('e.at')}
+    FROM unnest($8::uuid[], $9::uuid[], $10::text[], $11::text[], $12::text[], $13::float8[])
+      AS e(effect_id, inbox_id, name, idempotency_key, data, at)
+    ON CONFLICT (idempotency_key) DO NOTHING
+  ),
+  settled AS (
+    UPDATE webhook_inbox w SET status = s.status, next_attempt_at = ${ts('s.next_at')}, lease_owner = NULL, lease_until = NULL,
+      last_error = COALESCE(s.error, w.last_error), failure_reason = s.reason,
+      handler_version = COALESCE(s.handler_version, w.handler_version), processed_at = COALESCE(${ts('s.processed_at')}, w.processed_at)
+    FROM unnest($14::uuid[], $15::text[], $16::float8[], $17::text[], $18::text[], $19::text[], $20::float8[])
+      AS s(inbox_id, status, next_at, error, reason, handler_version, processed_at)
+    WHERE w.inbox_id = s.inbox_id AND w.lease_owner = $21 AND w.status = 'PROCESSING'
+    RETURNING 1
+  )
+  SELECT count(*)::int AS settled FROM settled`);
+
+/** A BatchOutcome as FINISH_BATCH's parameters. */
+export function finishBatchValues(owner: string, o: BatchOutcome): unknown[] {
+  const col = <T>(rows: readonly T[], f: (r: T) => unknown) => rows.map(f);
+  const cols = o.settlements.map((x) => ({ id: x.inboxId, ...settlementColumns(x.s) }));
+  return [
+    col(o.markers, (m) => m.provider), col(o.markers, (m) => m.endpointId), col(o.markers, (m) => m.providerEventId),
+    col(o.markers, (m) => m.consumer), col(o.markers, (m) => m.inboxId), col(o.markers, (m) => m.handlerVersion), col(o.markers, (m) => m.nowMs),
+    col(o.effects, (e) => e.effectId), col(o.effects, (e) => e.inboxId), col(o.effects, (e) => e.name),
+    col(o.effects, (e) => e.idempotencyKey), col(o.effects, (e) => e.data), col(o.effects, (e) => e.nowMs),
+    col(cols, (c) => c.id), col(cols, (c) => c.status), col(cols, (c) => c.nextAttemptAtMs), col(cols, (c) => c.error),
+    col(cols, (c) => c.reason), col(cols, (c) => c.handlerVersion), col(cols, (c) => c.processedAtMs),
+    owner,
+  ];
+}
 
 export const LIST_EFFECTS = named('list_effects', `
   SELECT ${EFFECT_COLS('e')} FROM webhook_effects e WHERE e.inbox_id = $1 ORDER BY e.created_at, e.effect_id`);

@@ -1,5 +1,5 @@
 import { bytes } from '../rows.js';
-import type { EventKey, NewEffect, Row, Settlement, StoreTx } from '../work-port.js';
+import type { BatchOutcome, EventKey, NewEffect, ProcessedMarker, Row, Settlement, StoreTx } from '../work-port.js';
 
 /** Posts one op of this transaction to the writer thread (the message carries the tx id). */
 export type TxSend = <T>(op: string, arg?: unknown) => Promise<T>;
@@ -47,5 +47,17 @@ export class SqliteTx implements StoreTx {
 
   settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean> {
     return this.send('settleInbox', { id: inboxId, owner, s });
+  }
+
+  lockLeased(inboxIds: readonly string[], owner: string): Promise<string[]> {
+    return this.send('lockLeased', { ids: inboxIds, owner });
+  }
+
+  processed(keys: readonly EventKey[]): Promise<ProcessedMarker[]> {
+    return this.send('processed', keys);
+  }
+
+  finishBatch(owner: string, outcome: BatchOutcome): Promise<number> {
+    return this.send('finishBatch', { owner, outcome });
   }
 }

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { effectSettlementColumns, eventListLimit, outboxSettlementColumns, settlementColumns } from '../rows.js';
-import type { EffectSettlement, EventFilter, EventKey, NewEffect, OutboxSettlement, Settlement } from '../work-port.js';
+import type { BatchOutcome, EffectSettlement, EventFilter, EventKey, NewEffect, OutboxSettlement, ProcessedMarker, Settlement } from '../work-port.js';
 import * as W from './work-sql.js';
 
 /** A writer-thread operation: one message in, one structured-clonable answer out. */
@@ -72,6 +72,24 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     addEffect: (e: NewEffect) => void st(W.ADD_EFFECT).run(e),
     settleInbox: (a: Guarded<Settlement>) =>
       st(W.SETTLE_INBOX).run({ id: a.id, owner: a.owner, ...settlementColumns(a.s) }).changes === 1,
+    // The batch protocol: a whole batch's bookkeeping in one message each (no per-event trips).
+    lockLeased: (a: { ids: string[]; owner: string }) => st(W.LOCK_LEASED).pluck(true).all({ ids: JSON.stringify(a.ids), owner: a.owner }),
+    processed: (keys: EventKey[]) => {
+      const out: ProcessedMarker[] = [];
+      for (const k of keys) {
+        for (const consumer of st(W.PROCESSED_FOR_EVENT).pluck(true).all(k.provider, k.endpointId, k.providerEventId) as string[]) {
+          out.push({ provider: k.provider, endpointId: k.endpointId, providerEventId: k.providerEventId, consumer });
+        }
+      }
+      return out;
+    },
+    finishBatch: (a: { owner: string; outcome: BatchOutcome }) => {
+      for (const m of a.outcome.markers) st(W.MARK_PROCESSED).run(m.provider, m.endpointId, m.providerEventId, m.consumer, m.inboxId, m.handlerVersion, m.nowMs);
+      for (const e of a.outcome.effects) st(W.ADD_EFFECT).run(e);
+      let settled = 0;
+      for (const x of a.outcome.settlements) settled += st(W.SETTLE_INBOX).run({ id: x.inboxId, owner: a.owner, ...settlementColumns(x.s) }).changes;
+      return settled;
+    },
   };
 
   return { free, inTx };

@@ -52,6 +52,13 @@ export const MARK_PROCESSED = `
   INSERT INTO processed_events (provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, processed_at)
   VALUES (?, ?, ?, ?, ?, ?, ?)`;
 
+export const LOCK_LEASED = `
+  SELECT inbox_id FROM webhook_inbox
+  WHERE inbox_id IN (SELECT value FROM json_each(@ids)) AND lease_owner = @owner AND status = 'PROCESSING'`;
+
+export const PROCESSED_FOR_EVENT = `
+  SELECT consumer FROM processed_events WHERE provider = ? AND endpoint_id = ? AND provider_event_id = ?`;
+
 export const ADD_EFFECT = `
   INSERT INTO webhook_effects (effect_id, inbox_id, name, idempotency_key, data, next_attempt_at, created_at)
   VALUES (@effectId, @inboxId, @name, @idempotencyKey, @data, @nowMs, @nowMs)

@@ -1,0 +1,476 @@
+/**
+ * The processing-engine scenarios of `npm run bench` (`--only drain,e2e`; method in
+ * bench/README.md). Driven from bench/run.ts, whose child-process, database, load and table
+ * helpers this module uses; run.ts imports it, so nothing here touches them at import time.
+ *
+ * drain — a fresh database per store, seeded with N accepted events through the real store API
+ *   (`acceptBatch`, records sealed under the payload key the worker opens them with, Stripe-style
+ *   bodies of 1–2 KiB), then ONE `webhook-inbox work` process with a no-op handler. Drain time
+ *   runs from the first to the last `processed_at` (so process start-up is excluded); a separate
+ *   connection polls the unfinished count every 250 ms to see the end.
+ * e2e — a fresh database, `webhook-inbox serve --handlers bench/noop-handlers.mjs` with the
+ *   workers on, 2,000 req/s open loop from bench/loadgen.ts. Ingress ack latency comes from the
+ *   load generator; accept → PROCESSED (`processed_at - received_at`) from the rows received in
+ *   the measured window, in SQL, after the backlog has drained.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import { parseWorkers, type WorkersConfig } from '../src/config/engine.js';
+import { uuidv7 } from '../src/crypto/ids.js';
+import { PayloadCipher, sha256 } from '../src/crypto/payload-cipher.js';
+import { openStore } from '../src/store/open.js';
+import type { AcceptRecord } from '../src/store/port.js';
+import { EventFactory, prng } from './events.js';
+import type { RateResult } from './loadgen.js';
+import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
+import {
+  A_P99_TARGET_MS, A_RATE, CORES, NOISY_PCT, PATH, PAYLOAD_KEY, ROOT, RUN_DIR, SERVER_MAIN, STRIPE_SECRET,
+  cpuSampler, dropDb, f0, launch, ms, opts, outcomesText, recreateDb, runLoad, serverConfig, table, waitQuiet, type CpuWindow, type Running,
+} from './run.js';
+
+export const ENGINE_SCENARIOS = ['drain', 'e2e'] as const;
+export type EngineScenario = (typeof ENGINE_SCENARIOS)[number];
+type StoreKind = 'sqlite' | 'postgres';
+
+export interface EngineReport {
+  readonly markdown: string;
+}
+
+const NOOP_HANDLERS = join(ROOT, 'bench', 'noop-handlers.mjs');
+const ENGINE_DB = 'wi_bench_engine';
+const SEED_BATCH = 500;
+const SEED_SIZES = { minBytes: 1024, maxBytes: 2048, largeBytes: 4096 };
+const POLL_MS = 250;
+/** A drain that has not finished by then is reported as it stands. */
+const DRAIN_LIMIT_MS = 240_000;
+/** After the e2e load, how long the workers get to finish the backlog. */
+const E2E_TAIL_LIMIT_MS = 60_000;
+const DRAIN_TARGET = 5000;
+const E2E_P99_TARGET_MS = 1000;
+const STORE_LABEL: Record<StoreKind, string> = { sqlite: 'SQLite', postgres: 'PostgreSQL' };
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+// ---------------------------------------------------------------- databases
+
+interface FreshDb {
+  readonly url: string;
+  readonly dir: string;
+  cleanup(): Promise<void>;
+}
+
+async function freshDatabase(store: StoreKind): Promise<FreshDb> {
+  const dir = mkdtempSync(join(RUN_DIR, `engine-${store}-`));
+  const url = store === 'sqlite' ? `sqlite:${join(dir, 'inbox.db')}` : await recreateDb(ENGINE_DB);
+  return {
+    url,
+    dir,
+    async cleanup() {
+      rmSync(dir, { recursive: true, force: true });
+      if (store === 'postgres') await dropDb(ENGINE_DB);
+    },
+  };
+}
+
+interface Latency {
+  readonly rows: number;
+  readonly processed: number;
+  readonly p50: number;
+  readonly p95: number;
+  readonly p99: number;
+  readonly max: number;
+}
+
+/** The bench's own read-only view of the inbox, on a connection of its own. */
+interface Probe {
+  /** Rows not yet terminal (PENDING / PROCESSING): the partial due index answers it. */
+  unfinished(): Promise<number>;
+  statusCounts(): Promise<Record<string, number>>;
+  /** First and last processed_at, Unix ms. */
+  processedSpan(): Promise<{ first: number; last: number } | null>;
+  outboxUnpublished(): Promise<number>;
+  /** processed_at - received_at, ms, of the rows received in [fromMs, toMs); nearest-rank percentiles like the loadgen's. */
+  latency(fromMs: number, toMs: number): Promise<Latency>;
+  close(): Promise<void>;
+}
+
+const rank = (q: number, n: number) => Math.max(0, Math.ceil(q * n) - 1);
+
+function sqliteProbe(url: string): Probe {
+  const db = new Database(url.slice('sqlite:'.length), { fileMustExist: true });
+  db.pragma('busy_timeout = 5000');
+  const one = <T>(sql: string, ...p: unknown[]) => db.prepare(sql).get(...p) as T;
+  return {
+    async unfinished() {
+      return one<{ n: number }>(`SELECT count(*) AS n FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING')`).n;
+    },
+    async statusCounts() {
+      const rows = db.prepare('SELECT status, count(*) AS n FROM webhook_inbox GROUP BY status').all() as { status: string; n: number }[];
+      return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+    },
+    async processedSpan() {
+      const r = one<{ first: number | null; last: number | null }>('SELECT min(processed_at) AS first, max(processed_at) AS last FROM webhook_inbox');
+      return r.first === null || r.last === null ? null : { first: r.first, last: r.last };
+    },
+    async outboxUnpublished() {
+      return one<{ n: number }>('SELECT count(*) AS n FROM webhook_outbox WHERE published_at IS NULL').n;
+    },
+    async latency(fromMs, toMs) {
+      const window = 'FROM webhook_inbox WHERE received_at >= ? AND received_at < ?';
+      const a = one<{ rows: number; processed: number; max: number | null }>(
+        `SELECT count(*) AS rows, count(processed_at) AS processed, max(processed_at - received_at) AS max ${window}`, fromMs, toMs);
+      const at = db.prepare(`SELECT processed_at - received_at AS d ${window} AND processed_at IS NOT NULL ORDER BY d LIMIT 1 OFFSET ?`).pluck();
+      const q = (p: number) => (a.processed ? (at.get(fromMs, toMs, rank(p, a.processed)) as number) : NaN);
+      return { rows: a.rows, processed: a.processed, p50: q(0.5), p95: q(0.95), p99: q(0.99), max: a.max ?? NaN };
+    },
+    async close() {
+      db.close();
+    },
+  };
+}
+
+async function pgProbe(url: string): Promise<Probe> {
+  const c = new pg.Client({ connectionString: url, application_name: 'wi-bench-probe' });
+  await c.connect();
+  const one = async <T>(sql: string, p: unknown[] = []) => (await c.query(sql, p)).rows[0] as T;
+  const epoch = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;
+  return {
+    async unfinished() {
+      return Number((await one<{ n: string }>(`SELECT count(*) AS n FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING')`)).n);
+    },
+    async statusCounts() {
+      const { rows } = await c.query<{ status: string; n: string }>('SELECT status, count(*) AS n FROM webhook_inbox GROUP BY status');
+      return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]));
+    },
+    async processedSpan() {
+      const r = await one<{ first: number | null; last: number | null }>(`SELECT ${epoch('min(processed_at)')} AS first, ${epoch('max(processed_at)')} AS last FROM webhook_inbox`);
+      return r.first === null || r.last === null ? null : { first: r.first, last: r.last };
+    },
+    async outboxUnpublished() {
+      return Number((await one<{ n: string }>('SELECT count(*) AS n FROM webhook_outbox WHERE published_at IS NULL')).n);
+    },
+    async latency(fromMs, toMs) {
+      // percentile_disc(q) is the nearest-rank value a[ceil(q·n) − 1], as the loadgen computes; NULLs (unprocessed) are skipped.
+      const r = await one<{ rows: string; processed: string; p50: number | null; p95: number | null; p99: number | null; max: number | null }>(`
+        SELECT count(*) AS rows, count(d) AS processed, percentile_disc(0.5) WITHIN GROUP (ORDER BY d) AS p50,
+          percentile_disc(0.95) WITHIN GROUP (ORDER BY d) AS p95, percentile_disc(0.99) WITHIN GROUP (ORDER BY d) AS p99, max(d) AS max
+        FROM (SELECT ${epoch('processed_at - received_at')} AS d FROM webhook_inbox
+              WHERE received_at >= to_timestamp($1 / 1000.0) AND received_at < to_timestamp($2 / 1000.0)) x`, [fromMs, toMs]);
+      return { rows: Number(r.rows), processed: Number(r.processed), p50: r.p50 ?? NaN, p95: r.p95 ?? NaN, p99: r.p99 ?? NaN, max: r.max ?? NaN };
+    },
+    async close() {
+      await c.end().catch(() => undefined);
+    },
+  };
+}
+
+const openProbe = (store: StoreKind, url: string): Promise<Probe> => (store === 'sqlite' ? Promise.resolve(sqliteProbe(url)) : pgProbe(url));
+
+/** Polls until no row is PENDING/PROCESSING (or the limit passes); calls `tick` on every poll. */
+async function waitDrained(probe: Probe, limitMs: number, tick: (unfinished: number) => void = () => undefined): Promise<{ done: boolean; atMs: number }> {
+  const deadline = Date.now() + limitMs;
+  for (;;) {
+    const n = await probe.unfinished();
+    tick(n);
+    if (n === 0) return { done: true, atMs: Date.now() };
+    if (Date.now() > deadline) return { done: false, atMs: Date.now() };
+    await sleep(POLL_MS);
+  }
+}
+
+// ---------------------------------------------------------------- seeding
+
+/**
+ * Writes `n` accepted events as the ingress would have (same endpoint, provider, payload key,
+ * record shape), `SEED_BATCH` per transaction, through this checkout's store code.
+ */
+async function seed(url: string, n: number, tag: string): Promise<{ seconds: number; meanBodyBytes: number }> {
+  const t0 = performance.now();
+  const store = openStore(url);
+  try {
+    await store.migrate();
+    const cipher = new PayloadCipher(new Map([['bench', Buffer.from(PAYLOAD_KEY, 'base64')]]), 'bench');
+    const factory = new EventFactory(SEED_SIZES);
+    const rnd = prng(42);
+    let bytes = 0;
+    for (let i = 0; i < n; i += SEED_BATCH) {
+      const records: AcceptRecord[] = [];
+      const now = Date.now();
+      for (let j = i; j < Math.min(n, i + SEED_BATCH); j++) {
+        const id = `${tag}_${j}`;
+        const body = factory.make(id, false, rnd, Math.floor(now / 1000));
+        bytes += body.length;
+        const binding = { provider: 'stripe', endpointId: 'stripe-bench', providerEventId: `evt_${id}` };
+        records.push({
+          inboxId: uuidv7(now), payloadId: uuidv7(now), outboxId: uuidv7(now), ...binding,
+          eventType: 'payment_intent.succeeded', objectId: `pi_${id}`, objectVersion: null,
+          providerCreatedAtMs: Math.floor(now / 1000) * 1000, receivedAtMs: now,
+          payloadHash: sha256(body), matchedSecretVersion: 'v1', payload: cipher.seal(body, binding),
+          topic: 'stripe.payment_intent.succeeded',
+        });
+      }
+      await store.acceptBatch(records);
+    }
+    return { seconds: (performance.now() - t0) / 1000, meanBodyBytes: bytes / n };
+  } finally {
+    await store.close();
+  }
+}
+
+// ---------------------------------------------------------------- scenarios
+
+function profileDirFor(what: string): string | undefined {
+  if (!opts.profile) return undefined;
+  const dir = join(ROOT, 'dist-bench', 'profiles', `${new Date().toISOString().replace(/[:.]/g, '-')}-${what}`);
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+function summarizeProfiles(dir: string | undefined): string | undefined {
+  if (!dir) return undefined;
+  const files = profileFiles(dir);
+  const text = files.length ? files.map((f) => formatSummary(summarizeProfile(f, 25))).join('\n') : '(no profile written — did the process exit cleanly?)';
+  console.log(text);
+  return text;
+}
+
+/** "other CPU": whole-box busy time not explained by the measured process and PostgreSQL. */
+const otherCpuPct = (c: CpuWindow, extraPct = 0) => Math.max(0, c.machineBusyPct * CORES - c.cpuPct - c.pgCpuPct - extraPct);
+
+interface DrainResult {
+  readonly store: StoreKind;
+  readonly workers: WorkersConfig;
+  readonly backlog: number;
+  readonly meanBodyBytes: number;
+  readonly seedS: number;
+  /** From launching the work process to the first processed_at. */
+  readonly startupS: number;
+  readonly drainS: number;
+  readonly eventsPerS: number;
+  readonly done: boolean;
+  readonly statuses: Record<string, number>;
+  readonly outboxUnpublished: number;
+  readonly cpu: CpuWindow;
+  readonly profile?: string;
+}
+
+async function drain(store: StoreKind, tag: string): Promise<DrainResult> {
+  const n = opts.backlog;
+  const db = await freshDatabase(store);
+  let work: Running | undefined;
+  let probe: Probe | undefined;
+  try {
+    console.log(`drain ${store}: seeding ${f0(n)} events…`);
+    const seeded = await seed(db.url, n, tag);
+    // A backlog that built up over time would have been vacuumed and analysed by autovacuum.
+    if (store === 'postgres') await withPg(db.url, (c) => c.query('VACUUM ANALYZE'));
+    const workersCfg = { ...opts.workers };
+    const workers = parseWorkers(workersCfg);
+    const cfg = join(db.dir, 'config.json');
+    writeFileSync(cfg, JSON.stringify(serverConfig(db.url, workersCfg), null, 2));
+    probe = await openProbe(store, db.url);
+    await waitQuiet();
+    const profileDir = profileDirFor(`drain-${store}`);
+    const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
+    const launchedAt = Date.now();
+    work = await launch([...prof, SERVER_MAIN, 'work', '--config', cfg, '--handlers', NOOP_HANDLERS], { DATABASE_URL: db.url }, `work-${store}`, async () => undefined, /workers running/);
+    const cpu = cpuSampler(work.pid);
+    let started = false;
+    const end = await waitDrained(probe, DRAIN_LIMIT_MS, (unfinished) => {
+      // CPU is sampled from the first poll that sees progress to the poll that sees the end.
+      if (!started && unfinished < n) {
+        started = true;
+        cpu.start();
+      }
+    });
+    if (!started) cpu.start();
+    cpu.end();
+    const span = await probe.processedSpan();
+    const statuses = await probe.statusCounts();
+    const outboxUnpublished = await probe.outboxUnpublished();
+    await work.stop();
+    const profile = summarizeProfiles(profileDir);
+    const processed = statuses.PROCESSED ?? 0;
+    const drainS = span ? Math.max(0.001, (span.last - span.first) / 1000) : NaN;
+    const r: DrainResult = {
+      store, workers, backlog: n, meanBodyBytes: seeded.meanBodyBytes, seedS: seeded.seconds,
+      startupS: span ? (span.first - launchedAt) / 1000 : NaN, drainS, eventsPerS: processed / drainS,
+      done: end.done && processed === n, statuses, outboxUnpublished, cpu: cpu.result(), ...(profile ? { profile } : {}),
+    };
+    console.log(table(DRAIN_HEAD, [drainRow(r)]));
+    return r;
+  } finally {
+    await probe?.close();
+    await work?.stop();
+    await db.cleanup();
+  }
+}
+
+async function withPg<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end().catch(() => undefined);
+  }
+}
+
+interface E2eResult {
+  readonly store: StoreKind;
+  readonly workers: WorkersConfig;
+  readonly load: RateResult;
+  readonly cpu: CpuWindow;
+  readonly e2e: Latency;
+  /** From the end of the measured window until nothing was left PENDING/PROCESSING. */
+  readonly tailS: number;
+  readonly done: boolean;
+  readonly statuses: Record<string, number>;
+  readonly profile?: string;
+}
+
+async function e2e(store: StoreKind, tag: string, seed: number): Promise<E2eResult> {
+  const db = await freshDatabase(store);
+  let srv: Running | undefined;
+  let probe: Probe | undefined;
+  try {
+    const workersCfg = { ...opts.workers, enabled: true };
+    const workers = parseWorkers(workersCfg);
+    const cfg = join(db.dir, 'config.json');
+    writeFileSync(cfg, JSON.stringify(serverConfig(db.url, workersCfg), null, 2));
+    await waitQuiet();
+    const profileDir = profileDirFor(`e2e-${store}`);
+    const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
+    srv = await launch([...prof, SERVER_MAIN, 'serve', '--config', cfg, '--handlers', NOOP_HANDLERS], { DATABASE_URL: db.url }, `e2e-${store}`, async () => undefined);
+    await sleep(300);
+    const cpu = cpuSampler(srv.pid);
+    let w0 = 0;
+    let w1 = 0;
+    console.log(`e2e ${store}: ${f0(A_RATE)} req/s, ${opts.warmupS} s warm-up + ${opts.e2eDurationS} s measured…`);
+    const load = await runLoad<RateResult>({
+      mode: 'rate', url: srv.url, path: PATH, secret: STRIPE_SECRET, rate: A_RATE, warmupS: opts.warmupS, durationS: opts.e2eDurationS, drainS: opts.drainS,
+      connections: opts.connections, dupFraction: opts.dupFraction, largeFraction: opts.largeFraction, seed, tag,
+    }, {
+      windowStart: () => { w0 = Date.now(); cpu.start(); },
+      windowEnd: () => { w1 = Date.now(); cpu.end(); },
+    });
+    if (!cpu.ended) {
+      w1 = Date.now();
+      cpu.end();
+    }
+    probe = await openProbe(store, db.url);
+    const end = await waitDrained(probe, E2E_TAIL_LIMIT_MS);
+    const latency = await probe.latency(w0, w1);
+    const statuses = await probe.statusCounts();
+    await srv.stop();
+    const profile = summarizeProfiles(profileDir);
+    const r: E2eResult = {
+      store, workers, load, cpu: cpu.result(), e2e: latency, tailS: (end.atMs - w1) / 1000,
+      done: end.done && Object.keys(statuses).every((s) => s === 'PROCESSED'), statuses, ...(profile ? { profile } : {}),
+    };
+    console.log(table(E2E_HEAD, [e2eRow(r)]));
+    return r;
+  } finally {
+    await probe?.close();
+    await srv?.stop();
+    await db.cleanup();
+  }
+}
+
+// ---------------------------------------------------------------- report
+
+const pct = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '–');
+const workersText = (w: WorkersConfig) => `${w.concurrency} / ${w.batchSize}`;
+const noisy = (other: number) => (other > NOISY_PCT ? ' (noisy)' : '');
+const statusText = (s: Record<string, number>) => Object.entries(s).filter(([k]) => k !== 'PROCESSED').map(([k, v]) => `${k}:${f0(v)}`).join(' ');
+
+const DRAIN_HEAD = ['store', 'backlog', 'body B (mean)', 'workers conc / batch', 'seed s', 'start → 1st PROCESSED s', 'drain s', 'events/s',
+  'work CPU %', 'main thr %', 'top other thr %', 'CPU µs/event', 'PG CPU %', 'other CPU %', 'all PROCESSED', 'outbox unpublished at end'];
+function drainRow(r: DrainResult): string[] {
+  const c = r.cpu;
+  const other = otherCpuPct(c);
+  return [
+    STORE_LABEL[r.store], f0(r.backlog), f0(r.meanBodyBytes), workersText(r.workers), r.seedS.toFixed(1), r.startupS.toFixed(2), r.drainS.toFixed(1),
+    f0(r.eventsPerS) + noisy(other), pct(c.cpuPct), pct(c.mainThreadCpuPct), pct(c.otherThreadCpuPct), f0((c.cpuMs * 1000) / Math.max(1, r.eventsPerS * c.windowS)),
+    r.store === 'postgres' ? pct(c.pgCpuPct) : '–', pct(other), r.done ? 'yes' : `NO ${statusText(r.statuses)}`, f0(r.outboxUnpublished),
+  ];
+}
+
+const E2E_HEAD = ['store', 'offered/s', 'achieved/s', 'ack p50 ms', 'ack p95 ms', 'ack p99 ms', 'ack max ms', 'non-2xx/errors', 'events in window',
+  'e2e p50 ms', 'e2e p95 ms', 'e2e p99 ms', 'e2e max ms', 'all PROCESSED', 'drained s after window', 'srv CPU %', 'main thr %', 'top other thr %', 'PG CPU %', 'loadgen CPU %', 'other CPU %'];
+function e2eRow(r: E2eResult): string[] {
+  const l = r.load;
+  const c = r.cpu;
+  const lgPct = l.loadgenCpuMs / 10 / (l.windowMs / 1000);
+  const other = otherCpuPct(c, lgPct);
+  return [
+    STORE_LABEL[r.store], f0(l.offered), f0(l.achieved), ms(l.latency.p50), ms(l.latency.p95), ms(l.latency.p99) + noisy(other), ms(l.latency.max), outcomesText(l.outcomes),
+    r.e2e.processed === r.e2e.rows ? f0(r.e2e.rows) : `${f0(r.e2e.processed)} of ${f0(r.e2e.rows)}`,
+    ms(r.e2e.p50), ms(r.e2e.p95), ms(r.e2e.p99), ms(r.e2e.max), r.done ? 'yes' : `NO ${statusText(r.statuses)}`, r.tailS.toFixed(1),
+    pct(c.cpuPct), pct(c.mainThreadCpuPct), pct(c.otherThreadCpuPct), r.store === 'postgres' ? pct(c.pgCpuPct) : '–', pct(lgPct), pct(other),
+  ];
+}
+
+const verdict = (ok: boolean) => (ok ? 'met' : '**MISSED**');
+
+function render(drains: DrainResult[], e2es: E2eResult[], stores: StoreKind[]): string {
+  const out: string[] = ['### Processing engine', ''];
+  if (drains.length) {
+    const w = drains[0]!.workers;
+    out.push(`Drain: a backlog of ${f0(drains[0]!.backlog)} accepted events (seeded through the store API, ${f0(SEED_BATCH)} per transaction; Stripe-style JSON bodies of ` +
+      `${SEED_SIZES.minBytes}–${SEED_SIZES.maxBytes} bytes, sealed under the payload key the worker uses), drained by ONE \`webhook-inbox work\` process with a no-op ` +
+      `handler for \`*\` (workers: concurrency ${w.concurrency}, batchSize ${w.batchSize}, leaseMs ${w.leaseMs}, pollMs ${w.pollMs}${Object.keys(opts.workers).length ? ', set by --workers' : ', the defaults'}). ` +
+      'Drain time = first to last `processed_at` (the process start-up, shown apart, is excluded); CPU from the first poll that saw progress to the poll that saw none left. ' +
+      (drains.some((d) => d.store === 'postgres') ? 'PostgreSQL: `VACUUM ANALYZE` after seeding, as autovacuum would have done for a backlog built up over time. ' : '') +
+      'The outbox relay runs too (no broker routes: it marks each outbox row published); its leftovers are in the last column.');
+    out.push('');
+    out.push(table(DRAIN_HEAD, drains.map(drainRow)));
+    out.push('');
+  }
+  if (e2es.length) {
+    const l = e2es[0]!.load;
+    out.push(`End to end: \`webhook-inbox serve --handlers bench/noop-handlers.mjs\` with the workers on (concurrency ${e2es[0]!.workers.concurrency}, batchSize ${e2es[0]!.workers.batchSize}), ` +
+      `${f0(A_RATE)} req/s open loop (the ladder's load: ${opts.warmupS} s warm-up + ${f0(l.windowMs / 1000)} s measured, mean body ${f0(l.meanBodyBytes)} bytes, 1% duplicates, 0.3% of 1 MiB). ` +
+      'Ack = the loadgen\'s latency from scheduled send to response. e2e = `processed_at − received_at` of the rows received in the measured window, read after the backlog drained ' +
+      '(`processed_at` is taken as the batch\'s settle transaction reaches the row, just before its COMMIT).');
+    out.push('');
+    out.push(table(E2E_HEAD, e2es.map(e2eRow)));
+    out.push('');
+  }
+  out.push('Targets (issue 3):');
+  out.push('');
+  for (const s of stores) {
+    const d = drains.find((x) => x.store === s);
+    const e = e2es.find((x) => x.store === s);
+    const parts: string[] = [];
+    if (d) parts.push(`drain ≥ ${f0(DRAIN_TARGET)}/s: ${verdict(d.done && d.eventsPerS >= DRAIN_TARGET)} (${f0(d.eventsPerS)}/s${d.done ? '' : ', not all PROCESSED'})`);
+    if (e) {
+      parts.push(`ingress p99 ≤ ${A_P99_TARGET_MS} ms with workers: ${verdict(e.load.latency.p99 <= A_P99_TARGET_MS)} (${ms(e.load.latency.p99)} ms)`);
+      parts.push(`e2e p99 ≤ 1 s: ${verdict(e.done && e.e2e.p99 <= E2E_P99_TARGET_MS)} (${ms(e.e2e.p99)} ms${e.done ? '' : ', not all PROCESSED'})`);
+    }
+    if (parts.length) out.push(`- ${STORE_LABEL[s]}: ${parts.join('; ')}`);
+  }
+  out.push('');
+  for (const r of [...drains, ...e2es]) {
+    if (!r.profile) continue;
+    out.push(`Profile, ${'load' in r ? 'e2e server' : 'drain work process'} on ${STORE_LABEL[r.store]} (--cpu-prof; its numbers include the profiler's overhead):\n\n\`\`\`\n${r.profile}\n\`\`\`\n`);
+  }
+  return out.join('\n');
+}
+
+/** Runs the chosen scenarios on each store (drain first); returns their RESULTS.md section. */
+export async function runEngineBench(scenarios: readonly EngineScenario[], stores: readonly string[]): Promise<EngineReport> {
+  const tag = Date.now().toString(36);
+  const drains: DrainResult[] = [];
+  const e2es: E2eResult[] = [];
+  const kinds = stores as StoreKind[];
+  console.log('\nProcessing engine:');
+  for (const s of kinds) {
+    if (scenarios.includes('drain')) drains.push(await drain(s, `${tag}_drain_${s}`));
+    if (scenarios.includes('e2e')) e2es.push(await e2e(s, `${tag}_e2e_${s}`, 1000 + e2es.length));
+  }
+  const markdown = render(drains, e2es, kinds);
+  return { markdown };
+}

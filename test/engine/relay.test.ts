@@ -1,0 +1,192 @@
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';
+import { connect as amqpConnect, type Channel, type ChannelModel } from 'amqplib';
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
+import { AMQP_URL, drainQueue, NATS_URL, natsStreamMessages, uniqueName, type BrokerMessage } from '../helpers/destinations.js';
+import { FAST_WORKERS, scrapeMetrics, waitFor } from '../helpers/engine.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { post } from '../helpers/http.js';
+import { describeEachStore } from '../helpers/stores.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+
+/**
+ * The outbox relay end to end against the real brokers: signed events over HTTP, the worker
+ * marks broker-only events PROCESSED, the relay publishes each outbox row and marks it.
+ * A broker that cannot be reached fails these tests (never skips them).
+ */
+const endpoint = { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }], routes: [{ events: ['*'], destination: 'bus' }] };
+
+const EVENTS: [id: string, type: string][] = [
+  ['evt_relay_1', 'payment_intent.succeeded'],
+  ['evt_relay_2', 'payment_intent.succeeded'],
+  ['evt_relay_3', 'charge.refunded'],
+  ['evt_relay_4', 'customer.created'],
+  ['evt_relay_5', 'invoice.paid'],
+];
+
+describeEachStore('outbox relay (real NATS JetStream and RabbitMQ)', (kind) => {
+  let app: TestApp | undefined;
+  let nc: NatsConnection;
+  let jsm: JetStreamManager;
+  let amqp: ChannelModel;
+  let ch: Channel;
+  const streams: string[] = [];
+  const queues: string[] = [];
+
+  beforeAll(async () => {
+    nc = await natsConnect({ servers: NATS_URL, timeout: 5000 });
+    jsm = await jetstreamManager(nc);
+    amqp = await amqpConnect(AMQP_URL);
+    ch = await amqp.createChannel();
+  });
+  afterEach(async () => {
+    await app?.stop();
+    app = undefined;
+  });
+  afterAll(async () => {
+    for (const s of streams.splice(0)) await jsm?.streams.delete(s).catch(() => undefined);
+    for (const q of queues.splice(0)) await ch?.deleteQueue(q).catch(() => undefined);
+    await nc?.close();
+    await amqp?.close();
+  });
+
+  /** A stream the test owns and the subject prefix only it captures. */
+  function natsScope(): { stream: string; prefix: string } {
+    const stream = uniqueName('WHI_RELAY');
+    streams.push(stream);
+    return { stream, prefix: stream.toLowerCase() };
+  }
+
+  async function send(id: string, type: string): Promise<{ inboxId: string; duplicate: boolean }> {
+    const body = stripeEvent(id, { type, size: 600 });
+    const r = await post(`${app!.url}/webhooks/stripe`, body, stripeHeaders(body));
+    expect(r.status).toBe(200);
+    return { inboxId: r.json().inbox_id, duplicate: r.json().duplicate };
+  }
+
+  /** Sends EVENTS (and one of them again); returns inbox id → [event id, type]. */
+  async function sendAll(): Promise<Map<string, [string, string]>> {
+    const sent = new Map<string, [string, string]>();
+    for (const [id, type] of EVENTS) {
+      const r = await send(id, type);
+      expect(r.duplicate).toBe(false);
+      sent.set(r.inboxId, [id, type]);
+    }
+    const again = await send(EVENTS[0]![0], EVENTS[0]![1]);
+    expect(again.duplicate).toBe(true);
+    expect(sent.has(again.inboxId)).toBe(true);
+    return sent;
+  }
+
+  async function allPublishedAndProcessed(inboxIds: Iterable<string>): Promise<boolean> {
+    if ((await app!.store.queueStats()).outboxUnpublished !== 0) return false;
+    for (const id of inboxIds) if ((await app!.store.getEvent(id))?.status !== 'PROCESSED') return false;
+    return true;
+  }
+
+  /** Exactly one message per event, keyed and shaped as docs/destinations.md says. */
+  function expectOnePerEvent(messages: BrokerMessage[], sent: Map<string, [string, string]>, subject: (type: string) => string): void {
+    expect(messages.map((m) => m.id).sort()).toEqual([...sent.keys()].sort());
+    for (const m of messages) {
+      const [eventId, type] = sent.get(m.id)!;
+      expect(m.body).toEqual({
+        inbox_id: m.id, provider: 'stripe', endpoint_id: 'stripe', provider_event_id: eventId, event_type: type,
+        received_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
+      });
+      expect(m.subject).toBe(subject(type));
+    }
+  }
+
+  async function expectProcessedWithoutHandler(inboxIds: Iterable<string>): Promise<void> {
+    for (const id of inboxIds) {
+      // Broker-only routes: the worker settles the row, the relay publishes it.
+      expect(await app!.store.getEvent(id)).toMatchObject({ status: 'PROCESSED', attemptCount: 1, handlerVersion: null, failureReason: null });
+    }
+  }
+
+  it('NATS: one JetStream message per event with Nats-Msg-Id = inbox id; outbox published, inbox PROCESSED', async () => {
+    const { stream, prefix } = natsScope();
+    app = await startTestApp(kind, {
+      ...FAST_WORKERS,
+      destinations: [{ id: 'bus', type: 'nats', url: NATS_URL, subject: `${prefix}.{provider}.{type}`, stream, timeoutMs: 3000 }],
+      endpoints: [endpoint],
+    }, {}, { workers: true });
+    const sent = await sendAll();
+    await waitFor(() => allPublishedAndProcessed(sent.keys()), 15_000, 'every outbox row published and every event PROCESSED');
+
+    expectOnePerEvent(await natsStreamMessages(nc, stream), sent, (type) => `${prefix}.stripe.${type}`);
+    await expectProcessedWithoutHandler(sent.keys());
+    expect((await app.store.countRows()).outbox).toBe(EVENTS.length);
+    expect(app.engine.metrics.relay.get(['bus', 'published'])).toBe(EVENTS.length);
+    expect(app.engine.metrics.relay.get(['bus', 'failed'])).toBe(0);
+    const m = await scrapeMetrics(app.url);
+    expect(m('webhook_outbox_unpublished')).toBe(0);
+    expect(m('webhook_outbox_relay_lag_seconds')).toBe(0);
+  });
+
+  it('RabbitMQ: one message per event in the bound queue with message_id = inbox id; outbox published, inbox PROCESSED', async () => {
+    const queue = uniqueName('whi_relay_q');
+    queues.push(queue);
+    // amq.topic always exists; the unique routing prefix keeps other tests' messages out of our queue.
+    app = await startTestApp(kind, {
+      ...FAST_WORKERS,
+      destinations: [{ id: 'bus', type: 'rabbitmq', url: AMQP_URL, exchange: 'amq.topic', routingKey: `${queue}.{provider}.{type}`, queue, timeoutMs: 3000 }],
+      endpoints: [endpoint],
+    }, {}, { workers: true });
+    const sent = await sendAll();
+    await waitFor(() => allPublishedAndProcessed(sent.keys()), 15_000, 'every outbox row published and every event PROCESSED');
+
+    expect((await ch.checkQueue(queue)).messageCount).toBe(EVENTS.length);
+    expectOnePerEvent(await drainQueue(ch, queue), sent, (type) => `${queue}.stripe.${type}`);
+    await expectProcessedWithoutHandler(sent.keys());
+    expect(app.engine.metrics.relay.get(['bus', 'published'])).toBe(EVENTS.length);
+  });
+
+  it('NATS unreachable: ingress answers 200, relay lag and unpublished rows rise; back: all published once, lag 0', async () => {
+    const { stream, prefix } = natsScope();
+    const proxy = new TcpProxy(4222);
+    const port = await proxy.start();
+    await proxy.stop(); // the port is closed: every connect is refused
+    try {
+      app = await startTestApp(kind, {
+        ...FAST_WORKERS,
+        destinations: [{ id: 'bus', type: 'nats', url: `nats://127.0.0.1:${port}`, subject: `${prefix}.{provider}.{type}`, stream, timeoutMs: 1000 }],
+        endpoints: [endpoint],
+      }, {}, { workers: true });
+      const sent = await sendAll();
+      // The worker does not wait for the broker: broker-only events are PROCESSED at once.
+      await waitFor(async () => {
+        for (const id of sent.keys()) if ((await app!.store.getEvent(id))?.status !== 'PROCESSED') return false;
+        return true;
+      }, 10_000, 'every event PROCESSED');
+      await waitFor(() => app!.engine.metrics.relay.get(['bus', 'failed']) >= EVENTS.length, 10_000, 'a failed publish of every row');
+
+      const during1 = await scrapeMetrics(app.url);
+      expect(during1('webhook_outbox_unpublished')).toBe(EVENTS.length);
+      const lag1 = during1('webhook_outbox_relay_lag_seconds');
+      expect(lag1).toBeGreaterThan(0);
+      await new Promise((r) => setTimeout(r, 300));
+      const during2 = await scrapeMetrics(app.url);
+      expect(during2('webhook_outbox_relay_lag_seconds')).toBeGreaterThan(lag1);
+      expect(during2('webhook_outbox_unpublished')).toBe(EVENTS.length);
+      expect(app.engine.metrics.relay.get(['bus', 'published'])).toBe(0);
+      // Still accepting during the outage.
+      const late = await send('evt_relay_during_outage', 'payment_intent.succeeded');
+      sent.set(late.inboxId, ['evt_relay_during_outage', 'payment_intent.succeeded']);
+
+      await proxy.start(port);
+      // The relay backs off (full jitter, base 250 ms) while the broker is away: allow a few rounds.
+      await waitFor(() => allPublishedAndProcessed(sent.keys()), 40_000, 'the outbox drained after the outage');
+      const after = await scrapeMetrics(app.url);
+      expect(after('webhook_outbox_unpublished')).toBe(0);
+      expect(after('webhook_outbox_relay_lag_seconds')).toBe(0);
+      expectOnePerEvent(await natsStreamMessages(nc, stream), sent, (type) => `${prefix}.stripe.${type}`);
+    } finally {
+      // Close the app (and its NATS connection through the proxy) before the proxy goes away.
+      await app?.stop();
+      app = undefined;
+      await proxy.stop();
+    }
+  });
+});
