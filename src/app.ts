@@ -75,7 +75,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       return metrics.registry.render();
     },
     notReady: async () => {
-      const problems = [...keyring.problems];
+      const problems = [...keyring.problems, ...engine.problems];
       try {
         await store.ping();
       } catch (err) {

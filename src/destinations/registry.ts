@@ -1,5 +1,6 @@
 import type { DestinationConfig } from '../config/engine.js';
 import { resolveSecret } from '../config/secrets.js';
+import { RetryableError } from '../engine/failure.js';
 import { ConfigError } from '../errors.js';
 import { decodeStandardSecret } from '../providers/standard-webhooks.js';
 import type { Destination } from './contract.js';
@@ -31,16 +32,29 @@ export function createDestination(config: DestinationConfig, env: NodeJS.Process
   }
 }
 
-/** Every configured destination by id; if one cannot be built, those already built are closed. */
-export async function createDestinations(configs: readonly DestinationConfig[], env: NodeJS.ProcessEnv = process.env): Promise<Map<string, Destination>> {
-  const out = new Map<string, Destination>();
-  try {
-    for (const c of configs) out.set(c.id, createDestination(c, env));
-  } catch (err) {
-    await closeAll(out.values());
-    throw err;
+/**
+ * Every configured destination by id. One that cannot be built (its secret is missing) does
+ * not stop the others or the ingress: it stands in as a destination whose every delivery fails
+ * retryably with the reason, so its events wait — and `problems` names the config path.
+ */
+export function openDestinations(configs: readonly DestinationConfig[], env: NodeJS.ProcessEnv = process.env): { destinations: Map<string, Destination>; problems: string[] } {
+  const destinations = new Map<string, Destination>();
+  const problems: string[] = [];
+  for (const c of configs) {
+    try {
+      destinations.set(c.id, createDestination(c, env));
+    } catch (err) {
+      const message = (err as Error).message;
+      problems.push(`destination ${c.id}: ${message}`);
+      destinations.set(c.id, {
+        id: c.id,
+        type: c.type,
+        deliver: () => Promise.reject(new RetryableError('destination_unavailable', message)),
+        close: () => Promise.resolve(),
+      });
+    }
   }
-  return out;
+  return { destinations, problems };
 }
 
 /** Closes every destination; one failing to close does not keep the others open. */

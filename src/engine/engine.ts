@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import type { Destination } from '../destinations/contract.js';
-import { createDestination } from '../destinations/registry.js';
+import { openDestinations } from '../destinations/registry.js';
 import { engineMetrics, refreshQueueGauges, type EngineMetrics } from '../metrics/engine.js';
 import type { Registry } from '../metrics/registry.js';
 import type { InboxStore } from '../store/port.js';
@@ -37,7 +37,9 @@ const RELAY_RETRY = { baseMs: 250, capMs: 30_000, maxAttempts: Number.MAX_SAFE_I
 export class Engine {
   readonly metrics: EngineMetrics;
   readonly owner: string;
-  private readonly destinations = new Map<string, Destination>();
+  private readonly destinations: Map<string, Destination>;
+  /** Destinations that could not be opened (config path and reason); their events wait. */
+  readonly problems: readonly string[];
   private readonly loops: ClaimLoop<any>[] = [];
   private unsubscribe: (() => void) | undefined;
 
@@ -45,7 +47,10 @@ export class Engine {
     const { config, store, log } = o;
     this.owner = o.owner ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
     this.metrics = engineMetrics(o.registry);
-    for (const d of config.destinations) this.destinations.set(d.id, createDestination(d, o.env));
+    const opened = openDestinations(config.destinations, o.env);
+    this.destinations = opened.destinations;
+    this.problems = opened.problems;
+    for (const p of this.problems) log.error({ problem: p }, 'destination unavailable; its events wait and retry');
     const router = new Router(config.endpoints, this.destinations);
     const w = config.workers;
     const onError = (what: string) => (err: unknown) => log.error({ err }, `${what} failed`);

@@ -157,6 +157,23 @@ describeEachStore('processing engine', (kind) => {
     expect((await app.store.getEvent(id))?.status).toBe('PROCESSED');
   });
 
+  it('a destination whose secret is missing does not stop ingress: /readyz names it, its events wait and retry', async () => {
+    app = await startTestApp(kind, {
+      ...FAST_WORKERS,
+      retry: { baseMs: 10, capMs: 40, maxAttempts: 1000 },
+      destinations: [{ id: 'orders-api', type: 'http', url: 'http://127.0.0.1:9/hooks', secret: '${env:MISSING_FWD_SECRET}' }],
+      endpoints: [endpoint({ routes: [{ events: ['*'], destination: 'orders-api' }] })],
+    }, {}, { workers: true });
+    const r = await send('evt_no_secret');
+    expect(r.status).toBe(200);
+    const ready = await fetch(`${app.url}/readyz`);
+    expect(ready.status).toBe(503);
+    expect(JSON.stringify(await ready.json())).toContain('destinations[0].secret');
+    const waiting = await waitFor(() => app!.store.getEvent(r.json().inbox_id).then((e) => (e && e.attemptCount >= 2 ? e : null)), 5000, 'a retry');
+    expect(waiting.status).not.toBe('FAILED');
+    expect(waiting.lastError).toContain('destination_unavailable');
+  });
+
   it('a handler whose transaction fails leaves no partial mutation and is retried', async () => {
     let runs = 0;
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
