@@ -40,7 +40,7 @@ export interface ListOptions {
 export function runEventsList(configFile: string, o: ListOptions): Promise<number> {
   return withStore(configFile, async (store) => {
     const rows = await store.listEvents({
-      status: o.status?.toUpperCase(), endpointId: o.endpoint, eventType: o.type, failureReason: o.reason, limit: o.limit ?? 50, before: o.before,
+      status: o.status, endpointId: o.endpoint, eventType: o.type, failureReason: o.reason, limit: o.limit ?? 50, before: o.before,
     });
     if (o.json) {
       for (const r of rows) console.log(JSON.stringify(detailJson(r)));

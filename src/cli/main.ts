@@ -21,6 +21,8 @@ interface Command {
 }
 
 const CONFIG = { config: { type: 'string', short: 'c' } } as const;
+const STATUSES = ['PENDING', 'PROCESSING', 'PROCESSED', 'FAILED'];
+const INBOX_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 const COMMANDS: Record<string, Command> = {
   serve: {
@@ -65,13 +67,17 @@ const COMMANDS: Record<string, Command> = {
     run: (v, args) => {
       if (args[0] === 'show') {
         if (!args[1]) throw new UsageError('events show needs an INBOX_ID');
-        return runEventsShow(String(v.config), args[1]);
+        return runEventsShow(String(v.config), args[1].toLowerCase());
       }
       if (args[0] !== 'list') throw new UsageError(`unknown events subcommand "${args[0]}" (list or show)`);
       const limit = v.limit === undefined ? undefined : Number(v.limit);
       if (limit !== undefined && (!Number.isInteger(limit) || limit < 1 || limit > 1000)) throw new UsageError('--limit must be an integer from 1 to 1000');
-      return runEventsList(String(v.config), { status: v.status as string | undefined, endpoint: v.endpoint as string | undefined, type: v.type as string | undefined,
-        reason: v.reason as string | undefined, limit, before: v.before as string | undefined, json: Boolean(v.json) });
+      // Not an id, a cursor would page nowhere (PostgreSQL) or from the top (SQLite compares text): refuse it.
+      if (v.before !== undefined && !INBOX_ID_RE.test(String(v.before))) throw new UsageError('--before must be an inbox id (a UUID, as "events list" prints it)');
+      const status = (v.status as string | undefined)?.toUpperCase();
+      if (status !== undefined && !STATUSES.includes(status)) throw new UsageError(`--status must be one of: ${STATUSES.join(', ').toLowerCase()}`);
+      return runEventsList(String(v.config), { status, endpoint: v.endpoint as string | undefined, type: v.type as string | undefined,
+        reason: v.reason as string | undefined, limit, before: (v.before as string | undefined)?.toLowerCase(), json: Boolean(v.json) });
     },
   },
   retry: {
@@ -79,7 +85,7 @@ const COMMANDS: Record<string, Command> = {
     usage: 'webhook-inbox retry --config FILE INBOX_ID',
     options: CONFIG,
     positionals: ['INBOX_ID'],
-    run: (v, args) => runRetry(String(v.config), args[0]!),
+    run: (v, args) => runRetry(String(v.config), args[0]!.toLowerCase()),
   },
   requeue: {
     summary: 'Bulk-retry FAILED events of one failure class (only "technical": retries exhausted).',

@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,23 +19,26 @@ import { post } from '../helpers/http.js';
 import { assertBuilt, CLI } from '../helpers/server-process.js';
 import { describeEachStore, type TestDatabase } from '../helpers/stores.js';
 
-/** The shipped CLI (dist/), as an operator runs it. */
-function cli(args: string[]) {
+/** The shipped CLI (dist/), as an operator runs it: exit code, stdout, stderr. */
+function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
   assertBuilt();
-  const r = spawnSync(process.execPath, [CLI, ...args], { env: process.env, encoding: 'utf8', timeout: 30_000 });
-  return { code: r.status, out: r.stdout, err: r.stderr };
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { env: process.env, encoding: 'utf8', timeout: 30_000 }, (error, out, err) => {
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, out, err });
+    });
+  });
 }
 
 describe('operator commands: --help', () => {
-  it.each(['work', 'events', 'retry', 'requeue'])('%s --help prints usage and exits 0', (cmd) => {
-    const r = cli([cmd, '--help']);
+  it.each(['work', 'events', 'retry', 'requeue'])('%s --help prints usage and exits 0', async (cmd) => {
+    const r = await cli([cmd, '--help']);
     expect(r.code).toBe(0);
     expect(r.out).toContain(`Usage: webhook-inbox ${cmd}`);
     expect(r.out).toContain('--config');
   });
 
-  it('the top-level help lists the operator commands', () => {
-    const r = cli(['--help']);
+  it('the top-level help lists the operator commands', async () => {
+    const r = await cli(['--help']);
     expect(r.code).toBe(0);
     for (const cmd of ['work', 'events', 'retry', 'requeue']) expect(r.out).toMatch(new RegExp(`^  ${cmd} +\\S`, 'm'));
   });
@@ -123,8 +126,8 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
   });
 
   /** Inbox ids in the order the CLI printed them (`events list --json …`). */
-  function listJson(...filters: string[]): string[] {
-    const r = cli(['events', 'list', '--config', config, '--json', ...filters]);
+  async function listJson(...filters: string[]): Promise<string[]> {
+    const r = await cli(['events', 'list', '--config', config, '--json', ...filters]);
     expect(r.code, r.err).toBe(0);
     return r.out.trim() === '' ? [] : r.out.trim().split('\n').map((l) => JSON.parse(l).inbox_id as string);
   }
@@ -138,8 +141,8 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     expect(await status(PENDING_EVENT)).toBe('PENDING');
   });
 
-  it('events list: a table of every event, newest first, with the next-page hint', () => {
-    const r = cli(['events', 'list', '--config', config]);
+  it('events list: a table of every event, newest first, with the next-page hint', async () => {
+    const r = await cli(['events', 'list', '--config', config]);
     expect(r.code, r.err).toBe(0);
     const [header, ...rows] = r.out.trimEnd().split('\n');
     expect(header!.split(/\s+/)).toEqual(['inbox_id', 'status', 'attempts', 'endpoint', 'type', 'received_at', 'failure']);
@@ -151,8 +154,8 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     expect(r.err).toContain(`${ids.size} event(s); next page: --before ${allNewestFirst().at(-1)}`);
   });
 
-  it('events list --json: one JSON object per line with the row diagnostics, never the payload', () => {
-    const r = cli(['events', 'list', '--config', config, '--json']);
+  it('events list --json: one JSON object per line with the row diagnostics, never the payload', async () => {
+    const r = await cli(['events', 'list', '--config', config, '--json']);
     expect(r.code, r.err).toBe(0);
     const lines = r.out.trim().split('\n').map((l) => JSON.parse(l));
     expect(lines.map((l) => l.inbox_id)).toEqual(allNewestFirst());
@@ -165,61 +168,78 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     expect(r.out).not.toContain('"pad"'); // the stored body stays in the database
   });
 
-  it('events list filters: --status, --endpoint, --type, --reason, combined', () => {
-    expect(listJson('--status', 'failed')).toEqual(newestFirst(['evt_tech_1', 'evt_tech_2', 'evt_decide', 'evt_eu_tech']));
-    expect(listJson('--status', 'PENDING')).toEqual([id(PENDING_EVENT)]);
-    expect(listJson('--endpoint', 'stripe-eu')).toEqual(newestFirst(['evt_eu_tech', 'evt_eu_ok']));
-    expect(listJson('--type', 'charge.refunded')).toEqual([id('evt_decide')]);
-    expect(listJson('--reason', 'amount_mismatch')).toEqual([id('evt_decide')]);
-    expect(listJson('--reason', 'retries_exhausted')).toEqual(newestFirst(['evt_tech_1', 'evt_tech_2', 'evt_eu_tech']));
-    expect(listJson('--endpoint', 'stripe', '--status', 'failed', '--type', 'payment_intent.succeeded')).toEqual(newestFirst(['evt_tech_1', 'evt_tech_2']));
-    expect(listJson('--endpoint', 'nowhere')).toEqual([]);
+  it('events list filters: --status, --endpoint, --type, --reason, combined', async () => {
+    const cases: [filters: string[], expected: string[]][] = [
+      [['--status', 'failed'], newestFirst(['evt_tech_1', 'evt_tech_2', 'evt_decide', 'evt_eu_tech'])],
+      [['--status', 'PENDING'], [id(PENDING_EVENT)]],
+      [['--endpoint', 'stripe-eu'], newestFirst(['evt_eu_tech', 'evt_eu_ok'])],
+      [['--type', 'charge.refunded'], [id('evt_decide')]],
+      [['--reason', 'amount_mismatch'], [id('evt_decide')]],
+      [['--reason', 'retries_exhausted'], newestFirst(['evt_tech_1', 'evt_tech_2', 'evt_eu_tech'])],
+      [['--endpoint', 'stripe', '--status', 'failed', '--type', 'payment_intent.succeeded'], newestFirst(['evt_tech_1', 'evt_tech_2'])],
+      [['--endpoint', 'nowhere'], []],
+    ];
+    // Read-only: the invocations run side by side.
+    const got = await Promise.all(cases.map(([filters]) => listJson(...filters)));
+    cases.forEach(([filters, expected], i) => expect(got[i], filters.join(' ')).toEqual(expected));
   });
 
-  it('events list --limit and --before page through everything once', () => {
-    expect(listJson('--limit', '2')).toEqual(allNewestFirst().slice(0, 2));
+  it('events list --limit and --before page through everything once', async () => {
+    expect(await listJson('--limit', '2')).toEqual(allNewestFirst().slice(0, 2));
     const seen: string[] = [];
-    let page = listJson('--limit', '3');
+    let page = await listJson('--limit', '3');
     while (page.length > 0) {
       expect(page.length).toBeLessThanOrEqual(3);
       seen.push(...page);
-      page = listJson('--limit', '3', '--before', page.at(-1)!);
+      page = await listJson('--limit', '3', '--before', page.at(-1)!);
     }
     expect(seen).toEqual(allNewestFirst());
     // The table's hint is the next page's --before.
-    const table = cli(['events', 'list', '--config', config, '--limit', '3']);
+    const table = await cli(['events', 'list', '--config', config, '--limit', '3']);
     const hint = /--before (\S+)/.exec(table.err)![1]!;
-    expect(listJson('--before', hint)).toEqual(allNewestFirst().slice(3));
-    for (const bad of ['0', '1001', 'x']) {
-      const r = cli(['events', 'list', '--config', config, '--limit', bad]);
+    expect(await listJson('--before', hint)).toEqual(allNewestFirst().slice(3));
+    expect(await listJson('--before', hint.toUpperCase())).toEqual(allNewestFirst().slice(3));
+    // A cursor that is not an inbox id would page nowhere (PostgreSQL) or everywhere (SQLite text order): refused.
+    const badCursor = await cli(['events', 'list', '--config', config, '--before', 'zzz']);
+    expect(badCursor.code, badCursor.out).toBe(2);
+    expect(badCursor.err).toContain('--before must be an inbox id');
+    const badStatus = await cli(['events', 'list', '--config', config, '--status', 'bogus']);
+    expect(badStatus.code).toBe(2);
+    expect(badStatus.err).toContain('--status must be one of: pending, processing, processed, failed');
+    for (const r of await Promise.all(['0', '1001', 'x'].map((bad) => cli(['events', 'list', '--config', config, '--limit', bad])))) {
       expect(r.code).toBe(2);
       expect(r.err).toContain('--limit must be an integer from 1 to 1000');
     }
   });
 
-  it('events show: the event as JSON with its effects; a missing id exits 1 and says so', () => {
-    const r = cli(['events', 'show', '--config', config, id('evt_ok')]);
+  it('events show: the event as JSON with its effects; a missing or malformed id exits 1 and says so', async () => {
+    const r = await cli(['events', 'show', '--config', config, id('evt_ok')]);
     expect(r.code, r.err).toBe(0);
     expect(JSON.parse(r.out)).toMatchObject({
       inbox_id: id('evt_ok'), status: 'PROCESSED', endpoint_id: 'stripe', event_type: 'customer.created', attempt_count: 1,
       handler_version: 'customer.created@1',
       effects: [{ name: 'welcome', idempotency_key: `${id('evt_ok')}:welcome`, status: 'DONE', attempt_count: 1, failure_reason: null, last_error: null }],
     });
-    const failed = JSON.parse(cli(['events', 'show', '--config', config, id('evt_tech_1')]).out);
+    // Ids are matched case-insensitively on both stores (PostgreSQL uuid; SQLite stores lowercase text).
+    expect(JSON.parse((await cli(['events', 'show', '--config', config, id('evt_ok').toUpperCase()])).out).inbox_id).toBe(id('evt_ok'));
+    const failed = JSON.parse((await cli(['events', 'show', '--config', config, id('evt_tech_1')])).out);
     expect(failed).toMatchObject({ status: 'FAILED', failure_reason: 'retries_exhausted', last_error: 'Error: ledger service timed out', effects: [] });
 
     const missing = uuidv7();
-    const m = cli(['events', 'show', '--config', config, missing]);
+    const m = await cli(['events', 'show', '--config', config, missing]);
     expect(m.code).toBe(1);
     expect(m.err.trim()).toBe(`webhook-inbox events show: no event ${missing}`);
-    const noId = cli(['events', 'show', '--config', config]);
+    const malformed = await cli(['events', 'show', '--config', config, 'not-an-id']);
+    expect(malformed.code).toBe(1);
+    expect(malformed.err.trim()).toBe('webhook-inbox events show: no event not-an-id');
+    const noId = await cli(['events', 'show', '--config', config]);
     expect(noId.code).toBe(2);
     expect(noId.err).toContain('events show needs an INBOX_ID');
   });
 
   it('retry: a FAILED event goes back to PENDING, due now, with attempt_count 0', async () => {
     const t0 = Date.now();
-    const r = cli(['retry', '--config', config, id('evt_tech_1')]);
+    const r = await cli(['retry', '--config', config, id('evt_tech_1')]);
     expect(r.code, r.err).toBe(0);
     expect(r.out.trim()).toBe(`requeued ${id('evt_tech_1')}: PENDING, due now`);
     const e = await store.getEvent(id('evt_tech_1'));
@@ -231,22 +251,25 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
   it('retry refuses an event that is not FAILED, naming its status, and a missing one', async () => {
     for (const [eventId, st] of [['evt_ok', 'PROCESSED'], [PENDING_EVENT, 'PENDING'], ['evt_tech_1', 'PENDING']] as const) {
       const before = await store.getEvent(id(eventId));
-      const r = cli(['retry', '--config', config, id(eventId)]);
+      const r = await cli(['retry', '--config', config, id(eventId)]);
       expect(r.code).toBe(1);
       expect(r.err).toContain(`event ${id(eventId)} is ${st}, only FAILED events can be retried`);
       expect(await store.getEvent(id(eventId))).toEqual(before);
     }
     const missing = uuidv7();
-    const r = cli(['retry', '--config', config, missing]);
+    const r = await cli(['retry', '--config', config, missing]);
     expect(r.code).toBe(1);
     expect(r.err).toContain(`no event ${missing}`);
-    expect(cli(['retry', '--config', config]).code).toBe(2);
+    const malformed = await cli(['retry', '--config', config, 'not-an-id']);
+    expect(malformed.code).toBe(1);
+    expect(malformed.err).toContain('no event not-an-id');
+    expect((await cli(['retry', '--config', config])).code).toBe(2);
   });
 
   it('requeue --reason technical: only FAILED rows whose retries were exhausted, and prints the count', async () => {
     const exhausted = newestFirst(['evt_tech_2', 'evt_eu_tech']); // evt_tech_1 was retried above
-    expect(listJson('--reason', 'retries_exhausted')).toEqual(exhausted);
-    const r = cli(['requeue', '--config', config, '--reason', 'technical']);
+    expect(await listJson('--reason', 'retries_exhausted')).toEqual(exhausted);
+    const r = await cli(['requeue', '--config', config, '--reason', 'technical']);
     expect(r.code, r.err).toBe(0);
     expect(r.out.trim()).toBe('requeued 2 FAILED event(s) with reason retries_exhausted');
     for (const eventId of ['evt_tech_2', 'evt_eu_tech']) {
@@ -255,15 +278,15 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     // A needs-decision failure is not "technical": it waits for a person (and `retry`).
     expect(await store.getEvent(id('evt_decide'))).toMatchObject({ status: 'FAILED', failureReason: 'amount_mismatch' });
     expect(await status('evt_ok')).toBe('PROCESSED');
-    expect(listJson('--status', 'failed')).toEqual([id('evt_decide')]);
-    expect(cli(['requeue', '--config', config, '--reason', 'technical']).out.trim()).toBe('requeued 0 FAILED event(s) with reason retries_exhausted');
+    expect(await listJson('--status', 'failed')).toEqual([id('evt_decide')]);
+    expect((await cli(['requeue', '--config', config, '--reason', 'technical'])).out.trim()).toBe('requeued 0 FAILED event(s) with reason retries_exhausted');
   });
 
-  it('requeue with an unknown or missing class exits 2 and names the allowed classes', () => {
-    const r = cli(['requeue', '--config', config, '--reason', 'bogus']);
+  it('requeue with an unknown or missing class exits 2 and names the allowed classes', async () => {
+    const r = await cli(['requeue', '--config', config, '--reason', 'bogus']);
     expect(r.code).toBe(2);
     expect(r.err).toContain('--reason must be one of: technical');
-    const none = cli(['requeue', '--config', config]);
+    const none = await cli(['requeue', '--config', config]);
     expect(none.code).toBe(2);
     expect(none.err).toContain('--reason is required');
   });
