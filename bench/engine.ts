@@ -27,7 +27,7 @@ import type { RateResult } from './loadgen.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import {
   A_P99_TARGET_MS, A_RATE, CORES, NOISY_PCT, PATH, PAYLOAD_KEY, ROOT, RUN_DIR, SERVER_MAIN, STRIPE_SECRET,
-  cpuSampler, dropDb, f0, launch, ms, opts, outcomesText, recreateDb, runLoad, serverConfig, table, waitQuiet, type CpuWindow, type Running,
+  cpuSampler, dropDb, f0, f1, launch, pgAdmin, ms, opts, outcomesText, recreateDb, runLoad, scrapeCommitStats, serverConfig, table, waitQuiet, type CpuWindow, type Running, type Usage,
 } from './run.js';
 
 export const ENGINE_SCENARIOS = ['drain', 'e2e'] as const;
@@ -38,7 +38,7 @@ export interface EngineReport {
   readonly markdown: string;
 }
 
-const NOOP_HANDLERS = join(ROOT, 'bench', 'noop-handlers.mjs');
+const noopHandlers = () => join(ROOT, 'bench', 'noop-handlers.mjs');
 const ENGINE_DB = 'wi_bench_engine';
 const SEED_BATCH = 500;
 const SEED_SIZES = { minBytes: 1024, maxBytes: 2048, largeBytes: 4096 };
@@ -208,7 +208,8 @@ async function seed(url: string, n: number, tag: string): Promise<{ seconds: num
           eventType: 'payment_intent.succeeded', objectId: `pi_${id}`, objectVersion: null,
           providerCreatedAtMs: Math.floor(now / 1000) * 1000, receivedAtMs: now,
           payloadHash: sha256(body), matchedSecretVersion: 'v1', payload: cipher.seal(body, binding),
-          topic: 'stripe.payment_intent.succeeded',
+          // As the ingress writes it for an endpoint with no broker route: nothing for the relay.
+          topic: 'stripe.payment_intent.succeeded', relay: false,
         });
       }
       await store.acceptBatch(records);
@@ -265,7 +266,7 @@ async function drain(store: StoreKind, tag: string): Promise<DrainResult> {
     console.log(`drain ${store}: seeding ${f0(n)} events…`);
     const seeded = await seed(db.url, n, tag);
     // A backlog that built up over time would have been vacuumed and analysed by autovacuum.
-    if (store === 'postgres') await withPg(db.url, (c) => c.query('VACUUM ANALYZE'));
+    if (store === 'postgres') await pgAdmin((c) => c.query('VACUUM ANALYZE'), db.url);
     const workersCfg = { ...opts.workers };
     const workers = parseWorkers(workersCfg);
     const cfg = join(db.dir, 'config.json');
@@ -275,7 +276,7 @@ async function drain(store: StoreKind, tag: string): Promise<DrainResult> {
     const profileDir = profileDirFor(`drain-${store}`);
     const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
     const launchedAt = Date.now();
-    work = await launch([...prof, SERVER_MAIN, 'work', '--config', cfg, '--handlers', NOOP_HANDLERS], { DATABASE_URL: db.url }, `work-${store}`, async () => undefined, /workers running/);
+    work = await launch([...prof, SERVER_MAIN, 'work', '--config', cfg, '--handlers', noopHandlers()], { DATABASE_URL: db.url }, `work-${store}`, async () => undefined, /workers running/);
     const cpu = cpuSampler(work.pid);
     let started = false;
     const end = await waitDrained(probe, DRAIN_LIMIT_MS, (unfinished) => {
@@ -308,19 +309,11 @@ async function drain(store: StoreKind, tag: string): Promise<DrainResult> {
   }
 }
 
-async function withPg<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end().catch(() => undefined);
-  }
-}
-
 interface E2eResult {
   readonly store: StoreKind;
   readonly workers: WorkersConfig;
+  /** false: the same load with `workers.enabled: false`, as the reference for the ingress numbers. */
+  readonly workersOn: boolean;
   readonly load: RateResult;
   readonly cpu: CpuWindow;
   readonly e2e: Latency;
@@ -328,27 +321,29 @@ interface E2eResult {
   readonly tailS: number;
   readonly done: boolean;
   readonly statuses: Record<string, number>;
+  /** The server's group commit, from its /metrics (warm-up included). */
+  readonly commit: Usage['commit'];
   readonly profile?: string;
 }
 
-async function e2e(store: StoreKind, tag: string, seed: number): Promise<E2eResult> {
+async function e2e(store: StoreKind, workersOn: boolean, tag: string, seed: number): Promise<E2eResult> {
   const db = await freshDatabase(store);
   let srv: Running | undefined;
   let probe: Probe | undefined;
   try {
-    const workersCfg = { ...opts.workers, enabled: true };
+    const workersCfg = { ...opts.workers, enabled: workersOn };
     const workers = parseWorkers(workersCfg);
     const cfg = join(db.dir, 'config.json');
     writeFileSync(cfg, JSON.stringify(serverConfig(db.url, workersCfg), null, 2));
     await waitQuiet();
-    const profileDir = profileDirFor(`e2e-${store}`);
+    const profileDir = workersOn ? profileDirFor(`e2e-${store}`) : undefined;
     const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-    srv = await launch([...prof, SERVER_MAIN, 'serve', '--config', cfg, '--handlers', NOOP_HANDLERS], { DATABASE_URL: db.url }, `e2e-${store}`, async () => undefined);
+    srv = await launch([...prof, SERVER_MAIN, 'serve', '--config', cfg, '--handlers', noopHandlers()], { DATABASE_URL: db.url }, `e2e-${store}`, async () => undefined);
     await sleep(300);
     const cpu = cpuSampler(srv.pid);
     let w0 = 0;
     let w1 = 0;
-    console.log(`e2e ${store}: ${f0(A_RATE)} req/s, ${opts.warmupS} s warm-up + ${opts.e2eDurationS} s measured…`);
+    console.log(`e2e ${store}${workersOn ? '' : ' (workers off)'}: ${f0(A_RATE)} req/s, ${opts.warmupS} s warm-up + ${opts.e2eDurationS} s measured…`);
     const load = await runLoad<RateResult>({
       mode: 'rate', url: srv.url, path: PATH, secret: STRIPE_SECRET, rate: A_RATE, warmupS: opts.warmupS, durationS: opts.e2eDurationS, drainS: opts.drainS,
       connections: opts.connections, dupFraction: opts.dupFraction, largeFraction: opts.largeFraction, seed, tag,
@@ -361,13 +356,14 @@ async function e2e(store: StoreKind, tag: string, seed: number): Promise<E2eResu
       cpu.end();
     }
     probe = await openProbe(store, db.url);
-    const end = await waitDrained(probe, E2E_TAIL_LIMIT_MS);
+    const end = workersOn ? await waitDrained(probe, E2E_TAIL_LIMIT_MS) : { done: false, atMs: w1 };
     const latency = await probe.latency(w0, w1);
     const statuses = await probe.statusCounts();
+    const commit = await scrapeCommitStats(srv.url);
     await srv.stop();
     const profile = summarizeProfiles(profileDir);
     const r: E2eResult = {
-      store, workers, load, cpu: cpu.result(), e2e: latency, tailS: (end.atMs - w1) / 1000,
+      store, workers, workersOn, load, cpu: cpu.result(), e2e: latency, tailS: (end.atMs - w1) / 1000, commit,
       done: end.done && Object.keys(statuses).every((s) => s === 'PROCESSED'), statuses, ...(profile ? { profile } : {}),
     };
     console.log(table(E2E_HEAD, [e2eRow(r)]));
@@ -387,29 +383,33 @@ const noisy = (other: number) => (other > NOISY_PCT ? ' (noisy)' : '');
 const statusText = (s: Record<string, number>) => Object.entries(s).filter(([k]) => k !== 'PROCESSED').map(([k, v]) => `${k}:${f0(v)}`).join(' ');
 
 const DRAIN_HEAD = ['store', 'backlog', 'body B (mean)', 'workers conc / batch', 'seed s', 'start → 1st PROCESSED s', 'drain s', 'events/s',
-  'work CPU %', 'main thr %', 'top other thr %', 'CPU µs/event', 'PG CPU %', 'other CPU %', 'all PROCESSED', 'outbox unpublished at end'];
+  'work CPU %', 'main thr %', 'top other thr %', 'CPU µs/event', 'PG CPU %', 'other CPU %', 'disk write MiB/s', 'disk flushes/s', 'all PROCESSED', 'outbox unpublished at end'];
 function drainRow(r: DrainResult): string[] {
   const c = r.cpu;
   const other = otherCpuPct(c);
   return [
     STORE_LABEL[r.store], f0(r.backlog), f0(r.meanBodyBytes), workersText(r.workers), r.seedS.toFixed(1), r.startupS.toFixed(2), r.drainS.toFixed(1),
     f0(r.eventsPerS) + noisy(other), pct(c.cpuPct), pct(c.mainThreadCpuPct), pct(c.otherThreadCpuPct), f0((c.cpuMs * 1000) / Math.max(1, r.eventsPerS * c.windowS)),
-    r.store === 'postgres' ? pct(c.pgCpuPct) : '–', pct(other), r.done ? 'yes' : `NO ${statusText(r.statuses)}`, f0(r.outboxUnpublished),
+    r.store === 'postgres' ? pct(c.pgCpuPct) : '–', pct(other), f1(c.diskWriteMiBps), f0(c.diskFlushesPerS), r.done ? 'yes' : `NO ${statusText(r.statuses)}`, f0(r.outboxUnpublished),
   ];
 }
 
 const E2E_HEAD = ['store', 'offered/s', 'achieved/s', 'ack p50 ms', 'ack p95 ms', 'ack p99 ms', 'ack max ms', 'non-2xx/errors', 'events in window',
-  'e2e p50 ms', 'e2e p95 ms', 'e2e p99 ms', 'e2e max ms', 'all PROCESSED', 'drained s after window', 'srv CPU %', 'main thr %', 'top other thr %', 'PG CPU %', 'loadgen CPU %', 'other CPU %'];
+  'e2e p50 ms', 'e2e p95 ms', 'e2e p99 ms', 'e2e max ms', 'all PROCESSED', 'drained s after window', 'group commit req/batch, ms', 'srv CPU %', 'main thr %', 'top other thr %', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'disk write MiB/s', 'disk flushes/s'];
 function e2eRow(r: E2eResult): string[] {
   const l = r.load;
   const c = r.cpu;
   const lgPct = l.loadgenCpuMs / 10 / (l.windowMs / 1000);
   const other = otherCpuPct(c, lgPct);
   return [
-    STORE_LABEL[r.store], f0(l.offered), f0(l.achieved), ms(l.latency.p50), ms(l.latency.p95), ms(l.latency.p99) + noisy(other), ms(l.latency.max), outcomesText(l.outcomes),
-    r.e2e.processed === r.e2e.rows ? f0(r.e2e.rows) : `${f0(r.e2e.processed)} of ${f0(r.e2e.rows)}`,
-    ms(r.e2e.p50), ms(r.e2e.p95), ms(r.e2e.p99), ms(r.e2e.max), r.done ? 'yes' : `NO ${statusText(r.statuses)}`, r.tailS.toFixed(1),
+    STORE_LABEL[r.store] + (r.workersOn ? '' : ' (workers off)'), f0(l.offered), f0(l.achieved), ms(l.latency.p50), ms(l.latency.p95), ms(l.latency.p99) + noisy(other), ms(l.latency.max), outcomesText(l.outcomes),
+    !r.workersOn || r.e2e.processed === r.e2e.rows ? f0(r.e2e.rows) : `${f0(r.e2e.processed)} of ${f0(r.e2e.rows)}`,
+    ...(r.workersOn
+      ? [ms(r.e2e.p50), ms(r.e2e.p95), ms(r.e2e.p99), ms(r.e2e.max), r.done ? 'yes' : `NO ${statusText(r.statuses)}`, r.tailS.toFixed(1)]
+      : ['–', '–', '–', '–', '–', '–']),
+    r.commit ? `${f1(r.commit.meanBatch)}, ${ms(r.commit.meanCommitMs)}` : '–',
     pct(c.cpuPct), pct(c.mainThreadCpuPct), pct(c.otherThreadCpuPct), r.store === 'postgres' ? pct(c.pgCpuPct) : '–', pct(lgPct), pct(other),
+    f1(c.diskWriteMiBps), f0(c.diskFlushesPerS),
   ];
 }
 
@@ -430,8 +430,9 @@ function render(drains: DrainResult[], e2es: E2eResult[], stores: StoreKind[]): 
     out.push('');
   }
   if (e2es.length) {
-    const l = e2es[0]!.load;
-    out.push(`End to end: \`webhook-inbox serve --handlers bench/noop-handlers.mjs\` with the workers on (concurrency ${e2es[0]!.workers.concurrency}, batchSize ${e2es[0]!.workers.batchSize}), ` +
+    const on = e2es.find((x) => x.workersOn) ?? e2es[0]!;
+    const l = on.load;
+    out.push(`End to end: \`webhook-inbox serve --handlers bench/noop-handlers.mjs\` with the workers on (concurrency ${on.workers.concurrency}, batchSize ${on.workers.batchSize}); "workers off" = the same load and server with \`workers.enabled: false\` (the reference for ingress latency); ` +
       `${f0(A_RATE)} req/s open loop (the ladder's load: ${opts.warmupS} s warm-up + ${f0(l.windowMs / 1000)} s measured, mean body ${f0(l.meanBodyBytes)} bytes, 1% duplicates, 0.3% of 1 MiB). ` +
       'Ack = the loadgen\'s latency from scheduled send to response. e2e = `processed_at − received_at` of the rows received in the measured window, read after the backlog drained ' +
       '(`processed_at` is taken as the batch\'s settle transaction reaches the row, just before its COMMIT).');
@@ -443,7 +444,7 @@ function render(drains: DrainResult[], e2es: E2eResult[], stores: StoreKind[]): 
   out.push('');
   for (const s of stores) {
     const d = drains.find((x) => x.store === s);
-    const e = e2es.find((x) => x.store === s);
+    const e = e2es.find((x) => x.store === s && x.workersOn);
     const parts: string[] = [];
     if (d) parts.push(`drain ≥ ${f0(DRAIN_TARGET)}/s: ${verdict(d.done && d.eventsPerS >= DRAIN_TARGET)} (${f0(d.eventsPerS)}/s${d.done ? '' : ', not all PROCESSED'})`);
     if (e) {
@@ -469,7 +470,11 @@ export async function runEngineBench(scenarios: readonly EngineScenario[], store
   console.log('\nProcessing engine:');
   for (const s of kinds) {
     if (scenarios.includes('drain')) drains.push(await drain(s, `${tag}_drain_${s}`));
-    if (scenarios.includes('e2e')) e2es.push(await e2e(s, `${tag}_e2e_${s}`, 1000 + e2es.length));
+    if (scenarios.includes('e2e')) {
+      // The same load with the workers off first: the reference for the ingress latency.
+      e2es.push(await e2e(s, false, `${tag}_e2e0_${s}`, 1000 + e2es.length));
+      e2es.push(await e2e(s, true, `${tag}_e2e_${s}`, 1000 + e2es.length));
+    }
   }
   const markdown = render(drains, e2es, kinds);
   return { markdown };

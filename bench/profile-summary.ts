@@ -49,7 +49,7 @@ function category(fn: string, url: string): string {
   if (fn === 'parse' && url === '') return 'JSON.parse';
   if (url.includes('_http_') || url.includes('internal/http') || url.includes('/http/') || fn === 'parserOnHeadersComplete' || fn === 'parserOnBody' || fn === 'parserOnMessageComplete') return 'HTTP (node:http + ingress)';
   if (url.includes('internal/streams') || url.includes('net') || url.includes('stream_base') || fn === 'writev' || fn === 'writeUtf8String' || fn === 'writeBuffer') return 'streams/sockets';
-  if (url.includes('worker') || fn === 'postMessage' || url.includes('internal/per_context/messageport')) return 'worker messaging';
+  if (url.includes('internal/worker') || fn === 'postMessage' || url.includes('internal/per_context/messageport')) return 'worker messaging';
   if (url.includes('/dist/')) return 'webhook-inbox (other)';
   if (url === '') return `native: ${fn || '(anonymous)'}`;
   return 'other JS';

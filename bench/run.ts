@@ -29,7 +29,7 @@ import ts from 'typescript';
 import type { FloodResult, FloodSpec, LoadMessage, LoadResult, RateResult, RateSpec } from './loadgen.js';
 import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
-import { cpuDelta, cpuOfCommand, threadCpuMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
+import { cpuDelta, cpuOfCommand, diskWrites, threadCpuMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const BUILD = join(ROOT, 'dist-bench', 'bench');
@@ -101,7 +101,7 @@ export const opts = {
   largeFraction: 0.003,
   // bench/engine.ts
   backlog: num(args.backlog, quick ? 20_000 : 100_000),
-  e2eDurationS: num(args['e2e-duration'], quick ? 6 : 20),
+  e2eDurationS: num(args['e2e-duration'], quick ? 6 : 15),
   stores: (args.stores ?? 'sqlite,postgres').split(',').map((s) => s.trim()).filter(Boolean),
   /** Merged into the engine scenarios' `workers` config (default: the built-in defaults). */
   workers: args.workers ? (JSON.parse(args.workers) as Record<string, unknown>) : {},
@@ -186,8 +186,9 @@ function buildChildren(): void {
 
 // ---------------------------------------------------------------- PostgreSQL
 
-export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: PG_ADMIN, connectionTimeoutMillis: 3000 });
+/** One connection for fn: to the admin database, or to `url`. */
+export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>, url = PG_ADMIN): Promise<T> {
+  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000 });
   await c.connect();
   try {
     return await fn(c);
@@ -308,7 +309,7 @@ async function startTarget(t: TargetName, profileDir?: string): Promise<Running>
 
 // ---------------------------------------------------------------- one step
 
-interface Usage {
+export interface Usage {
   /** Server CPU over the measured window, % of one core. */
   serverCpuPct: number;
   serverCpuMs: number;
@@ -332,7 +333,7 @@ interface StepRecord<R extends LoadResult> {
   profile?: string;
 }
 
-async function scrapeCommitStats(url: string): Promise<Usage['commit']> {
+export async function scrapeCommitStats(url: string): Promise<Usage['commit']> {
   try {
     const text = await (await fetch(`${url}/metrics`)).text();
     const v = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
@@ -370,6 +371,9 @@ export interface CpuWindow {
   readonly otherThreadCpuPct: number;
   readonly pgCpuPct: number;
   readonly machineBusyPct: number;
+  /** Whole machine, to its disks: MiB written and flush requests, per second. */
+  readonly diskWriteMiBps: number;
+  readonly diskFlushesPerS: number;
 }
 
 export function cpuSampler(pid: number): { start(): void; end(): void; readonly ended: boolean; result(): CpuWindow } {
@@ -377,8 +381,10 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
   let pg0 = new Map<number, number>(), pg1 = new Map<number, number>();
   let th0 = new Map<number, number>(), th1 = new Map<number, number>();
   let m0: [number, number] = [0, 0], m1: [number, number] = [0, 0];
+  let d0 = diskWrites(), d1 = d0;
   return {
     start() {
+      d0 = diskWrites();
       t0 = performance.now();
       cpu0 = procCpuMs(pid) ?? 0;
       th0 = threadCpuMs(pid);
@@ -391,6 +397,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
       th1 = threadCpuMs(pid);
       pg1 = cpuOfCommand('postgres');
       m1 = machineJiffies();
+      d1 = diskWrites();
     },
     get ended() {
       return t1 !== 0;
@@ -406,6 +413,8 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
         otherThreadCpuPct: pct(Math.max(0, ...[...th1].filter(([tid]) => tid !== pid).map(([tid, c]) => c - (th0.get(tid) ?? 0)))),
         pgCpuPct: pct(cpuDelta(pg0, pg1)),
         machineBusyPct: m1[1] > m0[1] ? (100 * (m1[0] - m0[0])) / (m1[1] - m0[1]) : NaN,
+        diskWriteMiBps: windowS > 0 ? (d1.bytes - d0.bytes) / 1024 ** 2 / windowS : NaN,
+        diskFlushesPerS: windowS > 0 ? (d1.flushes - d0.flushes) / windowS : NaN,
       };
     },
   };
@@ -548,7 +557,7 @@ async function main(): Promise<void> {
     pgVersion = await pgAdmin(async (c) => (await c.query<{ v: string }>("SELECT current_setting('server_version') AS v")).rows[0]!.v);
     await pgAdmin(async (c) => {
       const { rows } = await c.query<{ name: string; setting: string }>(
-        `SELECT name, setting FROM pg_settings WHERE name IN ('fsync','synchronous_commit','wal_sync_method','shared_buffers','full_page_writes','max_wal_size')`);
+        `SELECT name, setting FROM pg_settings WHERE name IN ('fsync','synchronous_commit','wal_sync_method','shared_buffers','full_page_writes','max_wal_size','autovacuum')`);
       pgVersion += ` (${rows.map((r) => `${r.name}=${r.setting}`).join(', ')})`;
     });
   } catch (err) {
@@ -561,7 +570,7 @@ async function main(): Promise<void> {
   const started = new Date();
   console.log(`webhook-inbox bench — ${started.toISOString()}`);
   console.log(`machine: ${machine.cores} cores, ${machine.model}, ${machine.ramGiB} GiB RAM, Node ${machine.node}, PostgreSQL ${machine.postgres}`);
-  console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}`);
+  if (targets.length) console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}`);
   if (scenarios.length) console.log(`engine: ${scenarios.join(', ')} on ${stores.join(', ')}; backlog ${f0(opts.backlog)}; e2e ${f0(A_RATE)} req/s for ${opts.e2eDurationS} s`);
   console.log('');
 
@@ -570,7 +579,7 @@ async function main(): Promise<void> {
   const floods: StepRecord<FloodResult>[] = [];
   let seed = 1;
 
-  if (opts.ladder) {
+  if (opts.ladder && targets.length) {
     console.log(table(RATE_HEAD, []).split('\n').slice(0, 2).join('\n'));
     for (const t of targets) {
       const steps: StepRecord<RateResult>[] = [];
@@ -609,7 +618,7 @@ async function main(): Promise<void> {
       steps.sort((a, b) => a.result.offered - b.result.offered);
     }
   }
-  if (opts.memory) {
+  if (opts.memory && targets.length) {
     console.log('\n1 MiB flood (memory boundedness):');
     console.log(table(FLOOD_HEAD, []).split('\n').slice(0, 2).join('\n'));
     for (const t of targets) {

@@ -132,3 +132,26 @@ export function threadCpuMs(pid: number): Map<number, number> {
   }
   return out;
 }
+
+/**
+ * Whole-disk write counters from /proc/diskstats, summed over the machine's disks (partitions,
+ * loop and ram devices left out): sectors are 512 bytes; flushes = completed flush requests
+ * (fsync/fdatasync reaching the device).
+ */
+export function diskWrites(): { bytes: number; writes: number; flushes: number } {
+  const out = { bytes: 0, writes: 0, flushes: 0 };
+  try {
+    const rows = readFileSync('/proc/diskstats', 'utf8').trim().split('\n').map((l) => l.trim().split(/\s+/));
+    const names = rows.map((r) => r[2]!).filter((n) => !/^(loop|ram|zram|dm-)/.test(n));
+    for (const r of rows) {
+      const name = r[2]!;
+      if (!names.includes(name) || names.some((other) => other !== name && name.startsWith(other))) continue;
+      out.writes += Number(r[7]);
+      out.bytes += Number(r[9]) * 512;
+      out.flushes += Number(r[18] ?? 0);
+    }
+  } catch {
+    /* no /proc/diskstats */
+  }
+  return out;
+}

@@ -65,7 +65,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env: opts.env });
   const workersRun = opts.workers ?? config.workers.enabled;
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes);
-  const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders });
+  const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations });
   const server = createHttpServer(config, ingress, {
     metrics: async () => {
       metrics.inFlightBodyBytes.set([], budget.used);

@@ -14,9 +14,9 @@ export interface InboxEvent {
   readonly receivedAt: Date;
   /** 1 on the first attempt. */
   readonly attempt: number;
-  /** The verified body, parsed as JSON. */
+  /** The verified body, parsed as JSON (decrypted and parsed on first access). */
   readonly payload: unknown;
-  /** The exact verified bytes. */
+  /** The exact verified bytes (decrypted on first access). */
   readonly raw: Buffer;
 }
 

@@ -122,22 +122,31 @@ export class InboxWorker {
     p.handlers = handlers;
     p.direct = routes.direct;
     if (handlers.length === 0 && routes.direct.length === 0) return p; // broker routes only: the relay publishes
-    try {
-      const raw = this.open(row);
-      let payload: unknown;
-      try {
-        payload = JSON.parse(raw.toString('utf8'));
-      } catch {
-        throw new NeedsDecisionError(FAILURE.schemaError, 'stored payload is not JSON');
-      }
-      p.event = {
-        inboxId: row.inboxId, provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId,
-        type: row.eventType, objectId: row.objectId, objectVersion: row.objectVersion, receivedAt: new Date(row.receivedAtMs),
-        attempt: row.attemptCount, payload, raw,
-      };
-    } catch (error) {
-      p.early = { error, retry };
-    }
+    // Decrypted and parsed on first use (pino's rule: no work that can be done later or never):
+    // a handler that only needs the ids and type never pays for them. A failure to open or
+    // parse surfaces there, as the typed error it is (payload_corrupt, schema_error, …).
+    let raw: Buffer | undefined;
+    let parsed: { value: unknown } | undefined;
+    const open = () => (raw ??= this.open(row));
+    p.event = {
+      inboxId: row.inboxId, provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId,
+      type: row.eventType, objectId: row.objectId, objectVersion: row.objectVersion, receivedAt: new Date(row.receivedAtMs),
+      attempt: row.attemptCount,
+      get raw() {
+        return open();
+      },
+      get payload() {
+        if (!parsed) {
+          try {
+            parsed = { value: JSON.parse(open().toString('utf8')) };
+          } catch (err) {
+            if (err instanceof SyntaxError) throw new NeedsDecisionError(FAILURE.schemaError, 'stored payload is not JSON');
+            throw err;
+          }
+        }
+        return parsed.value;
+      },
+    };
     return p;
   }
 
@@ -161,7 +170,9 @@ export class InboxWorker {
     await Promise.all(forwarding.flatMap((p) => p.direct.map(async (t) => {
       if (done.has(markerKey(p.key, t.consumer))) return;
       try {
-        await t.destination.deliver({ ...p.event!, eventType: p.row.eventType, receivedAtMs: p.row.receivedAtMs, body: p.event!.raw });
+        const r = p.row;
+        await t.destination.deliver({ inboxId: r.inboxId, provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId,
+          eventType: r.eventType, receivedAtMs: r.receivedAtMs, body: p.event!.raw });
         p.delivered.push(t);
       } catch (error) {
         p.failure ??= { error, retry: t.retry };

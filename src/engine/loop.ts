@@ -1,8 +1,10 @@
 /**
  * The claim loop every runner shares (inbox worker, effects runner, outbox relay): keep up to
- * `concurrency` items in flight, claim at most `batchSize` at a time, sleep when nothing is
- * due until a wake-up or the backstop poll, and on stop claim nothing more and wait for the
- * batches in flight. Claim errors (database down) back off instead of spinning.
+ * `concurrency` items in flight, claim at most `batchSize` at a time (claiming again at once
+ * only after a full claim; after a partial one, the next claim waits for a batch to finish),
+ * sleep when nothing is due until a wake-up or the backstop poll, and on stop claim nothing
+ * more and wait for the batches in flight. Claim errors (database down) back off instead of
+ * spinning.
  */
 /** A claimed row with the lease token it was claimed under. */
 export interface Claimed<T> {
@@ -21,6 +23,8 @@ export class ClaimLoop<T> {
   private running = false;
   private claiming = false;
   private wakeRequested = false;
+  /** A partial batch is in flight: wake-ups wait for it (see run). */
+  private gathering = false;
   private timer: NodeJS.Timeout | undefined;
   private sleeping: (() => void) | undefined;
   private idle: (() => void)[] = [];
@@ -42,7 +46,7 @@ export class ClaimLoop<T> {
   /** New work may be due: claim now instead of at the next poll. */
   wake(): void {
     this.wakeRequested = true;
-    this.sleeping?.();
+    if (!this.gathering) this.sleeping?.();
   }
 
   /** Claims nothing more; resolves when every batch in flight has settled. */
@@ -66,9 +70,10 @@ export class ClaimLoop<T> {
       }
       this.wakeRequested = false;
       this.claiming = true;
+      const wanted = Math.min(free, this.opts.batchSize);
       let batch: T[] = [];
       try {
-        batch = await this.claim(Math.min(free, this.opts.batchSize));
+        batch = await this.claim(wanted);
         this.errorDelayMs = 0;
       } catch (err) {
         this.onError(err);
@@ -83,7 +88,16 @@ export class ClaimLoop<T> {
           this.sleeping?.();
           this.checkIdle();
         });
-        continue; // more may be due: claim again while there is room
+        if (batch.length >= wanted) continue; // a full claim: more may be due, claim again while there is room
+        // A partial claim took everything due. Wake-ups (new accepts) now wait until a batch in
+        // flight finishes, so a trickle of arrivals gathers into the next batch, as in a group
+        // commit, instead of becoming many small batches at once, each with its own claim and
+        // commits (under ingress load they starved the accepts of the SQLite writer and of
+        // PostgreSQL's pool).
+        this.gathering = true;
+        await this.sleep(this.opts.pollMs);
+        this.gathering = false;
+        continue;
       }
       this.checkIdle();
       if (!this.running) break;

@@ -1,4 +1,4 @@
-import type { RetryPolicy } from '../config/engine.js';
+import type { DestinationConfig, RetryPolicy } from '../config/engine.js';
 import type { EndpointConfig } from '../config/schema.js';
 import type { Destination } from '../destinations/contract.js';
 import { eventMatcher } from '../http/event-filter.js';
@@ -19,6 +19,17 @@ export interface EventRoutes {
 }
 
 const isBroker = (d: Destination) => d.type === 'nats' || d.type === 'rabbitmq';
+
+/**
+ * Whether an event type of this endpoint has a broker route — decided at accept time, so an
+ * outbox row with nothing to publish is written already published and the relay never
+ * touches it (routes added later apply to events accepted after the change).
+ */
+export function brokerRouteMatcher(ep: EndpointConfig, destinations: readonly DestinationConfig[]): (type: string) => boolean {
+  const brokerIds = new Set(destinations.filter((d) => d.type === 'nats' || d.type === 'rabbitmq').map((d) => d.id));
+  const globs = ep.routes.filter((r) => brokerIds.has(r.destination)).flatMap((r) => r.events);
+  return globs.length === 0 ? () => false : eventMatcher(globs);
+}
 
 /** Every route whose `events` match receives the event (fan-out), each destination once. */
 export class Router {

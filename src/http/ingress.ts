@@ -1,3 +1,5 @@
+import type { DestinationConfig } from '../config/engine.js';
+import { brokerRouteMatcher } from '../engine/routes.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { EndpointConfig } from '../config/schema.js';
@@ -21,12 +23,14 @@ export interface IngressDeps {
   readonly log: Logger;
   readonly budget: BodyBudget;
   readonly maxHeaders: number;
+  readonly destinations: readonly DestinationConfig[];
 }
 
 interface EndpointRuntime {
   readonly config: EndpointConfig;
   readonly bucket: TokenBucket | undefined;
   readonly accepts: (type: string) => boolean;
+  readonly relayed: (type: string) => boolean;
 }
 
 /** What one request ended as; logged as one JSON line (with the verified event, if any) and counted once. */
@@ -56,6 +60,7 @@ export class Ingress {
         config: e,
         bucket: e.rateLimit ? new TokenBucket(e.rateLimit.perSecond, e.rateLimit.burst) : undefined,
         accepts: eventMatcher(e.events),
+        relayed: brokerRouteMatcher(e, deps.destinations),
       });
     }
   }
@@ -159,6 +164,7 @@ export class Ingress {
         matchedSecretVersion: matched.version,
         payload: cipher.seal(body, binding),
         topic: `${config.provider}.${env.eventType}`,
+        relay: ep.relayed(env.eventType),
       };
       const r = await this.deps.committer.submit(record);
       sendJson(res, 200, `{"inbox_id":"${r.inboxId}","duplicate":${r.duplicate}}`);

@@ -27,6 +27,8 @@ export interface AcceptRecord extends EventFields {
   readonly payload: SealedPayload;
   /** Outbox topic, e.g. `webhook.stripe.payment_intent.succeeded`. */
   readonly topic: string;
+  /** Whether a broker route wants it; false → the outbox row is written already published. */
+  readonly relay: boolean;
 }
 
 export interface AcceptResult {

@@ -87,8 +87,9 @@ export interface StoreTx {
   settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean>;
   /**
    * The batch protocol's first step: of these rows, the ones `owner` still leases, locked until
-   * this transaction ends (PostgreSQL `FOR UPDATE`; SQLite's write lock already excludes
-   * everyone), so their settle at the end cannot be lost to a takeover.
+   * this transaction ends (PostgreSQL `FOR UPDATE`), so their settle at the end cannot be lost to
+   * a takeover. SQLite begins its transactions lazily (sqlite/tx.ts): before a handler's first
+   * query this is a plain read, and finishBatch's owner guard decides.
    */
   lockLeased(inboxIds: readonly string[], owner: string): Promise<string[]>;
   /** The processed markers that exist for these events (every consumer). */
@@ -140,6 +141,11 @@ export type OutboxSettlement =
   | { readonly published: true; readonly nowMs: number }
   | { readonly published: false; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number };
 
+export interface OutboxSettle {
+  readonly outboxId: string;
+  readonly s: OutboxSettlement;
+}
+
 export interface EventFilter {
   readonly status?: string;
   readonly endpointId?: string;
@@ -185,6 +191,11 @@ export interface WorkStore {
 
   claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]>;
   settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean>;
+  /**
+   * Settles the rows of one relay claim in one transaction and one round trip (rows `owner`
+   * no longer leases are left alone). Returns the ids it settled.
+   */
+  settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]>;
 
   listEvents(filter: EventFilter): Promise<InboxDetail[]>;
   getEvent(inboxId: string): Promise<InboxDetail | null>;

@@ -39,8 +39,10 @@ describeEachStore('processing engine', (kind) => {
   it('300 concurrent copies of one event: one inbox row, one handler mutation, one forward', async () => {
     await dest.start();
     let handlerRuns = 0;
+    let seen: { payloadId?: string; rawLength?: number } = {};
     const handlers = new HandlerRegistry().on('payment_intent.*', async (event, ctx) => {
       handlerRuns++;
+      seen = { payloadId: (event.payload as { id: string }).id, rawLength: event.raw.length };
       await ctx.tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), [event.providerEventId, 2000]);
     }, { version: '7', name: 'mark-paid' });
     app = await startTestApp(kind, {
@@ -65,6 +67,7 @@ describeEachStore('processing engine', (kind) => {
     expect((await app.store.countRows()).inbox).toBe(1);
     expect(await countPaid()).toBe(1);
     expect(handlerRuns).toBe(1);
+    expect(seen).toEqual({ payloadId: 'evt_dup_storm', rawLength: stripeEvent('evt_dup_storm', { type: 'payment_intent.succeeded', size: 600 }).length });
     expect(dest.received).toHaveLength(1);
     expect(dest.received[0]).toMatchObject({ idempotencyKey: inboxId, verified: true });
     expect(dest.received[0]!.body.equals(stripeEvent('evt_dup_storm', { type: 'payment_intent.succeeded', size: 600 }))).toBe(true);

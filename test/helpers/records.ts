@@ -14,6 +14,6 @@ export function record(eventId: string, body = `{"id":"${eventId}"}`, over: Part
     eventType: 'payment_intent.succeeded', objectId: 'pi_1', objectVersion: null,
     providerCreatedAtMs: 1_700_000_000_000, receivedAtMs: 1_800_000_000_123,
     payloadHash: sha256(raw), matchedSecretVersion: 'v1', payload: cipher.seal(raw, binding),
-    topic: 'stripe.payment_intent.succeeded', ...over,
+    topic: 'stripe.payment_intent.succeeded', relay: true, ...over,
   };
 }

@@ -33,14 +33,40 @@ describe('SQLite handler transactions on the writer thread', () => {
     const r = record('evt_fifo', undefined, { receivedAtMs: T });
     let accepted!: Promise<unknown>, claimed!: Promise<{ inboxId: string }[]>;
     await store.transaction(async (tx) => {
+      await tx.query('INSERT INTO notes (id, note) VALUES (?, ?)', [1, 'x']); // BEGIN happens here
       accepted = store.acceptBatch([r]);
       claimed = store.claimInbox(10, 'w1', 1000, T);
-      await tx.query('INSERT INTO notes (id, note) VALUES (?, ?)', [1, 'x']);
+      await tx.query('INSERT INTO notes (id, note) VALUES (?, ?)', [2, 'y']);
       // Neither has run yet: both wait for this transaction.
       expect(await Promise.race([accepted.then(() => 'ran'), new Promise((res) => setTimeout(() => res('waiting'), 50))])).toBe('waiting');
     });
     await accepted;
     expect((await claimed).map((c) => c.inboxId)).toEqual([r.inboxId]);
+  });
+
+  it('begins lazily: the batch protocol\'s reads and a lone finishBatch never hold the writer between messages', async () => {
+    const r = record('evt_lazy', undefined, { receivedAtMs: T });
+    const other = record('evt_lazy_other', undefined, { receivedAtMs: T });
+    await store.acceptBatch([r]);
+    await store.claimInbox(1, 'w1', 60_000, T);
+    const key = { provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId };
+    const settled = await store.transaction(async (tx) => {
+      expect(await tx.lockLeased([r.inboxId], 'w1')).toEqual([r.inboxId]);
+      expect(await tx.processed([key])).toEqual([]);
+      // No BEGIN yet: an accept arriving now runs at once instead of waiting for this transaction.
+      await store.acceptBatch([other]);
+      const n = await tx.finishBatch('w1', {
+        markers: [{ ...key, consumer: 'handler:x', inboxId: r.inboxId, handlerVersion: 'x@1', nowMs: T + 1 }],
+        effects: [],
+        settlements: [{ inboxId: r.inboxId, s: { status: 'PROCESSED', handlerVersion: 'x@1', nowMs: T + 1 } }],
+      });
+      // finishBatch was BEGIN … COMMIT on its own: nothing can join it afterwards.
+      await expect(tx.query('SELECT 1')).rejects.toThrow(/already committed/);
+      return n;
+    });
+    expect(settled).toBe(1);
+    expect((await store.getEvent(r.inboxId))?.status).toBe('PROCESSED');
+    expect(await store.transaction((tx) => tx.isProcessed(key, 'handler:x'))).toBe(true);
   });
 
   it('rolls back a transaction left open too long, runs the work behind it, and fails its later ops clearly', async () => {

@@ -485,6 +485,24 @@ describeEachStore('work store', (kind) => {
       expect(await store.claimOutbox(10, 'relay1', LEASE, T + 10 * LEASE)).toEqual([]);
     });
 
+    it('settleOutboxBatch settles a claim\'s rows in one go, only those the owner still leases', async () => {
+      const [a, b, c] = [at('evt_ob1', 0), at('evt_ob2', 1), at('evt_ob3', 2)];
+      await accept(a, b, c);
+      await store.claimOutbox(2, 'relay1', LEASE, T + 10); // a, b
+      await store.claimOutbox(1, 'relay2', LEASE, T + 10); // c
+      const settled = await store.settleOutboxBatch('relay1', [
+        { outboxId: a.outboxId, s: { published: true, nowMs: T + 20 } },
+        { outboxId: b.outboxId, s: { published: false, nextAttemptAtMs: T + 7000, error: 'broker down', nowMs: T + 20 } },
+        { outboxId: c.outboxId, s: { published: true, nowMs: T + 20 } },
+      ]);
+      expect(settled.sort()).toEqual([a.outboxId, b.outboxId].sort());
+      expect(await store.settleOutboxBatch('relay1', [])).toEqual([]);
+      expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 2 });
+      expect(await store.claimOutbox(10, 'relay3', LEASE, T + 6999)).toEqual([]);
+      expect((await store.claimOutbox(10, 'relay3', LEASE, T + 7000)).map((o) => [o.outboxId, o.attemptCount])).toEqual([[b.outboxId, 2]]);
+      expect(await store.settleOutboxBatch('relay2', [{ outboxId: c.outboxId, s: { published: true, nowMs: T + 30 } }])).toEqual([c.outboxId]);
+    });
+
     it('an expired outbox lease is taken over; the old owner cannot settle', async () => {
       const r = at('evt_out_lease', 0);
       await accept(r);

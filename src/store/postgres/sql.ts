@@ -17,12 +17,12 @@ export function acceptStatement(rows: number, cols: number): string {
     const p = (c: number) => `$${r * cols + c}`;
     tuples.push(`(${p(1)}::uuid, ${p(2)}::uuid, ${p(3)}::uuid, ${p(4)}::text, ${p(5)}::text, ${p(6)}::text, ${p(7)}::text,
       ${p(8)}::text, ${p(9)}::text, ${p(10)}::float8, ${p(11)}::float8, ${p(12)}::bytea, ${p(13)}::text,
-      ${p(14)}::text, ${p(15)}::bytea, ${p(16)}::bytea, ${p(17)}::text)`);
+      ${p(14)}::text, ${p(15)}::bytea, ${p(16)}::bytea, ${p(17)}::text, ${p(18)}::boolean)`);
   }
   sql = `
     WITH input (inbox_id, payload_id, outbox_id, provider, endpoint_id, provider_event_id, event_type,
                 object_id, object_version, provider_created_ms, received_ms, payload_hash, matched_secret_version,
-                key_id, nonce, ciphertext, topic) AS (
+                key_id, nonce, ciphertext, topic, relay) AS (
       VALUES ${tuples.join(',\n')}
     ),
     ins AS (
@@ -42,8 +42,9 @@ export function acceptStatement(rows: number, cols: number): string {
       FROM input i JOIN ins USING (inbox_id)
     ),
     obx AS (
-      INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at, next_attempt_at)
-      SELECT i.outbox_id, i.inbox_id, i.topic, to_timestamp(i.received_ms / 1000.0), to_timestamp(i.received_ms / 1000.0)
+      INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at, next_attempt_at, published_at)
+      SELECT i.outbox_id, i.inbox_id, i.topic, to_timestamp(i.received_ms / 1000.0),
+        CASE WHEN i.relay THEN to_timestamp(i.received_ms / 1000.0) END, CASE WHEN NOT i.relay THEN to_timestamp(i.received_ms / 1000.0) END
       FROM input i JOIN ins USING (inbox_id)
     )
     SELECT inbox_id::text FROM ins`;

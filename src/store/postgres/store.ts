@@ -8,7 +8,7 @@ import {
   toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettlement, StoreTx,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, OutboxSettlement, StoreTx,
 } from '../work-port.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
@@ -18,19 +18,27 @@ import * as W from './work-sql.js';
 
 export interface PostgresOptions {
   readonly poolSize?: number;
+  /** Connections for the processing engine (default 4). */
+  readonly workPoolSize?: number;
   /** Client-side bound on one statement; past it the outcome is unknown → 503. */
   readonly queryTimeoutMs?: number;
   readonly connectTimeoutMs?: number;
 }
 
-const COLS = 17;
+const COLS = 18;
 /** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch. */
 export class PostgresStore implements InboxStore {
   readonly kind = 'postgres' as const;
+  /** Ingress: accepts, readiness, reads. */
   readonly pool: pg.Pool;
+  /**
+   * The processing engine's own connections (claims, settles, handler transactions), so a
+   * busy engine never makes an accept wait for a connection: 2xx latency stays the ingress's.
+   */
+  private readonly workPool: pg.Pool;
   private readonly listener: PgListener;
   private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
 
@@ -38,9 +46,8 @@ export class PostgresStore implements InboxStore {
     this.listener = new PgListener({
       connectionString: url, connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000, keepAlive: true, application_name: 'webhook-inbox-listen',
     }, SQL.NEW_WORK_CHANNEL);
-    this.pool = new pg.Pool({
+    const poolConfig = {
       connectionString: url,
-      max: opts.poolSize ?? 4,
       connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000,
       query_timeout: opts.queryTimeoutMs ?? 10_000,
       keepAlive: true,
@@ -48,14 +55,17 @@ export class PostgresStore implements InboxStore {
       // Accept statements differ only in their row count and are prepared once per count; a
       // generic plan skips re-planning thousands of parameters on every execution.
       options: '-c plan_cache_mode=force_generic_plan',
-    });
+    };
+    this.pool = new pg.Pool({ ...poolConfig, max: opts.poolSize ?? 4 });
+    this.workPool = new pg.Pool({ ...poolConfig, max: opts.workPoolSize ?? 4, application_name: 'webhook-inbox-work' });
     // An idle client losing its connection must not crash the process; the next query reconnects.
     this.pool.on('error', () => undefined);
+    this.workPool.on('error', () => undefined);
   }
 
-  private async query<R extends pg.QueryResultRow>(config: pg.QueryConfig): Promise<pg.QueryResult<R>> {
+  private async query<R extends pg.QueryResultRow>(config: pg.QueryConfig, pool: pg.Pool = this.pool): Promise<pg.QueryResult<R>> {
     try {
-      return await this.pool.query<R>(config);
+      return await pool.query<R>(config);
     } catch (err) {
       throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
     }
@@ -101,7 +111,7 @@ export class PostgresStore implements InboxStore {
       const r = records[i]!;
       values.push(r.inboxId, r.payloadId, r.outboxId, r.provider, r.endpointId, r.providerEventId, r.eventType,
         r.objectId, r.objectVersion, r.providerCreatedAtMs, r.receivedAtMs, r.payloadHash, r.matchedSecretVersion,
-        r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic);
+        r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay);
     }
     const n = records.length;
     const inserted = await this.query<{ inbox_id: string }>({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
@@ -158,7 +168,7 @@ export class PostgresStore implements InboxStore {
   }
 
   private async rows(q: W.Statement | { text: string }, values: unknown[] = []): Promise<RawRow[]> {
-    return (await this.query<RawRow>({ ...q, values })).rows;
+    return (await this.query<RawRow>({ ...q, values }, this.workPool)).rows;
   }
 
   async claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]> {
@@ -166,13 +176,13 @@ export class PostgresStore implements InboxStore {
   }
 
   async extendInboxLeases(inboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void> {
-    if (inboxIds.length > 0) await this.query({ ...W.EXTEND_INBOX_LEASES, values: [inboxIds, owner, leaseUntilMs] });
+    if (inboxIds.length > 0) await this.query({ ...W.EXTEND_INBOX_LEASES, values: [inboxIds, owner, leaseUntilMs] }, this.workPool);
   }
 
   async transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
     let client: pg.PoolClient;
     try {
-      client = await this.pool.connect();
+      client = await this.workPool.connect();
     } catch (err) {
       throw storageError(err);
     }
@@ -206,7 +216,7 @@ export class PostgresStore implements InboxStore {
   }
 
   async settleEffect(effectId: string, owner: string, s: EffectSettlement): Promise<boolean> {
-    return (await this.query({ ...W.SETTLE_EFFECT, values: [effectId, owner, ...W.settleEffectValues(s)] })).rowCount === 1;
+    return (await this.query({ ...W.SETTLE_EFFECT, values: [effectId, owner, ...W.settleEffectValues(s)] }, this.workPool)).rowCount === 1;
   }
 
   async listEffects(inboxId: string): Promise<EffectRow[]> {
@@ -219,7 +229,12 @@ export class PostgresStore implements InboxStore {
   }
 
   async settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean> {
-    return (await this.query({ ...W.SETTLE_OUTBOX, values: [outboxId, owner, ...W.settleOutboxValues(s)] })).rowCount === 1;
+    return (await this.query({ ...W.SETTLE_OUTBOX, values: [outboxId, owner, ...W.settleOutboxValues(s)] }, this.workPool)).rowCount === 1;
+  }
+
+  async settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]> {
+    if (settles.length === 0) return [];
+    return (await this.rows(W.SETTLE_OUTBOX_BATCH, W.settleOutboxBatchValues(owner, settles))).map((r) => String(r.outbox_id));
   }
 
   async listEvents(filter: EventFilter): Promise<InboxDetail[]> {
@@ -255,6 +270,6 @@ export class PostgresStore implements InboxStore {
 
   async close(): Promise<void> {
     await this.listener.close();
-    await this.pool.end();
+    await Promise.all([this.pool.end(), this.workPool.end()]);
   }
 }

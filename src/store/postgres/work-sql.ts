@@ -4,7 +4,7 @@
  * so src/store/rows.ts maps both stores' rows alike.
  */
 import { effectSettlementColumns, outboxSettlementColumns, settlementColumns } from '../rows.js';
-import type { BatchOutcome, EffectSettlement, OutboxSettlement, Settlement } from '../work-port.js';
+import type { BatchOutcome, EffectSettlement, OutboxSettle, OutboxSettlement, Settlement } from '../work-port.js';
 import { epochMs } from './sql.js';
 
 const ts = (param: string) => `to_timestamp(${param} / 1000.0)`;
@@ -107,6 +107,19 @@ export const SETTLE_OUTBOX = named('settle_outbox', `
 export function settleOutboxValues(s: OutboxSettlement): unknown[] {
   const c = outboxSettlementColumns(s);
   return [c.publishedAt, c.nextAttemptAtMs, c.error];
+}
+
+/** SETTLE_OUTBOX for a relay claim's rows in one statement: $1… settleOutboxBatchValues, $5 owner. */
+export const SETTLE_OUTBOX_BATCH = named('settle_outbox_batch', `
+  UPDATE webhook_outbox o SET published_at = ${ts('s.published_at')}, next_attempt_at = COALESCE(${ts('s.next_at')}, o.next_attempt_at),
+    lease_owner = NULL, last_error = COALESCE(s.error, o.last_error)
+  FROM unnest($1::uuid[], $2::float8[], $3::float8[], $4::text[]) AS s(outbox_id, published_at, next_at, error)
+  WHERE o.outbox_id = s.outbox_id AND o.lease_owner = $5 AND o.published_at IS NULL
+  RETURNING o.outbox_id::text AS outbox_id`);
+
+export function settleOutboxBatchValues(owner: string, settles: readonly OutboxSettle[]): unknown[] {
+  const cols = settles.map((x) => ({ id: x.outboxId, ...outboxSettlementColumns(x.s) }));
+  return [cols.map((c) => c.id), cols.map((c) => c.publishedAt), cols.map((c) => c.nextAttemptAtMs), cols.map((c) => c.error), owner];
 }
 
 export const IS_PROCESSED = named('is_processed', `

@@ -14,7 +14,7 @@ export const INSERT_PAYLOAD = `
   VALUES (?, ?, ?, ?, ?)`;
 
 export const INSERT_OUTBOX = `
-  INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?)`;
+  INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at, next_attempt_at, published_at) VALUES (?, ?, ?, ?, ?, ?)`;
 
 export const SELECT_WINNER = `
   SELECT inbox_id FROM webhook_inbox WHERE provider = ? AND endpoint_id = ? AND provider_event_id = ?`;

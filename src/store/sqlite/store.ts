@@ -8,7 +8,7 @@ import {
   toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettlement, StoreTx,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, OutboxSettlement, StoreTx,
 } from '../work-port.js';
 import { SqliteTx } from './tx.js';
 import type { ClaimArgs } from './work-ops.js';
@@ -137,19 +137,22 @@ export class SqliteStore implements InboxStore {
     if (inboxIds.length > 0) await this.call('extendInboxLeases', { ids: inboxIds, owner, leaseUntilMs });
   }
 
-  /** BEGIN IMMEDIATE on the writer thread, which holds back every other message until COMMIT/ROLLBACK. */
+  /**
+   * BEGIN IMMEDIATE on the writer thread, which holds back every other message until
+   * COMMIT/ROLLBACK — begun lazily, at the first op that needs it (see SqliteTx).
+   */
   async transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
     const txId = this.nextTxId++;
-    const send = <R>(op: string, arg?: unknown) => this.call<R>(op, arg, [], txId);
-    await this.call('txBegin', txId);
+    const tx = new SqliteTx(<R>(op: string, arg: unknown, inTx: boolean) =>
+      op === 'txBegin' ? this.call<R>(op, txId) : this.call<R>(op, arg, [], inTx ? txId : undefined));
     let result: T;
     try {
-      result = await fn(new SqliteTx(send));
+      result = await fn(tx);
     } catch (err) {
-      await send('rollback').catch(() => undefined); // already rolled back if the thread gave up on it
+      if (tx.open) await this.call('rollback', undefined, [], txId).catch(() => undefined); // already rolled back if the thread gave up on it
       throw err;
     }
-    await send('commit'); // a failed COMMIT is rolled back on the thread
+    if (tx.open) await this.call('commit', undefined, [], txId); // a failed COMMIT is rolled back on the thread
     return result;
   }
 
@@ -171,6 +174,10 @@ export class SqliteStore implements InboxStore {
 
   settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean> {
     return this.call('settleOutbox', { id: outboxId, owner, s });
+  }
+
+  async settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]> {
+    return settles.length === 0 ? [] : this.call('settleOutboxBatch', { owner, settles });
   }
 
   async listEvents(filter: EventFilter): Promise<InboxDetail[]> {

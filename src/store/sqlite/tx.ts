@@ -1,8 +1,8 @@
 import { bytes } from '../rows.js';
 import type { BatchOutcome, EventKey, NewEffect, ProcessedMarker, Row, Settlement, StoreTx } from '../work-port.js';
 
-/** Posts one op of this transaction to the writer thread (the message carries the tx id). */
-export type TxSend = <T>(op: string, arg?: unknown) => Promise<T>;
+/** Posts one op to the writer thread: `inTx` ops carry this transaction's id, the others run on their own. */
+export type TxSend = <T>(op: string, arg: unknown, inTx: boolean) => Promise<T>;
 
 /** Blobs cross the thread as plain Uint8Arrays; hand the handler Buffers, as PostgreSQL does. */
 function withBuffers<R extends Row>(row: R): R {
@@ -10,54 +10,82 @@ function withBuffers<R extends Row>(row: R): R {
   return row;
 }
 
-/** The main side of a handler transaction on SQLite; tx-gate.ts is the thread side. */
+/**
+ * The main side of a handler transaction on SQLite; tx-gate.ts is the thread side.
+ *
+ * BEGIN IMMEDIATE holds the one writer, accepts included, until COMMIT, across every round
+ * trip to this thread in between, so the transaction begins lazily: the batch protocol's reads
+ * (`lockLeased`, `processed`) run on their own before it, and a `finishBatch` that finds no
+ * transaction begun (no handler touched the database) is BEGIN … COMMIT in ONE message. Only a
+ * handler's own SQL (or the per-event ops) begins it. Nothing is lost by reading first: the
+ * writes are guarded as ever (settles by lease owner, markers by their primary key), and a row
+ * that changed hands in between is simply not settled, as if its lease had been lost later.
+ */
 export class SqliteTx implements StoreTx {
   readonly kind = 'sqlite' as const;
+  private begun: Promise<void> | undefined;
+  /** finishBatch ran as its own transaction: nothing may follow it. */
+  private finished = false;
 
   constructor(private readonly send: TxSend) {}
 
+  /** Whether BEGIN was sent: the caller then owes a COMMIT or ROLLBACK. */
+  get open(): boolean {
+    return this.begun !== undefined;
+  }
+
+  private async inTx<T>(op: string, arg?: unknown): Promise<T> {
+    if (this.finished) throw new Error('this transaction already committed with finishBatch');
+    await (this.begun ??= this.send('txBegin', undefined, false));
+    return this.send<T>(op, arg, true);
+  }
+
   async query<R extends Row = Row>(sql: string, params: readonly unknown[] = []): Promise<R[]> {
-    return (await this.send<R[]>('query', { sql, params })).map(withBuffers);
+    return (await this.inTx<R[]>('query', { sql, params })).map(withBuffers);
   }
 
   async savepoint<T>(fn: () => Promise<T>): Promise<T> {
-    await this.send('savepoint');
+    await this.inTx('savepoint');
     let result: T;
     try {
       result = await fn();
     } catch (err) {
-      await this.send('rollbackTo');
+      await this.inTx('rollbackTo');
       throw err;
     }
-    await this.send('release');
+    await this.inTx('release');
     return result;
   }
 
   isProcessed(key: EventKey, consumer: string): Promise<boolean> {
-    return this.send('isProcessed', { key, consumer });
+    return this.inTx('isProcessed', { key, consumer });
   }
 
   markProcessed(key: EventKey, consumer: string, inboxId: string, handlerVersion: string | null, nowMs: number): Promise<void> {
-    return this.send('markProcessed', { key, consumer, inboxId, handlerVersion, nowMs });
+    return this.inTx('markProcessed', { key, consumer, inboxId, handlerVersion, nowMs });
   }
 
   addEffect(effect: NewEffect): Promise<void> {
-    return this.send('addEffect', effect);
+    return this.inTx('addEffect', effect);
   }
 
   settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean> {
-    return this.send('settleInbox', { id: inboxId, owner, s });
+    return this.inTx('settleInbox', { id: inboxId, owner, s });
   }
 
   lockLeased(inboxIds: readonly string[], owner: string): Promise<string[]> {
-    return this.send('lockLeased', { ids: inboxIds, owner });
+    const arg = { ids: inboxIds, owner };
+    return this.begun ? this.inTx('lockLeased', arg) : this.send('lockLeased', arg, false);
   }
 
   processed(keys: readonly EventKey[]): Promise<ProcessedMarker[]> {
-    return this.send('processed', keys);
+    return this.begun ? this.inTx('processed', keys) : this.send('processed', keys, false);
   }
 
   finishBatch(owner: string, outcome: BatchOutcome): Promise<number> {
-    return this.send('finishBatch', { owner, outcome });
+    if (this.begun) return this.inTx('finishBatch', { owner, outcome });
+    if (this.finished) return Promise.reject(new Error('this transaction already committed with finishBatch'));
+    this.finished = true;
+    return this.send('finishBatchTx', { owner, outcome }, false);
   }
 }

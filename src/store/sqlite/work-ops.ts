@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { effectSettlementColumns, eventListLimit, outboxSettlementColumns, settlementColumns } from '../rows.js';
-import type { BatchOutcome, EffectSettlement, EventFilter, EventKey, NewEffect, OutboxSettlement, ProcessedMarker, Settlement } from '../work-port.js';
+import type { BatchOutcome, EffectSettlement, EventFilter, EventKey, NewEffect, OutboxSettle, OutboxSettlement, ProcessedMarker, Settlement } from '../work-port.js';
 import * as W from './work-sql.js';
 
 /** A writer-thread operation: one message in, one structured-clonable answer out. */
@@ -36,6 +36,30 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
   const claimEffects = claim(W.DUE_EFFECTS, W.LEASE_EFFECTS, W.READ_CLAIMED_EFFECTS);
   const claimOutbox = claim(W.DUE_OUTBOX, W.LEASE_OUTBOX, W.READ_CLAIMED_OUTBOX);
 
+  const settleOutboxBatch = db.transaction((a: { owner: string; settles: OutboxSettle[] }) =>
+    a.settles.filter((x) => st(W.SETTLE_OUTBOX).run({ id: x.outboxId, owner: a.owner, ...outboxSettlementColumns(x.s) }).changes === 1).map((x) => x.outboxId));
+
+  // The batch protocol: a whole batch's bookkeeping in one message each (no per-event trips).
+  // The two reads also run on their own, and finishBatch as its own transaction (SqliteTx).
+  const lockLeased = (a: { ids: string[]; owner: string }) => st(W.LOCK_LEASED).pluck(true).all({ ids: JSON.stringify(a.ids), owner: a.owner });
+  const processed = (keys: EventKey[]) => {
+    const out: ProcessedMarker[] = [];
+    for (const k of keys) {
+      for (const consumer of st(W.PROCESSED_FOR_EVENT).pluck(true).all(k.provider, k.endpointId, k.providerEventId) as string[]) {
+        out.push({ provider: k.provider, endpointId: k.endpointId, providerEventId: k.providerEventId, consumer });
+      }
+    }
+    return out;
+  };
+  const finishBatch = (a: { owner: string; outcome: BatchOutcome }) => {
+    for (const m of a.outcome.markers) st(W.MARK_PROCESSED).run(m.provider, m.endpointId, m.providerEventId, m.consumer, m.inboxId, m.handlerVersion, m.nowMs);
+    for (const e of a.outcome.effects) st(W.ADD_EFFECT).run(e);
+    let settled = 0;
+    for (const x of a.outcome.settlements) settled += st(W.SETTLE_INBOX).run({ id: x.inboxId, owner: a.owner, ...settlementColumns(x.s) }).changes;
+    return settled;
+  };
+  const finishBatchTx = db.transaction(finishBatch);
+
   const retryFailed = db.transaction((a: { id: string; nowMs: number }) => {
     if (st(W.RETRY_FAILED).run({ id: a.id, now: a.nowMs }).changes === 1) return 'requeued';
     return st(W.INBOX_EXISTS).get(a.id) ? 'not_failed' : 'not_found';
@@ -51,6 +75,11 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
       st(W.SETTLE_EFFECT).run({ id: a.id, owner: a.owner, ...effectSettlementColumns(a.s) }).changes === 1,
     settleOutbox: (a: Guarded<OutboxSettlement>) =>
       st(W.SETTLE_OUTBOX).run({ id: a.id, owner: a.owner, ...outboxSettlementColumns(a.s) }).changes === 1,
+    // One transaction (one fsync) for a relay claim, not one per row.
+    settleOutboxBatch: (a: { owner: string; settles: OutboxSettle[] }) => settleOutboxBatch.immediate(a),
+    lockLeased,
+    processed,
+    finishBatchTx: (a: { owner: string; outcome: BatchOutcome }) => finishBatchTx.immediate(a),
     listEffects: (inboxId: string) => st(W.LIST_EFFECTS).all(inboxId),
     getEvent: (inboxId: string) => st(W.GET_EVENT).get(inboxId) ?? null,
     listEvents: (f: EventFilter) => st(W.LIST_EVENTS).all({
@@ -72,24 +101,9 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     addEffect: (e: NewEffect) => void st(W.ADD_EFFECT).run(e),
     settleInbox: (a: Guarded<Settlement>) =>
       st(W.SETTLE_INBOX).run({ id: a.id, owner: a.owner, ...settlementColumns(a.s) }).changes === 1,
-    // The batch protocol: a whole batch's bookkeeping in one message each (no per-event trips).
-    lockLeased: (a: { ids: string[]; owner: string }) => st(W.LOCK_LEASED).pluck(true).all({ ids: JSON.stringify(a.ids), owner: a.owner }),
-    processed: (keys: EventKey[]) => {
-      const out: ProcessedMarker[] = [];
-      for (const k of keys) {
-        for (const consumer of st(W.PROCESSED_FOR_EVENT).pluck(true).all(k.provider, k.endpointId, k.providerEventId) as string[]) {
-          out.push({ provider: k.provider, endpointId: k.endpointId, providerEventId: k.providerEventId, consumer });
-        }
-      }
-      return out;
-    },
-    finishBatch: (a: { owner: string; outcome: BatchOutcome }) => {
-      for (const m of a.outcome.markers) st(W.MARK_PROCESSED).run(m.provider, m.endpointId, m.providerEventId, m.consumer, m.inboxId, m.handlerVersion, m.nowMs);
-      for (const e of a.outcome.effects) st(W.ADD_EFFECT).run(e);
-      let settled = 0;
-      for (const x of a.outcome.settlements) settled += st(W.SETTLE_INBOX).run({ id: x.inboxId, owner: a.owner, ...settlementColumns(x.s) }).changes;
-      return settled;
-    },
+    lockLeased,
+    processed,
+    finishBatch,
   };
 
   return { free, inTx };

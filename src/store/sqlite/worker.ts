@@ -65,7 +65,7 @@ const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
     const won = s.inbox.get({ ...r, payloadHash: bytes(r.payloadHash) });
     if (won !== undefined) {
       s.payload.run(r.payloadId, r.payload.keyId, bytes(r.payload.nonce), bytes(r.payload.ciphertext), r.receivedAtMs);
-      s.outbox.run(r.outboxId, r.inboxId, r.topic, r.receivedAtMs, r.receivedAtMs);
+      s.outbox.run(r.outboxId, r.inboxId, r.topic, r.receivedAtMs, r.relay ? r.receivedAtMs : null, r.relay ? null : r.receivedAtMs);
       return { inboxId: r.inboxId, duplicate: false };
     }
     const winner = s.winner.get(r.provider, r.endpointId, r.providerEventId) as string | undefined;
