@@ -13,7 +13,7 @@ import type {
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
 import * as SQL from './sql.js';
-import { PgTx, storageError } from './tx.js';
+import { PgTx } from './tx.js';
 import * as W from './work-sql.js';
 
 export interface PostgresOptions {
@@ -180,35 +180,16 @@ export class PostgresStore implements InboxStore {
   }
 
   async transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
-    let client: pg.PoolClient;
+    const tx = new PgTx(this.workPool);
+    let result: T;
     try {
-      client = await this.workPool.connect();
+      result = await fn(tx);
     } catch (err) {
-      throw storageError(err);
-    }
-    const tx = new PgTx(client);
-    let broken = false;
-    // The pool watches idle clients only: a connection lost while fn runs would otherwise be
-    // an unhandled 'error' event (a crash). The next query on it fails, and that surfaces.
-    const lost = () => { broken = true; };
-    client.on('error', lost);
-    try {
-      // The pool forces generic plans for the accept statement; the handler's own SQL gets
-      // PostgreSQL's usual choice back (one round trip: both go in one simple query).
-      await tx.query('BEGIN; SET LOCAL plan_cache_mode = auto');
-      const result = await fn(tx);
-      await tx.query('COMMIT');
-      return result;
-    } catch (err) {
-      // A lost connection cannot be rolled back over; the server rolls back when it notices.
-      broken ||= err instanceof StorageUnavailableError;
-      if (!broken) await client.query('ROLLBACK').catch(() => { broken = true; });
+      await tx.end(err);
       throw err;
-    } finally {
-      client.off('error', lost);
-      // A broken client is destroyed rather than handed to the next caller.
-      client.release(broken);
     }
+    await tx.end();
+    return result;
   }
 
   async claimEffects(n: number, owner: string, leaseMs: number, nowMs: number): Promise<EffectRow[]> {

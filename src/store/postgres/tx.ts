@@ -15,24 +15,94 @@ export function storageError(err: unknown): Error {
   return new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
 }
 
-/** One open transaction on one pooled client. */
+/**
+ * A transaction on one pooled client, begun lazily (as on SQLite, sqlite/tx.ts): the batch
+ * protocol's reads (`lockLeased`, `processed`) run on their own until something needs the
+ * transaction, and a `finishBatch` that finds none begun (no handler touched the database)
+ * is one autocommit statement — no BEGIN, row locks or COMMIT round trips. Nothing is lost by
+ * reading first: the writes are guarded as ever (settles by lease owner, markers by their
+ * primary key), and a row that changed hands in between is simply not settled.
+ */
 export class PgTx implements StoreTx {
   readonly kind = 'postgres' as const;
   private depth = 0;
+  private client: pg.PoolClient | undefined;
+  private begun: Promise<pg.PoolClient> | undefined;
+  /** finishBatch ran on its own: nothing may follow it. */
+  private finished = false;
+  /** The client's connection failed: it is destroyed, not returned to the pool. */
+  private broken = false;
+  private readonly lost = () => { this.broken = true; };
 
-  constructor(private readonly client: pg.PoolClient) {}
+  constructor(private readonly pool: pg.Pool) {}
+
+  /** Whether BEGIN was sent: `end` then owes a COMMIT or ROLLBACK. */
+  get open(): boolean {
+    return this.begun !== undefined;
+  }
+
+  private begin(): Promise<pg.PoolClient> {
+    if (this.finished) return Promise.reject(new Error('this transaction already committed with finishBatch'));
+    return (this.begun ??= (async () => {
+      let client: pg.PoolClient;
+      try {
+        client = await this.pool.connect();
+      } catch (err) {
+        throw storageError(err);
+      }
+      // The pool watches idle clients only: a connection lost mid-transaction would otherwise be
+      // an unhandled 'error' event (a crash). The next query on it fails, and that surfaces.
+      client.on('error', this.lost);
+      this.client = client;
+      // The pool forces generic plans for the accept statement; the handler's own SQL gets
+      // PostgreSQL's usual choice back (one round trip: both go in one simple query).
+      await this.exec(client, 'BEGIN; SET LOCAL plan_cache_mode = auto');
+      return client;
+    })());
+  }
+
+  /** COMMIT (or ROLLBACK after `failure`) if the transaction was begun, and release the client. */
+  async end(failure?: unknown): Promise<void> {
+    const client = this.client;
+    if (!client) return;
+    try {
+      if (failure === undefined) {
+        await this.exec(client, 'COMMIT');
+        return;
+      }
+      // A lost connection cannot be rolled back over; the server rolls back when it notices.
+      this.broken ||= failure instanceof StorageUnavailableError;
+      if (!this.broken) await client.query('ROLLBACK').catch(() => { this.broken = true; });
+    } catch (err) {
+      this.broken = true;
+      throw err;
+    } finally {
+      client.off('error', this.lost);
+      client.release(this.broken);
+      this.client = undefined;
+    }
+  }
 
   async query<R extends Row = Row>(sql: string, params?: readonly unknown[]): Promise<R[]> {
     return (await this.run<R>(sql, params)).rows;
   }
 
-  private async run<R extends Row = Row>(q: string | W.Statement, values?: readonly unknown[]): Promise<pg.QueryResult<R>> {
+  private async exec<R extends Row = Row>(on: pg.Pool | pg.PoolClient, q: string | W.Statement, values?: readonly unknown[]): Promise<pg.QueryResult<R>> {
     try {
       const config = typeof q === 'string' ? { text: q } : q;
-      return await this.client.query<R>({ ...config, values: values as unknown[] | undefined });
+      return await on.query<R>({ ...config, values: values as unknown[] | undefined });
     } catch (err) {
       throw storageError(err);
     }
+  }
+
+  private async run<R extends Row = Row>(q: string | W.Statement, values?: readonly unknown[]): Promise<pg.QueryResult<R>> {
+    return this.exec<R>(await this.begin(), q, values);
+  }
+
+  /** In the transaction if it is open, else on its own. */
+  private runHere<R extends Row = Row>(q: W.Statement, values: readonly unknown[]): Promise<pg.QueryResult<R>> {
+    return this.open ? this.run<R>(q, values) : this.exec<R>(this.pool, q, values);
   }
 
   async savepoint<T>(fn: () => Promise<T>): Promise<T> {
@@ -74,17 +144,22 @@ export class PgTx implements StoreTx {
   }
 
   async lockLeased(inboxIds: readonly string[], owner: string): Promise<string[]> {
-    return (await this.run<{ inbox_id: string }>(W.LOCK_LEASED, [inboxIds, owner])).rows.map((r) => r.inbox_id);
+    // Row locks only inside a begun transaction; before it, the read is what the guard needs.
+    const q = this.open ? W.LOCK_LEASED : W.READ_LEASED;
+    return (await this.runHere<{ inbox_id: string }>(q, [inboxIds, owner])).rows.map((r) => r.inbox_id);
   }
 
   async processed(keys: readonly EventKey[]): Promise<ProcessedMarker[]> {
     if (keys.length === 0) return [];
-    const r = await this.run<{ provider: string; endpoint_id: string; provider_event_id: string; consumer: string }>(W.PROCESSED_FOR_EVENTS,
+    const r = await this.runHere<{ provider: string; endpoint_id: string; provider_event_id: string; consumer: string }>(W.PROCESSED_FOR_EVENTS,
       [keys.map((k) => k.provider), keys.map((k) => k.endpointId), keys.map((k) => k.providerEventId)]);
     return r.rows.map((m) => ({ provider: m.provider, endpointId: m.endpoint_id, providerEventId: m.provider_event_id, consumer: m.consumer }));
   }
 
   async finishBatch(owner: string, outcome: BatchOutcome): Promise<number> {
-    return (await this.run<{ settled: number }>(W.FINISH_BATCH, W.finishBatchValues(owner, outcome))).rows[0]!.settled;
+    const wasOpen = this.open;
+    const r = await this.runHere<{ settled: number }>(W.FINISH_BATCH, W.finishBatchValues(owner, outcome));
+    if (!wasOpen) this.finished = true;
+    return r.rows[0]!.settled;
   }
 }

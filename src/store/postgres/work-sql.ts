@@ -135,6 +135,11 @@ export const ADD_EFFECT = named('add_effect', `
   VALUES ($1, $2, $3, $4, $5, ${ts('$6')}, ${ts('$6')})
   ON CONFLICT (idempotency_key) DO NOTHING`);
 
+/** The rows of $1 that $2 still leases (a plain read: the lazy transaction has not begun). */
+export const READ_LEASED = named('read_leased', `
+  SELECT inbox_id::text AS inbox_id FROM webhook_inbox
+  WHERE inbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND status = 'PROCESSING'`);
+
 /** The rows of $1 that $2 still leases, locked for the rest of the transaction. */
 export const LOCK_LEASED = named('lock_leased', `
   SELECT inbox_id::text AS inbox_id FROM webhook_inbox
