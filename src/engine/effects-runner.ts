@@ -1,22 +1,13 @@
-import type { Logger } from 'pino';
-import type { RetryPolicy } from '../config/engine.js';
-import type { EngineMetrics } from '../metrics/engine.js';
-import type { WorkStore, EffectRow, EffectSettlement } from '../store/work-port.js';
+import type { EffectRow, EffectSettlement } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
 import { classify, FAILURE } from './failure.js';
 import type { HandlerRegistry } from './handlers.js';
+import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
 
-export interface EffectsRunnerDeps {
-  readonly store: WorkStore;
+export interface EffectsRunnerDeps extends RunnerDeps {
   readonly handlers: HandlerRegistry;
-  readonly owner: string;
-  readonly leaseMs: number;
-  readonly retry: RetryPolicy;
-  readonly metrics: EngineMetrics;
-  readonly log: Logger;
-  readonly now?: () => number;
 }
 
 /**
@@ -25,18 +16,13 @@ export interface EffectsRunnerDeps {
  * FAILED). At-least-once: an executor that crashes after its call but before the settle runs
  * again, with the same key, so the downstream service can drop the repeat.
  */
-export class EffectsRunner {
-  private readonly now: () => number;
-  private claims = 0;
-
-  constructor(private readonly d: EffectsRunnerDeps) {
-    this.now = d.now ?? Date.now;
+export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
+  constructor(d: EffectsRunnerDeps) {
+    super(d, 'e');
   }
 
-  /** Each claim leases under its own token (see InboxWorker.claim). */
-  async claim(n: number): Promise<Claimed<EffectRow>[]> {
-    const owner = `${this.d.owner}/e${++this.claims}`;
-    return (await this.d.store.claimEffects(n, owner, this.d.leaseMs, this.now())).map((row) => ({ row, owner }));
+  protected claimRows(n: number, owner: string, leaseMs: number, nowMs: number): Promise<EffectRow[]> {
+    return this.d.store.claimEffects(n, owner, leaseMs, nowMs);
   }
 
   async process(claims: Claimed<EffectRow>[]): Promise<void> {

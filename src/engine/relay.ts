@@ -1,22 +1,13 @@
-import type { Logger } from 'pino';
-import type { RetryPolicy } from '../config/engine.js';
-import type { EngineMetrics } from '../metrics/engine.js';
-import type { OutboxClaim, OutboxSettle, WorkStore } from '../store/work-port.js';
+import type { OutboxClaim, OutboxSettle } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
 import { redact } from './failure.js';
+import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
 import type { Router } from './routes.js';
 
-export interface RelayDeps {
-  readonly store: WorkStore;
+export interface RelayDeps extends RunnerDeps {
   readonly router: Router;
-  readonly owner: string;
-  readonly leaseMs: number;
-  readonly retry: RetryPolicy;
-  readonly metrics: EngineMetrics;
-  readonly log: Logger;
-  readonly now?: () => number;
 }
 
 /**
@@ -26,18 +17,13 @@ export interface RelayDeps {
  * drops it by `Nats-Msg-Id`, RabbitMQ consumers by `message_id` (both = inbox_id).
  * The relay never gives up on a row (a broker outage only delays it); its lag is a metric.
  */
-export class OutboxRelay {
-  private readonly now: () => number;
-  private claims = 0;
-
-  constructor(private readonly d: RelayDeps) {
-    this.now = d.now ?? Date.now;
+export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
+  constructor(d: RelayDeps) {
+    super(d, 'r');
   }
 
-  /** Each claim leases under its own token (see InboxWorker.claim). */
-  async claim(n: number): Promise<Claimed<OutboxClaim>[]> {
-    const owner = `${this.d.owner}/r${++this.claims}`;
-    return (await this.d.store.claimOutbox(n, owner, this.d.leaseMs, this.now())).map((row) => ({ row, owner }));
+  protected claimRows(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]> {
+    return this.d.store.claimOutbox(n, owner, leaseMs, nowMs);
   }
 
   async process(claims: Claimed<OutboxClaim>[]): Promise<void> {
