@@ -12,6 +12,13 @@ const ts = (param: string) => `to_timestamp(${param} / 1000.0)`;
 /** A named statement: each connection prepares it once (no parse or plan per call). */
 export interface Statement { readonly name: string; readonly text: string }
 const named = (name: string, text: string): Statement => ({ name: `wi_${name}`, text });
+/**
+ * Statements that join a parameter array against a growing table are planned at every
+ * execution instead: a named statement keeps the generic plan made at its first use, and a
+ * plan made while processed_events was empty scanned the whole table on every batch later
+ * (measured: 64-key lookups took 21 ms at 40 k rows, against 1 ms for a fresh plan).
+ */
+const planned = (text: string): Statement => ({ name: '', text });
 
 const INBOX_COLS = (t: string) => `${t}.inbox_id::text AS inbox_id, ${t}.provider, ${t}.endpoint_id, ${t}.provider_event_id,
   ${t}.event_type, ${t}.object_id, ${t}.object_version, ${epochMs(`${t}.provider_created_at`)} AS provider_created_at,
@@ -146,7 +153,7 @@ export const LOCK_LEASED = named('lock_leased', `
   WHERE inbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND status = 'PROCESSING'
   ORDER BY inbox_id FOR UPDATE`);
 
-export const PROCESSED_FOR_EVENTS = named('processed_for_events', `
+export const PROCESSED_FOR_EVENTS = planned(`
   SELECT p.provider, p.endpoint_id, p.provider_event_id, p.consumer
   FROM processed_events p
   JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint_id, provider_event_id)
@@ -157,7 +164,7 @@ export const PROCESSED_FOR_EVENTS = named('processed_for_events', `
  * the batch), effects (a repeated idempotency key is ignored), and the guarded settles.
  * Arrays are parallel columns; times are epoch ms. Returns the number of rows settled.
  */
-export const FINISH_BATCH = named('finish_batch', `
+export const FINISH_BATCH = planned(`
   WITH markers AS (
     INSERT INTO processed_events (provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, processed_at)
     SELECT m.provider, m.endpoint_id, m.provider_event_id, m.consumer, m.inbox_id, m.handler_version, ${ts('m.at')}
