@@ -652,6 +652,22 @@ describeEachStore('work store', (kind) => {
       expect(calls).toBe(before);
     });
 
+    it('an accept through another connection (another process) wakes this store’s listeners', async () => {
+      const other = openStore(db.url);
+      extra.push(other);
+      let calls = 0;
+      const off = store.onNewWork(() => { calls++; });
+      let n = 0;
+      const deadline = Date.now() + 5000;
+      // PostgreSQL: NOTIFY; SQLite: data_version polled every 50 ms. Keep accepting until heard.
+      while (calls === 0 && Date.now() < deadline) {
+        await other.acceptBatch([at(`evt_other_${n++}`, n)]);
+        await new Promise((r) => setTimeout(r, 150));
+      }
+      off();
+      expect(calls).toBeGreaterThan(0);
+    });
+
     // SQLite only (registered only there: CI fails on skipped tests).
     if (kind === 'sqlite') it('SQLite: fires before acceptBatch resolves, and only when a new row was inserted', async () => {
       const first = at('evt_once', 0);

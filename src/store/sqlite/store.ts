@@ -14,6 +14,9 @@ import { SqliteTx } from './tx.js';
 import type { ClaimArgs } from './work-ops.js';
 import type { WorkerInit } from './worker.js';
 
+/** How often a store with new-work listeners looks for commits by other processes. */
+const OTHER_WRITERS_POLL_MS = 50;
+
 /** `sqlite:./data/inbox.db?busyTimeoutMs=2000&txTimeoutMs=10000` → file + options. */
 export function parseSqliteUrl(url: string): WorkerInit {
   const rest = url.slice('sqlite:'.length);
@@ -60,6 +63,7 @@ export class SqliteStore implements InboxStore {
   /** Transaction ids are unique across writer restarts, so a stale op never hits a new transaction. */
   private nextTxId = 1;
   private readonly newWork = new Set<() => void>();
+  private watcher: NodeJS.Timeout | undefined;
   private pending = new Map<number, { resolve(v: unknown): void; reject(e: unknown): void }>();
   private closed = false;
 
@@ -126,6 +130,7 @@ export class SqliteStore implements InboxStore {
 
   onNewWork(fn: () => void): () => void {
     this.newWork.add(fn);
+    this.watchOtherWriters();
     return () => void this.newWork.delete(fn);
   }
 
@@ -227,8 +232,26 @@ export class SqliteStore implements InboxStore {
     return this.call('listIds');
   }
 
+  /**
+   * Accepts by another process (a `serve` next to this `work`) wake the listeners too: SQLite's
+   * `data_version` changes when another connection commits, and reading it takes no lock.
+   */
+  private watchOtherWriters(): void {
+    if (this.watcher) return;
+    let last: number | undefined;
+    this.watcher = setInterval(() => {
+      if (this.newWork.size === 0) return;
+      this.call<number>('dataVersion').then((v) => {
+        if (last !== undefined && v !== last) for (const fn of this.newWork) fn();
+        last = v;
+      }, () => undefined);
+    }, OTHER_WRITERS_POLL_MS);
+    this.watcher.unref();
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
+    clearInterval(this.watcher);
     this.newWork.clear();
     await this.call('close').catch(() => undefined);
     this.closed = true;

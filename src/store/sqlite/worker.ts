@@ -78,6 +78,8 @@ const ops: Ops = {
   migrate,
   accept: (records: AcceptRecord[]) => acceptTx.immediate(records),
   ping: () => db.prepare('SELECT 1').get(),
+  // Changes when ANOTHER connection (another process) commits to this database file.
+  dataVersion: () => db.pragma('data_version', { simple: true }),
   getInbox: (id: string) => st().selectInbox.get(id) ?? null,
   getPayload: (id: string) => st().selectPayload.get(id) ?? null,
   count: () => st().count.get(),
