@@ -25,6 +25,9 @@ export interface Destination {
 
 export type DestinationType = 'http' | 'nats' | 'rabbitmq';
 
+/** Brokers are published to by the outbox relay; the others are delivered by the inbox worker. */
+export const isBrokerType = (type: DestinationType): boolean => type === 'nats' || type === 'rabbitmq';
+
 /** Broker message body: the inbox id and the event's metadata — never the provider payload. */
 export function brokerMessage(e: DeliveryEvent): string {
   return JSON.stringify({

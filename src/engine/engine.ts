@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import type { Destination } from '../destinations/contract.js';
-import { openDestinations } from '../destinations/registry.js';
+import { closeAll, openDestinations } from '../destinations/registry.js';
 import { engineMetrics, refreshQueueGauges, type EngineMetrics } from '../metrics/engine.js';
 import type { Registry } from '../metrics/registry.js';
 import type { InboxStore } from '../store/port.js';
@@ -81,7 +81,7 @@ export class Engine {
   async stop(): Promise<void> {
     this.unsubscribe?.();
     await Promise.all(this.loops.map((l) => l.stop()));
-    await Promise.all([...this.destinations.values()].map((d) => d.close().catch(() => undefined)));
+    await closeAll(this.destinations.values());
   }
 
   /** Re-reads the queue gauges (oldest age, rows by status, relay lag, effects). */

@@ -57,10 +57,6 @@ export class ClaimLoop<T> {
     await new Promise<void>((resolve) => this.idle.push(resolve));
   }
 
-  get busy(): number {
-    return this.inFlight;
-  }
-
   private async run(): Promise<void> {
     while (this.running) {
       const free = this.opts.concurrency - this.inFlight;

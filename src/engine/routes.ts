@@ -1,6 +1,6 @@
 import type { DestinationConfig, RetryPolicy } from '../config/engine.js';
 import type { EndpointConfig } from '../config/schema.js';
-import type { Destination } from '../destinations/contract.js';
+import { isBrokerType, type Destination } from '../destinations/contract.js';
 import { eventMatcher } from '../http/event-filter.js';
 
 export interface Target {
@@ -18,15 +18,13 @@ export interface EventRoutes {
   readonly brokers: readonly Target[];
 }
 
-const isBroker = (d: Destination) => d.type === 'nats' || d.type === 'rabbitmq';
-
 /**
  * Whether an event type of this endpoint has a broker route — decided at accept time, so an
  * outbox row with nothing to publish is written already published and the relay never
  * touches it (routes added later apply to events accepted after the change).
  */
 export function brokerRouteMatcher(ep: EndpointConfig, destinations: readonly DestinationConfig[]): (type: string) => boolean {
-  const brokerIds = new Set(destinations.filter((d) => d.type === 'nats' || d.type === 'rabbitmq').map((d) => d.id));
+  const brokerIds = new Set(destinations.filter((d) => isBrokerType(d.type)).map((d) => d.id));
   const globs = ep.routes.filter((r) => brokerIds.has(r.destination)).flatMap((r) => r.events);
   return globs.length === 0 ? () => false : eventMatcher(globs);
 }
@@ -53,7 +51,7 @@ export class Router {
     const brokers: Target[] = [];
     for (const r of routes) {
       if (!r.matches(type)) continue;
-      const list = isBroker(r.target.destination) ? brokers : direct;
+      const list = isBrokerType(r.target.destination.type) ? brokers : direct;
       if (!list.some((t) => t.destination === r.target.destination)) list.push(r.target);
     }
     return { direct, brokers };
