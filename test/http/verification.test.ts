@@ -1,132 +1,28 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ProviderAdapter, SignOptions } from '../../src/providers/contract.js';
-import { PROVIDERS } from '../../src/providers/registry.js';
 import type { InboxRow } from '../../src/store/port.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { post, rawExchange, statusOf } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
+import { CASES } from './cases/index.js';
+import { genericHmacCase } from './cases/generic-hmac.js';
+import { GITHUB_HOOK_ID, githubCase } from './cases/github.js';
+import { standardWebhooksCase } from './cases/standard-webhooks.js';
+import { STRIPE_FILTERED_ENDPOINT, stripeCase } from './cases/stripe.js';
+import { uid, type Case, type Made, type Version } from './cases/types.js';
 
 /**
- * Signature verification from raw HTTP bytes inward, on every adapter and every store.
- * Each endpoint trusts three secret versions: v2 (current), v1 (previous) and v0 (retired in the past).
+ * Signature verification from raw HTTP bytes inward, on every adapter and every store. Each
+ * provider contributes one Case (test/http/cases/<provider>.ts); the tests below run on all of them.
  */
-type Version = 'v2' | 'v1' | 'v0';
-type Secrets = Record<Version, string>;
+const stripe = stripeCase;
+const github = githubCase;
+const sw = standardWebhooksCase;
+const generic = genericHmacCase;
+const ENDPOINTS = [...CASES.map((c) => c.config), STRIPE_FILTERED_ENDPOINT];
 
-const RETIRED_AT = '2000-01-01T00:00:00Z';
-const STRIPE: Secrets = { v2: 'whsec_stripe_current_v2', v1: 'whsec_stripe_previous_v1', v0: 'whsec_stripe_retired_v0' };
-const GITHUB: Secrets = { v2: 'github-current-v2', v1: 'github-previous-v1', v0: 'github-retired-v0' };
-const SW: Secrets = {
-  v2: 'whsec_' + Buffer.alloc(32, 2).toString('base64'),
-  v1: 'whsec_' + Buffer.alloc(32, 1).toString('base64'),
-  v0: 'whsec_' + Buffer.alloc(32, 0xa0).toString('base64'),
-};
-const GENERIC: Secrets = { v2: 'generic-current-v2', v1: 'generic-previous-v1', v0: 'generic-retired-v0' };
-const GENERIC_OPTIONS = {
-  signatureHeader: 'x-signature',
-  prefix: 'sha256=',
-  signedContent: '{id}.{timestamp}.{body}',
-  idHeader: 'x-event-id',
-  timestampHeader: 'x-timestamp',
-  toleranceSeconds: 120,
-  objectIdPath: 'data.id',
-};
-const GITHUB_HOOK_ID = '1001';
-
-const rotation = (s: Secrets) => [
-  { version: 'v2', value: s.v2 },
-  { version: 'v1', value: s.v1 },
-  { version: 'v0', value: s.v0, retireAt: RETIRED_AT },
-];
-
-const ENDPOINTS = [
-  { id: 'stripe', provider: 'stripe', secrets: rotation(STRIPE) },
-  { id: 'stripe-pi', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE.v2 }], events: ['payment_intent.*'] },
-  { id: 'github', provider: 'github', secrets: rotation(GITHUB) },
-  { id: 'sw', provider: 'standard-webhooks', secrets: rotation(SW) },
-  { id: 'generic', provider: 'generic-hmac', secrets: rotation(GENERIC), options: GENERIC_OPTIONS },
-];
-
-/** One logical event as a provider would send it, before signing. */
-interface Made {
-  readonly body: Buffer;
-  /** Unsigned headers (content type, ids, event names). */
-  readonly headers: Record<string, string>;
-  readonly signOpts: SignOptions;
-  /** The provider event id the row must be stored under. */
-  readonly key: string;
-  readonly type: string;
-}
-
-interface Case {
-  readonly name: 'stripe' | 'github' | 'standard-webhooks' | 'generic-hmac';
-  readonly endpoint: string;
-  readonly adapter: ProviderAdapter;
-  readonly secrets: Secrets;
-  /** Freshness window in seconds; null when no timestamp is signed. */
-  readonly tolerance: number | null;
-  readonly signatureHeader: string;
-  /** `text` goes verbatim into the body (use it for multi-byte characters). */
-  make(text?: string, type?: string): Made;
-  /** The same delivery with a different event id, keeping the original signature; null when the id is not signed. */
-  changeId(m: Made, headers: Record<string, string>): { body: Buffer; headers: Record<string, string> } | null;
-  /** The same delivery with the signed timestamp moved by one second; null when no timestamp is signed. */
-  changeTimestamp(headers: Record<string, string>): Record<string, string> | null;
-}
-
-const uid = () => randomUUID().replaceAll('-', '');
-/** Spacing, `1.0` and a `\u00e9` escape: JSON.stringify(JSON.parse(body)) is never the same bytes. */
-const fields = (text: string) => `"amount": 1.0, "note": "caf\\u00e9 ${text}"`;
-const bumpTimestamp = (v: string) => String(Number(v) + 1);
-
-const CASES: Case[] = [
-  {
-    name: 'stripe', endpoint: 'stripe', adapter: PROVIDERS.stripe!(undefined, 'x'), secrets: STRIPE, tolerance: 300, signatureHeader: 'stripe-signature',
-    make(text = 'plain', type = 'payment_intent.succeeded') {
-      const id = `evt_${uid()}`;
-      const body = `{\n  "id": "${id}",\n  "object": "event",\n  "type": "${type}",\n  "created": 1700000000,\n  "data": {"object": {"id": "pi_${id.slice(4, 16)}", ${fields(text)}}}\n}\n`;
-      return { body: Buffer.from(body, 'utf8'), headers: { 'content-type': 'application/json; charset=utf-8' }, signOpts: {}, key: id, type };
-    },
-    changeId: (m, headers) => ({ body: Buffer.from(m.body.toString('utf8').replace(m.key, `evt_${uid()}`), 'utf8'), headers }),
-    changeTimestamp: (h) => ({ ...h, 'stripe-signature': h['stripe-signature']!.replace(/t=(\d+)/, (_, t: string) => `t=${bumpTimestamp(t)}`) }),
-  },
-  {
-    name: 'github', endpoint: 'github', adapter: PROVIDERS.github!(undefined, 'x'), secrets: GITHUB, tolerance: null, signatureHeader: 'x-hub-signature-256',
-    make(text = 'plain', type = 'issues') {
-      const guid = randomUUID();
-      const body = `{\n  "action": "opened",\n  "issue": {"number": 1, ${fields(text)}},\n  "repository": {"id": 1, "full_name": "octo-org/octo-repo"}\n}\n`;
-      return {
-        body: Buffer.from(body, 'utf8'),
-        headers: { 'content-type': 'application/json', 'x-github-event': type, 'x-github-delivery': guid, 'x-github-hook-id': GITHUB_HOOK_ID },
-        signOpts: {}, key: `${GITHUB_HOOK_ID}:${guid}`, type,
-      };
-    },
-    changeId: () => null,
-    changeTimestamp: () => null,
-  },
-  {
-    name: 'standard-webhooks', endpoint: 'sw', adapter: PROVIDERS['standard-webhooks']!(undefined, 'x'), secrets: SW, tolerance: 300, signatureHeader: 'webhook-signature',
-    make(text = 'plain', type = 'invoice.paid') {
-      const id = `msg_${uid()}`;
-      const body = `{"type": "${type}", "timestamp": "2024-01-02T03:04:05Z", "data": {"id": "inv_1", ${fields(text)}}}`;
-      return { body: Buffer.from(body, 'utf8'), headers: { 'content-type': 'application/json' }, signOpts: { id }, key: id, type };
-    },
-    changeId: (m, headers) => ({ body: m.body, headers: { ...headers, 'webhook-id': `msg_${uid()}` } }),
-    changeTimestamp: (h) => ({ ...h, 'webhook-timestamp': bumpTimestamp(h['webhook-timestamp']!) }),
-  },
-  {
-    name: 'generic-hmac', endpoint: 'generic', adapter: PROVIDERS['generic-hmac']!(GENERIC_OPTIONS, 'x'), secrets: GENERIC, tolerance: 120, signatureHeader: 'x-signature',
-    make(text = 'plain', type = 'order.paid') {
-      const id = `evt_${uid()}`;
-      const body = `{"type": "${type}", "data": {"id": "ord_1", ${fields(text)}}}`;
-      return { body: Buffer.from(body, 'utf8'), headers: { 'content-type': 'application/json' }, signOpts: { id }, key: id, type };
-    },
-    changeId: (m, headers) => ({ body: m.body, headers: { ...headers, 'x-event-id': `evt_${uid()}` } }),
-    changeTimestamp: (h) => ({ ...h, 'x-timestamp': bumpTimestamp(h['x-timestamp']!) }),
-  },
-];
-const SIGNED_ID = CASES.filter((c) => c.name !== 'github');
+const SIGNED_ID = CASES.filter((c) => c.changeId(c.make(), {}) !== null);
+const JSON_CASES = CASES.filter((c) => c.json);
 const TIMED = CASES.filter((c) => c.tolerance !== null);
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
@@ -172,6 +68,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
     expect(row).not.toBeNull();
     expect(row).toMatchObject({ provider: c.name, endpointId: c.endpoint, providerEventId: m.key, eventType: m.type, status: 'PENDING' });
     expect(row!.payloadHash.equals(sha256(body))).toBe(true);
+    if (m.objectId !== undefined) expect(row!.objectId).toBe(m.objectId);
     return row!;
   }
 
@@ -193,7 +90,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
 
     it('stripe: exact raw bytes on the wire (rawExchange, Content-Length in bytes, not characters)', async () => {
-      const c = CASES[0]!;
+      const c = stripe;
       const m = c.make(RICH);
       const h = signed(c, m);
       const head = `POST /webhooks/stripe HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: ${h['content-type']}\r\nStripe-Signature: ${h['stripe-signature']}\r\nContent-Length: ${m.body.length}\r\nConnection: close\r\n\r\n`;
@@ -224,7 +121,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
       await expectRejected(c, Buffer.concat([m.body, Buffer.from('\n')]), h, 401, 'invalid_signature');
     });
 
-    it.each(CASES)('$name: JSON re-serialised (JSON.stringify(JSON.parse(body))) with the original signature', async (c) => {
+    it.each(JSON_CASES)('$name: JSON re-serialised (JSON.stringify(JSON.parse(body))) with the original signature', async (c) => {
       const m = c.make(RICH);
       const h = signed(c, m);
       const reserialised = Buffer.from(JSON.stringify(JSON.parse(m.body.toString('utf8'))), 'utf8');
@@ -247,7 +144,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
 
     it('github: the delivery GUID is NOT signed — a captured body replayed under a new GUID is a new row', async () => {
-      const c = CASES[1]!;
+      const c = github;
       const m = c.make();
       const h = signed(c, m);
       await expectAccepted(c, m, h);
@@ -257,7 +154,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
 
     it('github: the event header is not signed either — a changed X-GitHub-Event still verifies', async () => {
-      const c = CASES[1]!;
+      const c = github;
       const m = c.make();
       const row = await expectAccepted(c, { ...m, type: 'push' }, { ...signed(c, m), 'x-github-event': 'push' });
       expect(row.eventType).toBe('push');
@@ -280,7 +177,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
 
     it('stripe: repeated Stripe-Signature in raw bytes (different case) → 400 ambiguous_signature', async () => {
-      const c = CASES[0]!;
+      const c = stripe;
       const m = c.make();
       const h = signed(c, m);
       const before = await app.store.countRows();
@@ -292,7 +189,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
 
     it('standard-webhooks: svix-* header names are accepted', async () => {
-      const c = CASES[2]!;
+      const c = sw;
       const m = c.make();
       const h = signed(c, m);
       const svix = Object.fromEntries(Object.entries(h).map(([k, v]) => [k.replace(/^webhook-/, 'svix-'), v]));
@@ -301,7 +198,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
 
     it('standard-webhooks: both webhook-* and svix-* signatures → 400 ambiguous_signature', async () => {
-      const c = CASES[2]!;
+      const c = sw;
       const m = c.make();
       const h = signed(c, m);
       const both = { ...h, 'svix-id': h['webhook-id']!, 'svix-timestamp': h['webhook-timestamp']!, 'svix-signature': h['webhook-signature']! };
@@ -309,7 +206,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
 
     it('standard-webhooks / generic: missing signed timestamp header → 401 malformed_signature', async () => {
-      for (const [c, header] of [[CASES[2]!, 'webhook-timestamp'], [CASES[3]!, 'x-timestamp']] as const) {
+      for (const [c, header] of [[sw, 'webhook-timestamp'], [generic, 'x-timestamp']] as const) {
         const m = c.make();
         const h = signed(c, m);
         delete h[header];
@@ -334,7 +231,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
 
     it('github: no timestamp is signed, so an old delivery (redelivered days later) still verifies', async () => {
-      const c = CASES[1]!;
+      const c = github;
       const m = c.make();
       // Signed "long ago": nothing in the request says when, and no Date header is consulted.
       const h = { ...signed(c, m), date: 'Tue, 01 Jan 2019 00:00:00 GMT' };
@@ -378,8 +275,18 @@ describeEachStore('signature verification over HTTP', (kind) => {
       expect(rows[0]!.matchedSecretVersion).toBe('v2');
     });
 
+    it.each(CASES)('$name: two different events about the same object (e.g. two partial refunds) → two rows', async (c) => {
+      const object = `obj_${uid().slice(0, 12)}`;
+      const a = c.make('first', undefined, object);
+      const b = c.make('second', undefined, object);
+      expect(a.key).not.toBe(b.key);
+      const ra = await expectAccepted(c, a, signed(c, a));
+      const rb = await expectAccepted(c, b, signed(c, b));
+      expect(ra.inboxId).not.toBe(rb.inboxId);
+    });
+
     it('github: the same delivery GUID through a different hook (X-GitHub-Hook-ID) → two rows', async () => {
-      const c = CASES[1]!;
+      const c = github;
       const m = c.make();
       const guid = m.headers['x-github-delivery']!;
       const a = await expectAccepted(c, m, signed(c, m));
@@ -391,8 +298,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
   });
 
   describe('event filter (events: ["payment_intent.*"])', () => {
-    const stripe = CASES[0]!;
-    const filtered: Case = { ...stripe, endpoint: 'stripe-pi' };
+    const filtered: Case = { ...stripe, endpoint: STRIPE_FILTERED_ENDPOINT.id };
 
     it('charge.refunded → 200 ignored unsupported_event_type, no row', async () => {
       const m = stripe.make('plain', 'charge.refunded');
