@@ -15,11 +15,12 @@ export type Outcome =
   | 'malformed'
   | 'rate_limited'
   | 'unavailable'
-  | 'rejected';
+  | 'rejected'
+  | 'handshake';
 
 export const OUTCOMES: readonly Outcome[] = [
   'accepted', 'duplicate', 'invalid_signature', 'stale', 'oversized',
-  'unsupported', 'malformed', 'rate_limited', 'unavailable', 'rejected',
+  'unsupported', 'malformed', 'rate_limited', 'unavailable', 'rejected', 'handshake',
 ];
 
 interface ReasonSpec { readonly status: number; readonly outcome: Outcome; readonly retryAfter?: number }
@@ -42,6 +43,7 @@ export const REASONS = {
   missing_event_id: { status: 400, outcome: 'malformed' },
   missing_event_type: { status: 400, outcome: 'malformed' },
   secrets_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 10 },
+  verification_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 30 },
   storage_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 5 },
   overloaded: { status: 503, outcome: 'unavailable', retryAfter: 1 },
   shutting_down: { status: 503, outcome: 'unavailable', retryAfter: 5 },

@@ -70,8 +70,9 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
   const adapter = factory(options, child(path, 'options'));
 
   const secretsPath = child(path, 'secrets');
-  const secretList = asArray(o.secrets, secretsPath);
-  if (secretList.length === 0) throw new ConfigError(secretsPath, 'needs at least one secret version');
+  if (adapter.unsigned && o.secrets !== undefined) throw new ConfigError(secretsPath, `provider "${provider}" as configured sends unsigned requests: there is nothing to verify with a secret`);
+  const secretList = adapter.unsigned ? [] : asArray(o.secrets, secretsPath);
+  if (secretList.length === 0 && !adapter.unsigned) throw new ConfigError(secretsPath, 'needs at least one secret version');
   const versions = new Set<string>();
   const secrets = secretList.map((s, i) => {
     const p = child(secretsPath, i);
@@ -93,7 +94,7 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
     toleranceSeconds = tol;
   }
   const maxBodyBytes = optInt(o, 'maxBodyBytes', path, 1, 64 * 1024 * 1024) ?? adapter.defaultMaxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
-  let rateLimit: EndpointConfig['rateLimit'];
+  let rateLimit: EndpointConfig['rateLimit'] = adapter.defaultRateLimit;
   if (o.rateLimit !== undefined) {
     const rp = child(path, 'rateLimit');
     const r = asObject(o.rateLimit, rp, ['perSecond', 'burst']);

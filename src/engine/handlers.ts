@@ -14,7 +14,12 @@ export interface InboxEvent {
   readonly receivedAt: Date;
   /** 1 on the first attempt. */
   readonly attempt: number;
-  /** The verified body, parsed as JSON (decrypted and parsed on first access). */
+  /**
+   * `signature`: the bytes were verified. `fetch-required`: an unsigned notice (Mollie classic) —
+   * `payload` says only WHICH resource changed; fetch its state from the provider, never trust it.
+   */
+  readonly verification: 'signature' | 'fetch-required';
+  /** The stored body, parsed (JSON, or the adapter's format, e.g. form fields), on first access. */
   readonly payload: unknown;
   /** The exact verified bytes (decrypted on first access). */
   readonly raw: Buffer;

@@ -61,6 +61,8 @@ const markerSet = (markers: readonly ProcessedMarker[]) => new Set(markers.map((
  * savepoint, so one event's handler mutation, processed marker, effects and status change
  * commit together or not at all, and one event's failure never undoes another's.
  */
+const parseJson = (raw: Buffer): unknown => JSON.parse(raw.toString('utf8'));
+
 export class InboxWorker {
   private readonly now: () => number;
   private claims = 0;
@@ -128,19 +130,20 @@ export class InboxWorker {
     let raw: Buffer | undefined;
     let parsed: { value: unknown } | undefined;
     const open = () => (raw ??= this.open(row));
+    const parse = this.d.endpoints.get(row.endpointId)?.adapter.parsePayload ?? parseJson;
     p.event = {
       inboxId: row.inboxId, provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId,
       type: row.eventType, objectId: row.objectId, objectVersion: row.objectVersion, receivedAt: new Date(row.receivedAtMs),
-      attempt: row.attemptCount,
+      attempt: row.attemptCount, verification: row.verification,
       get raw() {
         return open();
       },
       get payload() {
         if (!parsed) {
           try {
-            parsed = { value: JSON.parse(open().toString('utf8')) };
+            parsed = { value: parse(open()) };
           } catch (err) {
-            if (err instanceof SyntaxError) throw new NeedsDecisionError(FAILURE.schemaError, 'stored payload is not JSON');
+            if (err instanceof SyntaxError) throw new NeedsDecisionError(FAILURE.schemaError, 'stored payload does not parse');
             throw err;
           }
         }

@@ -10,11 +10,13 @@ import { IngressError, StorageUnavailableError, type Outcome } from '../errors.j
 import type { IngressMetrics } from '../metrics/registry.js';
 import type { GroupCommitter } from '../store/group-commit.js';
 import type { AcceptRecord, AcceptResult } from '../store/port.js';
+import type { AcceptedEvent, Envelope } from '../providers/contract.js';
+import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { readBody, declaredContentLength, type BodyBudget } from './body.js';
 import { eventMatcher } from './event-filter.js';
 import { TokenBucket } from './rate-limit.js';
 import { requestView } from './request-view.js';
-import { sendError, sendJson } from './respond.js';
+import { sendError, sendJson, sendReply } from './respond.js';
 
 export interface IngressDeps {
   readonly keyring: KeyRing;
@@ -129,7 +131,8 @@ export class Ingress {
       const meta = adapter.parseSignature(view);
       // 5. Verify the raw bytes against every trusted, non-retired secret version.
       const nowMs = Date.now();
-      const matched = adapter.verify(meta, body, keys, nowMs);
+      const verdict = adapter.verify(meta, body, keys, nowMs);
+      const matched = verdict instanceof Promise ? await verdict : verdict;
       if (!matched) throw new IngressError('invalid_signature');
       // 6. Signed freshness, both directions (a future timestamp is as suspect as an old one).
       if (meta.timestamp !== null && config.toleranceSeconds !== null) {
@@ -138,41 +141,79 @@ export class Ingress {
         }
       }
       this.deps.metrics.secretMatches.inc([config.id, matched.version]);
-      // 7. Only now parse the verified body.
-      const env = adapter.envelope(body, view, meta);
-      verified.eventId = env.eventId;
-      verified.eventType = env.eventType;
-      if (!ep.accepts(env.eventType)) {
-        sendJson(res, 200, `{"inbox_id":null,"duplicate":false,"ignored":"unsupported_event_type"}`);
-        return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
+      // A verified protocol handshake (Slack url_verification) is answered without an inbox row.
+      const handshake = adapter.handshake?.(body, view, meta);
+      if (handshake) {
+        sendReply(res, handshake);
+        return { status: handshake.status, outcome: 'handshake' };
       }
+      // 7. Only now parse the verified body: one or more logical events.
+      const envelopes: readonly Envelope[] = adapter.envelopes ? adapter.envelopes(body, view, meta) : [adapter.envelope(body, view, meta)];
+      if (envelopes.length === 0) throw new IngressError('malformed_payload', 'the delivery holds no event');
+      verified.eventId = envelopes.length === 1 ? envelopes[0]!.eventId : `${envelopes[0]!.eventId} (+${envelopes.length - 1})`;
+      verified.eventType = envelopes[0]!.eventType;
       // 8. Durably accept (group commit), then answer.
-      const binding = { provider: config.provider, endpointId: config.id, providerEventId: env.eventId };
       const receivedAtMs = Math.round(performance.timeOrigin + startedAt);
-      const inboxId = uuidv7(receivedAtMs);
-      const record: AcceptRecord = {
-        inboxId,
-        payloadId: uuidv7(receivedAtMs),
-        outboxId: uuidv7(receivedAtMs),
-        ...binding,
-        eventType: env.eventType,
-        objectId: env.objectId,
-        objectVersion: env.objectVersion,
-        providerCreatedAtMs: env.providerCreatedAtMs,
-        receivedAtMs,
-        payloadHash: sha256(body),
-        matchedSecretVersion: matched.version,
-        payload: cipher.seal(body, binding),
-        topic: `${config.provider}.${env.eventType}`,
-        relay: ep.relayed(env.eventType),
-      };
-      const r = await this.deps.committer.submit(record);
-      sendJson(res, 200, `{"inbox_id":"${r.inboxId}","duplicate":${r.duplicate}}`);
-      return { status: 200, outcome: r.duplicate ? 'duplicate' : 'accepted', inboxId: r.inboxId };
+      const single = envelopes.length === 1 && !adapter.acceptedReply ? envelopes[0]! : null;
+      if (single) {
+        // The common case, without the bookkeeping of a multi-event delivery.
+        if (!ep.accepts(single.eventType)) {
+          sendJson(res, 200, `{"inbox_id":null,"duplicate":false,"ignored":"unsupported_event_type"}`);
+          return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
+        }
+        const r = await this.deps.committer.submit(this.record(config, ep, single, body, matched.version, receivedAtMs, cipher));
+        sendJson(res, 200, `{"inbox_id":"${r.inboxId}","duplicate":${r.duplicate}}`);
+        return { status: 200, outcome: r.duplicate ? 'duplicate' : 'accepted', inboxId: r.inboxId };
+      }
+      // Several events (the events of one delivery usually share a group-commit batch); all must commit before the answer.
+      const wanted = envelopes.filter((e) => ep.accepts(e.eventType));
+      const results = await Promise.all(wanted.map((env) => this.deps.committer.submit(this.record(config, ep, env, body, matched.version, receivedAtMs, cipher))));
+      const byEnvelope = new Map(wanted.map((e, i) => [e, results[i]!]));
+      const accepted: AcceptedEvent[] = envelopes.map((e) => {
+        const r = byEnvelope.get(e);
+        return { eventId: e.eventId, inboxId: r?.inboxId ?? null, duplicate: r?.duplicate ?? false, ignored: r === undefined };
+      });
+      if (adapter.acceptedReply) sendReply(res, adapter.acceptedReply(accepted));
+      else sendJson(res, 200, defaultReply(accepted));
+      if (results.length === 0) return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
+      return { status: 200, outcome: results.every((r) => r.duplicate) ? 'duplicate' : 'accepted', inboxId: results[0]!.inboxId };
     } finally {
       this.deps.budget.release(reserved);
     }
   }
+
+  /** The row(s) to write for one verified event: its own ids, its exact bytes sealed under its key. */
+  private record(config: EndpointConfig, ep: EndpointRuntime, env: Envelope, body: Buffer, secretVersion: string, receivedAtMs: number, cipher: PayloadCipher): AcceptRecord {
+    if (config.adapter.unsigned && !env.notice) throw new Error(`adapter ${config.provider} is unsigned but produced a non-notice event`);
+    const binding = { provider: config.provider, endpointId: config.id, providerEventId: env.eventId };
+    const bytes = env.payload ?? body;
+    return {
+      inboxId: uuidv7(receivedAtMs),
+      payloadId: uuidv7(receivedAtMs),
+      outboxId: uuidv7(receivedAtMs),
+      ...binding,
+      eventType: env.eventType,
+      objectId: env.objectId,
+      objectVersion: env.objectVersion,
+      providerCreatedAtMs: env.providerCreatedAtMs,
+      receivedAtMs,
+      payloadHash: sha256(bytes),
+      matchedSecretVersion: secretVersion,
+      payload: cipher.seal(bytes, binding),
+      topic: `${config.provider}.${env.eventType}`,
+      relay: ep.relayed(env.eventType),
+      coalesceKey: env.notice?.coalesceKey,
+    };
+  }
+}
+
+/** `{"events": [{"event_id","inbox_id","duplicate"[,"ignored"]}…]}` for a delivery of several events. */
+function defaultReply(events: readonly AcceptedEvent[]): string {
+  return JSON.stringify({
+    events: events.map((e) => (e.ignored
+      ? { event_id: e.eventId, inbox_id: null, duplicate: false, ignored: 'unsupported_event_type' }
+      : { event_id: e.eventId, inbox_id: e.inboxId, duplicate: e.duplicate })),
+  });
 }
 
 function toIngressError(err: unknown, log: Logger): IngressError {

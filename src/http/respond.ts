@@ -1,10 +1,18 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IngressError } from '../errors.js';
+import type { Reply } from '../providers/contract.js';
 
 export function sendJson(res: ServerResponse, status: number, json: string, headers: Record<string, string | number> = {}): void {
   if (res.headersSent) return;
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), ...headers });
   res.end(json);
+}
+
+/** A provider-specific answer (Adyen `[accepted]`, Slack's challenge echo). */
+export function sendReply(res: ServerResponse, r: Reply): void {
+  if (res.headersSent) return;
+  res.writeHead(r.status, { 'content-type': r.contentType, 'content-length': Buffer.byteLength(r.body) });
+  res.end(r.body);
 }
 
 /**

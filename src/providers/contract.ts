@@ -13,6 +13,14 @@ export interface ProviderAdapter {
   readonly defaultMaxBodyBytes?: number;
   /** Freshness window when the provider signs a timestamp; null = no signed timestamp. */
   readonly defaultToleranceSeconds: number | null;
+  /**
+   * True when this endpoint's requests carry no signature at all (Mollie classic): the endpoint
+   * needs no secrets, and every event it accepts must be a `notice` (see Envelope) whose data
+   * processing fetches from the provider instead of trusting.
+   */
+  readonly unsigned?: boolean;
+  /** Rate limit applied when the endpoint configures none (for unsigned endpoints anyone can call). */
+  readonly defaultRateLimit?: { readonly perSecond: number; readonly burst: number };
   /** Turns one configured secret string into key bytes. Throws Error(message) on a bad format. */
   prepareSecret(value: string): Buffer;
   /**
@@ -20,10 +28,32 @@ export interface ProviderAdapter {
    * Throws IngressError missing_signature / malformed_signature / ambiguous_signature.
    */
   parseSignature(req: RequestView): SignatureMetadata;
-  /** Step 5: the trusted key that verifies the raw bytes, or null. Constant-time comparisons only. */
-  verify(meta: SignatureMetadata, body: Buffer, keys: readonly TrustedKey[], nowMs: number): TrustedKey | null;
+  /**
+   * Step 5: the trusted key that verifies the raw bytes, or null. Constant-time comparisons only.
+   * May be async when verification needs I/O (PayPal fetches its signing certificate); a
+   * verifier that cannot decide (certificate unreachable) throws IngressError verification_unavailable.
+   */
+  verify(meta: SignatureMetadata, body: Buffer, keys: readonly TrustedKey[], nowMs: number): TrustedKey | null | Promise<TrustedKey | null>;
+  /**
+   * Optional, after verification and freshness, before `envelope`: a verified request that is a
+   * protocol handshake rather than an event (Slack `url_verification`) gets this reply and no inbox row.
+   */
+  handshake?(body: Buffer, req: RequestView, meta: SignatureMetadata): Reply | null;
   /** Step 7, only after verification: the logical event. Throws IngressError malformed_payload / missing_event_id. */
   envelope(body: Buffer, req: RequestView, meta: SignatureMetadata): Envelope;
+  /**
+   * Optional, for deliveries that carry several events (Adyen): one Envelope each; each becomes its
+   * own row and the answer waits for all. When present the pipeline calls it instead of `envelope`.
+   * A throw (IngressError malformed_payload / missing_event_id) means nothing of the delivery is stored.
+   */
+  envelopes?(body: Buffer, req: RequestView, meta: SignatureMetadata): readonly Envelope[];
+  /** Optional: the success answer the provider expects (Adyen `[accepted]`); default JSON `{"inbox_id","duplicate"}`. */
+  acceptedReply?(results: readonly AcceptedEvent[]): Reply;
+  /**
+   * Optional: how a stored event's exact bytes become the handler's `event.payload` (default
+   * `JSON.parse`). Form-encoded providers return their fields. Throws SyntaxError when unparsable.
+   */
+  parsePayload?(raw: Buffer): unknown;
   /** Signs `body` as the provider would (tests, `send-sample`, benchmarks). */
   sign(body: Buffer, secret: string, opts: SignOptions): Record<string, string>;
   /** A realistic sample event (body + unsigned headers) for `send-sample`, demos and benchmarks. */
@@ -61,6 +91,31 @@ export interface Envelope {
   readonly objectVersion: string | null;
   /** When the provider says the event happened, Unix ms. */
   readonly providerCreatedAtMs: number | null;
+  /** The exact bytes stored for this event when a delivery holds several (a slice of the raw body); default: the whole body. */
+  readonly payload?: Buffer;
+  /**
+   * An unsigned "go fetch" notice (Mollie classic): stored with verification `fetch-required`, and
+   * a notice whose `coalesceKey` (the resource id) matches a row still PENDING is answered as that
+   * row's duplicate; once that row is claimed, the next notice makes a new row (the state may have
+   * changed since the worker fetched it). `eventId` must still be unique per notice.
+   */
+  readonly notice?: { readonly coalesceKey: string };
+}
+
+/** A non-default answer: body sent as-is with this content type. */
+export interface Reply {
+  readonly status: number;
+  readonly contentType: string;
+  readonly body: string;
+}
+
+/** One accepted (or already accepted) event of a delivery, for `acceptedReply`. */
+export interface AcceptedEvent {
+  readonly inboxId: string | null;
+  readonly duplicate: boolean;
+  readonly eventId: string;
+  /** True when the endpoint's `events` filter dropped it (no row). */
+  readonly ignored: boolean;
 }
 
 /** Read-only view of the request the adapter may consult. Header names are lowercase. */

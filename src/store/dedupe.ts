@@ -13,7 +13,8 @@ export async function acceptUnique(
   const unique: AcceptRecord[] = [];
   const slot: number[] = [];
   for (const r of records) {
-    const k = logicalKey(r);
+    // Notices for one resource collapse like copies of one event (the store coalesces across batches).
+    const k = r.coalesceKey === undefined ? logicalKey(r) : `notice\0${r.provider}\0${r.endpointId}\0${r.coalesceKey}`;
     let u = firstIndex.get(k);
     if (u === undefined) {
       u = unique.length;

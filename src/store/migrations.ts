@@ -192,4 +192,20 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX webhook_outbox_due ON webhook_outbox (next_attempt_at) WHERE published_at IS NULL;
     `,
   },
+  {
+    version: 3,
+    name: 'unsigned "go fetch" notices: verification mode and coalescing key',
+    sqlite: `
+      ALTER TABLE webhook_inbox ADD COLUMN verification TEXT NOT NULL DEFAULT 'signature' CHECK (verification IN ('signature', 'fetch-required'));
+      ALTER TABLE webhook_inbox ADD COLUMN coalesce_key TEXT;
+      CREATE INDEX webhook_inbox_notice_pending ON webhook_inbox (provider, endpoint_id, coalesce_key)
+        WHERE coalesce_key IS NOT NULL AND status = 'PENDING';
+    `,
+    postgres: `
+      ALTER TABLE webhook_inbox ADD COLUMN verification text NOT NULL DEFAULT 'signature' CHECK (verification IN ('signature', 'fetch-required'));
+      ALTER TABLE webhook_inbox ADD COLUMN coalesce_key text;
+      CREATE INDEX webhook_inbox_notice_pending ON webhook_inbox (provider, endpoint_id, coalesce_key)
+        WHERE coalesce_key IS NOT NULL AND status = 'PENDING';
+    `,
+  },
 ];

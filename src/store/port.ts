@@ -29,6 +29,11 @@ export interface AcceptRecord extends EventFields {
   readonly topic: string;
   /** Whether a broker route wants it; false → the outbox row is written already published. */
   readonly relay: boolean;
+  /**
+   * Set for an unsigned "go fetch" notice: the row is stored with verification `fetch-required`,
+   * and while a row with the same key is still PENDING (not yet claimed) the notice is its duplicate.
+   */
+  readonly coalesceKey?: string;
 }
 
 export interface AcceptResult {
@@ -44,6 +49,8 @@ export interface InboxRow extends EventFields {
   readonly nextAttemptAtMs: number | null;
   readonly leaseUntilMs: number | null;
   readonly lastError: string | null;
+  /** `signature`: the bytes were verified; `fetch-required`: an unsigned notice, its data must be fetched from the provider. */
+  readonly verification: 'signature' | 'fetch-required';
 }
 
 export interface StoredPayload extends SealedPayload {

@@ -33,6 +33,7 @@ export function toInboxRow(r: RawRow): InboxRow {
     nextAttemptAtMs: ms(r.next_attempt_at),
     leaseUntilMs: ms(r.lease_until),
     lastError: r.last_error as string | null,
+    verification: r.verification === 'fetch-required' ? 'fetch-required' : 'signature',
   };
 }
 

@@ -33,8 +33,16 @@ export function trustedKeys(adapter: ProviderAdapter, ...entries: [string, strin
   return entries.map(([version, s, retireAtMs]) => ({ version, key: adapter.prepareSecret(s), retireAtMs }));
 }
 
-/** Parse + verify over header pairs; the matched version or null. */
+/** Parse + verify over header pairs; the matched version or null. For adapters that verify synchronously. */
 export function verifyWith(adapter: ProviderAdapter, pairs: [string, string][], body: Buffer | string, ks: TrustedKey[], nowMs = Date.now()): string | null {
   const meta = adapter.parseSignature(view(pairs));
-  return adapter.verify(meta, Buffer.from(body), ks, nowMs)?.version ?? null;
+  const r = adapter.verify(meta, Buffer.from(body), ks, nowMs);
+  if (r instanceof Promise) throw new Error(`${adapter.name} verifies asynchronously: use verifyWithAsync`);
+  return r?.version ?? null;
+}
+
+/** Parse + verify over header pairs, for adapters whose verify may be async (PayPal). */
+export async function verifyWithAsync(adapter: ProviderAdapter, pairs: [string, string][], body: Buffer | string, ks: TrustedKey[], nowMs = Date.now()): Promise<string | null> {
+  const meta = adapter.parseSignature(view(pairs));
+  return (await adapter.verify(meta, Buffer.from(body), ks, nowMs))?.version ?? null;
 }

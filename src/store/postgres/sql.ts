@@ -78,8 +78,16 @@ export const SELECT_INBOX = `
   SELECT inbox_id::text, provider, endpoint_id, provider_event_id, event_type, object_id, object_version,
     ${epochMs('provider_created_at')} AS provider_created_at, ${epochMs('received_at')} AS received_at,
     raw_payload_ref::text, payload_hash, matched_secret_version, status, attempt_count,
-    ${epochMs('next_attempt_at')} AS next_attempt_at, ${epochMs('lease_until')} AS lease_until, last_error
+    ${epochMs('next_attempt_at')} AS next_attempt_at, ${epochMs('lease_until')} AS lease_until, last_error, verification
   FROM webhook_inbox WHERE inbox_id = $1`;
+
+/** Notices (unsigned, coalescing): serialise per key, find a row still PENDING, mark a new row. */
+export const LOCK_NOTICE_KEY = `SELECT pg_advisory_xact_lock(hashtextextended($1::text || chr(0) || $2::text || chr(0) || $3::text, 0))`;
+export const PENDING_NOTICE = `
+  SELECT inbox_id::text FROM webhook_inbox
+  WHERE provider = $1 AND endpoint_id = $2 AND coalesce_key = $3 AND coalesce_key IS NOT NULL AND status = 'PENDING'
+  ORDER BY inbox_id LIMIT 1`;
+export const MARK_NOTICE = `UPDATE webhook_inbox SET verification = 'fetch-required', coalesce_key = $2 WHERE inbox_id = $1`;
 
 export const COUNT_ROWS = `
   SELECT (SELECT count(*) FROM webhook_inbox) AS inbox,

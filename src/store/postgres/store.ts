@@ -30,6 +30,13 @@ const COLS = 18;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch. */
+/** One record's parameters for SQL.acceptStatement, in COLS order. */
+function acceptValues(r: AcceptRecord): unknown[] {
+  return [r.inboxId, r.payloadId, r.outboxId, r.provider, r.endpointId, r.providerEventId, r.eventType,
+    r.objectId, r.objectVersion, r.providerCreatedAtMs, r.receivedAtMs, r.payloadHash, r.matchedSecretVersion,
+    r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay];
+}
+
 export class PostgresStore implements InboxStore {
   readonly kind = 'postgres' as const;
   /** Ingress: accepts, readiness, reads. */
@@ -99,7 +106,51 @@ export class PostgresStore implements InboxStore {
   }
 
   acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
-    return acceptUnique(records, (unique) => this.insertUnique(unique));
+    return acceptUnique(records, async (unique) => {
+      if (unique.every((r) => r.coalesceKey === undefined)) return this.insertUnique(unique);
+      // Notices (rare, rate-limited) take their own short transaction each; events the batch statement.
+      const events = unique.filter((r) => r.coalesceKey === undefined);
+      const eventResults = events.length > 0 ? await this.insertUnique(events) : [];
+      const byId = new Map(events.map((r, i) => [r.inboxId, eventResults[i]!]));
+      const results: AcceptResult[] = [];
+      for (const r of unique) results.push(byId.get(r.inboxId) ?? (await this.acceptNotice(r)));
+      return results;
+    });
+  }
+
+  /**
+   * One unsigned notice: under a per-key advisory lock (so two concurrent notices cannot both
+   * miss each other), a row with the same key still PENDING answers it; otherwise a new row.
+   */
+  private async acceptNotice(r: AcceptRecord): Promise<AcceptResult> {
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (err) {
+      throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
+    }
+    try {
+      await client.query('BEGIN');
+      await client.query(SQL.LOCK_NOTICE_KEY, [r.provider, r.endpointId, r.coalesceKey]);
+      const pending = await client.query<{ inbox_id: string }>(SQL.PENDING_NOTICE, [r.provider, r.endpointId, r.coalesceKey]);
+      let result: AcceptResult;
+      if (pending.rows[0]) {
+        result = { inboxId: pending.rows[0].inbox_id, duplicate: true };
+      } else {
+        const inserted = await client.query<{ inbox_id: string }>(SQL.acceptStatement(1, COLS), acceptValues(r));
+        if (inserted.rows.length !== 1) throw new Error('a notice id was not unique');
+        await client.query(SQL.MARK_NOTICE, [r.inboxId, r.coalesceKey]);
+        result = { inboxId: r.inboxId, duplicate: false };
+      }
+      await client.query('COMMIT');
+      if (!result.duplicate) this.notifier.poke();
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
+    } finally {
+      client.release();
+    }
   }
 
   private async insertUnique(records: AcceptRecord[]): Promise<AcceptResult[]> {
@@ -107,12 +158,7 @@ export class PostgresStore implements InboxStore {
     // order, so overlapping batches wait for each other instead of deadlocking.
     const order = records.map((r, i) => ({ k: logicalKey(r), i })).sort((a, b) => (a.k < b.k ? -1 : a.k > b.k ? 1 : 0));
     const values: unknown[] = [];
-    for (const { i } of order) {
-      const r = records[i]!;
-      values.push(r.inboxId, r.payloadId, r.outboxId, r.provider, r.endpointId, r.providerEventId, r.eventType,
-        r.objectId, r.objectVersion, r.providerCreatedAtMs, r.receivedAtMs, r.payloadHash, r.matchedSecretVersion,
-        r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay);
-    }
+    for (const { i } of order) values.push(...acceptValues(records[i]!));
     const n = records.length;
     const inserted = await this.query<{ inbox_id: string }>({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
     const won = new Set(inserted.rows.map((r) => r.inbox_id));

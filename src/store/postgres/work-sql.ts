@@ -25,7 +25,7 @@ const INBOX_COLS = (t: string) => `${t}.inbox_id::text AS inbox_id, ${t}.provide
   ${epochMs(`${t}.received_at`)} AS received_at, ${t}.raw_payload_ref::text AS raw_payload_ref, ${t}.payload_hash,
   ${t}.matched_secret_version, ${t}.status, ${t}.attempt_count, ${epochMs(`${t}.next_attempt_at`)} AS next_attempt_at,
   ${epochMs(`${t}.lease_until`)} AS lease_until, ${t}.last_error, ${t}.lease_owner, ${t}.failure_reason,
-  ${t}.handler_version, ${epochMs(`${t}.processed_at`)} AS processed_at`;
+  ${t}.handler_version, ${epochMs(`${t}.processed_at`)} AS processed_at, ${t}.verification`;
 
 const EFFECT_COLS = (t: string) => `${t}.effect_id::text AS effect_id, ${t}.inbox_id::text AS inbox_id, ${t}.name,
   ${t}.idempotency_key, ${t}.data, ${t}.status, ${t}.attempt_count, ${epochMs(`${t}.next_attempt_at`)} AS next_attempt_at,

@@ -19,6 +19,13 @@ export const INSERT_OUTBOX = `
 export const SELECT_WINNER = `
   SELECT inbox_id FROM webhook_inbox WHERE provider = ? AND endpoint_id = ? AND provider_event_id = ?`;
 
+/** Notices (unsigned, coalescing): a row with the same key still PENDING answers the new notice. */
+export const PENDING_NOTICE = `
+  SELECT inbox_id FROM webhook_inbox
+  WHERE provider = ? AND endpoint_id = ? AND coalesce_key = ? AND coalesce_key IS NOT NULL AND status = 'PENDING'
+  ORDER BY inbox_id LIMIT 1`;
+export const MARK_NOTICE = `UPDATE webhook_inbox SET verification = 'fetch-required', coalesce_key = ? WHERE inbox_id = ?`;
+
 export const SELECT_INBOX = `SELECT * FROM webhook_inbox WHERE inbox_id = ?`;
 export const SELECT_PAYLOAD = `SELECT * FROM webhook_payload WHERE payload_id = ?`;
 export const COUNT_ROWS = `

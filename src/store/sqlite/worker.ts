@@ -49,6 +49,8 @@ function prepare() {
     payload: db.prepare(SQL.INSERT_PAYLOAD),
     outbox: db.prepare(SQL.INSERT_OUTBOX),
     winner: db.prepare(SQL.SELECT_WINNER).pluck(),
+    pendingNotice: db.prepare(SQL.PENDING_NOTICE).pluck(),
+    markNotice: db.prepare(SQL.MARK_NOTICE),
     selectInbox: db.prepare(SQL.SELECT_INBOX),
     selectPayload: db.prepare(SQL.SELECT_PAYLOAD),
     count: db.prepare(SQL.COUNT_ROWS),
@@ -62,8 +64,14 @@ const st = () => (statements ??= prepare());
 const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
   const s = st();
   return records.map((r) => {
+    // The one writer makes look-then-insert exact here: no other accept runs in between.
+    if (r.coalesceKey !== undefined) {
+      const pending = s.pendingNotice.get(r.provider, r.endpointId, r.coalesceKey) as string | undefined;
+      if (pending !== undefined) return { inboxId: pending, duplicate: true };
+    }
     const won = s.inbox.get({ ...r, payloadHash: bytes(r.payloadHash) });
     if (won !== undefined) {
+      if (r.coalesceKey !== undefined) s.markNotice.run(r.coalesceKey, r.inboxId);
       s.payload.run(r.payloadId, r.payload.keyId, bytes(r.payload.nonce), bytes(r.payload.ciphertext), r.receivedAtMs);
       s.outbox.run(r.outboxId, r.inboxId, r.topic, r.receivedAtMs, r.relay ? r.receivedAtMs : null, r.relay ? null : r.receivedAtMs);
       return { inboxId: r.inboxId, duplicate: false };
