@@ -1,6 +1,7 @@
 import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
+import { isJsonBytes, parseForm } from './form.js';
 import { envelope, parseJsonObject, idString, requireEventId, requireEventType } from './json.js';
 
 /**
@@ -17,9 +18,9 @@ const PREFIX = 'sha256=';
 
 function formPayload(body: Buffer): Buffer {
   // Form-encoded deliveries carry the JSON in the `payload` field.
-  const payload = new URLSearchParams(body.toString('utf8')).get('payload');
-  if (payload === null) throw new IngressError('malformed_payload', 'form body has no payload field');
-  return Buffer.from(payload, 'utf8');
+  const payload = parseForm(body).get('payload');
+  if (payload?.length !== 1) throw new IngressError('malformed_payload', 'form body needs exactly one payload field');
+  return Buffer.from(payload[0]!, 'utf8');
 }
 
 const adapter: ProviderAdapter = {
@@ -54,6 +55,8 @@ const adapter: ProviderAdapter = {
       objectId: idString(repo?.full_name),
     });
   },
+  // Form deliveries are stored as received; the handler gets the JSON inside their `payload` field.
+  parsePayload: (raw) => JSON.parse((isJsonBytes(raw) ? raw : formPayload(raw)).toString('utf8')),
   sign(body, secret) {
     return { [HEADER]: PREFIX + hmac('sha256', Buffer.from(secret, 'utf8'), [body]).toString('hex') };
   },

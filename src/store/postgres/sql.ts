@@ -82,7 +82,7 @@ export const SELECT_INBOX = `
   FROM webhook_inbox WHERE inbox_id = $1`;
 
 /** Notices (unsigned, coalescing): serialise per key, find a row still PENDING, mark a new row. */
-export const LOCK_NOTICE_KEY = `SELECT pg_advisory_xact_lock(hashtextextended($1::text || chr(0) || $2::text || chr(0) || $3::text, 0))`;
+export const LOCK_NOTICE_KEY = `SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text || '/' || $3::text, 0))`;
 export const PENDING_NOTICE = `
   SELECT inbox_id::text FROM webhook_inbox
   WHERE provider = $1 AND endpoint_id = $2 AND coalesce_key = $3 AND coalesce_key IS NOT NULL AND status = 'PENDING'
