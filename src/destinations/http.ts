@@ -1,3 +1,4 @@
+import { isJsonBytes } from '../providers/form.js';
 import { Pool, errors as undiciErrors } from 'undici';
 import type { DestinationConfig } from '../config/engine.js';
 import { FAILURE, NeedsDecisionError, RetryableError } from '../engine/failure.js';
@@ -57,7 +58,8 @@ export class HttpDestination implements Destination {
     }
     const timestamp = Math.floor(Date.now() / 1000);
     const headers: Record<string, string> = {
-      'content-type': 'application/json',
+      // Providers send JSON or a form (Twilio, Slack commands, Mollie classic); the bytes tell which.
+      'content-type': isJsonBytes(body) ? 'application/json' : 'application/x-www-form-urlencoded',
       'user-agent': 'webhook-inbox',
       'idempotency-key': event.inboxId,
       'webhook-id': event.inboxId,

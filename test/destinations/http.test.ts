@@ -96,6 +96,13 @@ describe('http destination', () => {
     expect(() => wh.verify(Buffer.concat([r.body, Buffer.from(' ')]), h)).toThrow();
   });
 
+  it('a form-encoded provider body (Twilio, Slack commands, Mollie classic) is forwarded as a form, byte for byte', async () => {
+    const form = Buffer.from('MessageSid=SM123&MessageStatus=delivered&Body=caf%C3%A9+%E2%98%95');
+    await destination().deliver(event('id-form', form));
+    expect(received[0]!.headers['content-type']).toBe('application/x-www-form-urlencoded');
+    expect(received[0]!.body.equals(form)).toBe(true);
+  });
+
   it('keeps the connection alive between deliveries and keeps the idempotency key stable per event', async () => {
     const d = destination();
     // (undici frees the pooled socket a tick after the answer completes: without the pause, a
