@@ -1,4 +1,5 @@
-import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
+import { digestHeader, utf8Secret } from './signature.js';
+import { hmac, matchHmac } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { isJsonBytes, parseForm } from './form.js';
@@ -29,17 +30,9 @@ const adapter: ProviderAdapter = {
   defaultToleranceSeconds: null,
   // GitHub caps payloads at 25 MB and never retries on its own: a 413 would lose the delivery.
   defaultMaxBodyBytes: 25 * 1024 * 1024,
-  prepareSecret(value) {
-    if (value.length === 0) throw new Error('secret is empty');
-    return Buffer.from(value, 'utf8');
-  },
+  prepareSecret: utf8Secret,
   parseSignature(req) {
-    const header = req.single(HEADER);
-    if (header === undefined) throw new IngressError('missing_signature', `${HEADER} header is absent`);
-    if (!header.startsWith(PREFIX)) throw new IngressError('malformed_signature', `${HEADER} must start with "${PREFIX}"`);
-    const digest = decodeHex(header.slice(PREFIX.length));
-    if (digest === null || digest.length !== 32) throw new IngressError('malformed_signature', `${HEADER} is not a 64-digit hex digest`);
-    return { timestamp: null, digest } satisfies GithubSignature;
+    return { timestamp: null, digest: digestHeader(req, HEADER, 'hex', { prefix: PREFIX }) } satisfies GithubSignature;
   },
   verify(meta, body, keys, nowMs) {
     return matchHmac('sha256', [body], [(meta as GithubSignature).digest], keys, nowMs);

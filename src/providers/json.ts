@@ -56,6 +56,12 @@ export function toEpochMs(v: unknown): number | null {
   return null;
 }
 
+/** A date-time string normalised to UTC ISO-8601 (ms), so versions compare as strings across offsets; else null. */
+export function isoTimestamp(v: unknown): string | null {
+  const ms = typeof v === 'string' ? toEpochMs(v) : null;
+  return ms === null ? null : new Date(ms).toISOString();
+}
+
 export function envelope(fields: Partial<Envelope> & Pick<Envelope, 'eventId' | 'eventType'>): Envelope {
   return {
     objectId: null,

@@ -1,5 +1,6 @@
+import { digestHeader, utf8Secret } from './signature.js';
 import { randomUUID } from 'node:crypto';
-import { decodeHex, hmac, matchHmac } from '../crypto/hmac.js';
+import { hmac, matchHmac } from '../crypto/hmac.js';
 import { asObject, optEnum } from '../config/read.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, Envelope, ProviderAdapter, SignatureMetadata } from './contract.js';
@@ -54,17 +55,9 @@ const signed: ProviderAdapter = {
   name: 'mollie',
   contentTypes: ['application/json'],
   defaultToleranceSeconds: null,
-  prepareSecret(value) {
-    if (value.length === 0) throw new Error('secret is empty');
-    return Buffer.from(value, 'utf8');
-  },
+  prepareSecret: utf8Secret,
   parseSignature(req) {
-    const header = req.single(HEADER);
-    if (header === undefined) throw new IngressError('missing_signature', `${HEADER} header is absent`);
-    const hex = header.startsWith(PREFIX) ? header.slice(PREFIX.length) : header;
-    const digest = decodeHex(hex);
-    if (digest === null || digest.length !== 32) throw new IngressError('malformed_signature', `${HEADER} is not a 64-digit hex digest`);
-    return { timestamp: null, digest } satisfies MollieSignature;
+    return { timestamp: null, digest: digestHeader(req, HEADER, 'hex', { prefix: PREFIX, prefixOptional: true }) } satisfies MollieSignature;
   },
   verify(meta, body, keys, nowMs) {
     return matchHmac('sha256', [body], [(meta as MollieSignature).digest!], keys, nowMs);

@@ -76,7 +76,7 @@ describe('github: X-Hub-Signature-256 parsing', () => {
   it.each(expectedFirst([
     ['absent header', [] as [string, string][], 'missing_signature'],
     ['only the legacy SHA-1 header', [['X-Hub-Signature', 'sha1=' + 'a'.repeat(40)]] as [string, string][], 'missing_signature'],
-    ['empty header', [['x-hub-signature-256', '']] as [string, string][], 'malformed_signature'],
+    ['empty header', [['x-hub-signature-256', '']] as [string, string][], 'missing_signature'],
     ['sha1= prefix', [['x-hub-signature-256', 'sha1=' + 'a'.repeat(40)]] as [string, string][], 'malformed_signature'],
     ['no prefix', [['x-hub-signature-256', 'a'.repeat(64)]] as [string, string][], 'malformed_signature'],
     ['malformed hex', [['x-hub-signature-256', 'sha256=' + 'z'.repeat(64)]] as [string, string][], 'malformed_signature'],
