@@ -158,7 +158,7 @@ export class Ingress {
       if (single) {
         // The common case, without the bookkeeping of a multi-event delivery.
         if (!ep.accepts(single.eventType)) {
-          sendJson(res, 200, `{"inbox_id":null,"duplicate":false,"ignored":"unsupported_event_type"}`);
+          sendJson(res, 200, IGNORED_REPLY);
           return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
         }
         const r = await this.deps.committer.submit(this.record(config, ep, single, body, matched.version, receivedAtMs, cipher));
@@ -173,7 +173,8 @@ export class Ingress {
         const r = byEnvelope.get(e);
         return { eventId: e.eventId, inboxId: r?.inboxId ?? null, duplicate: r?.duplicate ?? false, ignored: r === undefined };
       });
-      if (adapter.acceptedReply) sendReply(res, adapter.acceptedReply(accepted));
+      const reply = adapter.acceptedReply?.(accepted, view);
+      if (reply) sendReply(res, reply);
       else sendJson(res, 200, defaultReply(accepted));
       if (results.length === 0) return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
       return { status: 200, outcome: results.every((r) => r.duplicate) ? 'duplicate' : 'accepted', inboxId: results[0]!.inboxId };
@@ -207,8 +208,14 @@ export class Ingress {
   }
 }
 
-/** `{"events": [{"event_id","inbox_id","duplicate"[,"ignored"]}…]}` for a delivery of several events. */
+const IGNORED_REPLY = `{"inbox_id":null,"duplicate":false,"ignored":"unsupported_event_type"}`;
+
+/** `{"inbox_id","duplicate"}` for one event; `{"events": [{"event_id","inbox_id","duplicate"[,"ignored"]}…]}` for several. */
 function defaultReply(events: readonly AcceptedEvent[]): string {
+  if (events.length === 1) {
+    const e = events[0]!;
+    return e.ignored ? IGNORED_REPLY : `{"inbox_id":"${e.inboxId}","duplicate":${e.duplicate}}`;
+  }
   return JSON.stringify({
     events: events.map((e) => (e.ignored
       ? { event_id: e.eventId, inbox_id: null, duplicate: false, ignored: 'unsupported_event_type' }

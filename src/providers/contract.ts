@@ -47,8 +47,11 @@ export interface ProviderAdapter {
    * A throw (IngressError malformed_payload / missing_event_id) means nothing of the delivery is stored.
    */
   envelopes?(body: Buffer, req: RequestView, meta: SignatureMetadata): readonly Envelope[];
-  /** Optional: the success answer the provider expects (Adyen `[accepted]`); default JSON `{"inbox_id","duplicate"}`. */
-  acceptedReply?(results: readonly AcceptedEvent[]): Reply;
+  /**
+   * Optional: the success answer the provider expects (Adyen `[accepted]`, an empty ack for Slack
+   * commands); null = the default JSON (`{"inbox_id","duplicate"}`, or `{"events":[…]}` for several).
+   */
+  acceptedReply?(results: readonly AcceptedEvent[], req: RequestView): Reply | null;
   /**
    * Optional: how a stored event's exact bytes become the handler's `event.payload` (default
    * `JSON.parse`). Form-encoded providers return their fields. Throws SyntaxError when unparsable.

@@ -1,8 +1,10 @@
+import { createPublicKey, verify as edVerify } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { hmac, type TrustedKey } from '../../src/crypto/hmac.js';
 import type { ProviderAdapter } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
+import { decodeStandardSecret, isEd25519Key, standardPublicKeyOf } from '../../src/providers/standard-webhooks.js';
 import { expectedFirst, reasonOf, trustedKeys, verifyWith, view } from '../helpers/adapter.js';
 
 const adapter: ProviderAdapter = PROVIDERS['standard-webhooks']!(undefined, 'endpoints[0].options');
@@ -83,10 +85,11 @@ describe('standard-webhooks: header parsing', () => {
     expect(check(headers(V_ID, V_TS, `${V_SIG.replace('g0h', 'h0g')} v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=`), body, k)).toBeNull();
   });
 
-  it('v1a (ed25519) entries are skipped, not treated as HMAC', () => {
+  it('v1a (ed25519) entries are never treated as HMAC: with only whsec_ keys they cannot verify', () => {
     const ed = 'v1a,' + Buffer.alloc(64, 1).toString('base64');
     expect(check(headers(V_ID, V_TS, `${ed} ${V_SIG}`), body, keys(['v1', V_SECRET]))).toBe('v1');
-    expect(reasonOf(() => adapter.parseSignature(view(headers(V_ID, V_TS, ed))))).toBe('missing_signature');
+    // A v1a-only header parses (it is a signature) but no HMAC key checks it → invalid_signature upstream.
+    expect(check(headers(V_ID, V_TS, ed), body, keys(['v1', V_SECRET]))).toBeNull();
   });
 
   it('accepts svix-* header names (Svix-branded deliveries)', () => {
@@ -163,5 +166,179 @@ describe('standard-webhooks: envelope', () => {
   ])('%s → %s', (_name, body, reason) => {
     const meta = adapter.parseSignature(view(headers(V_ID, V_TS, V_SIG)));
     expect(reasonOf(() => adapter.envelope(Buffer.from(body), view([]), meta))).toBe(reason);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// v1a: asymmetric ed25519 signatures (whsk_ signs, whpk_ verifies)
+// ---------------------------------------------------------------------------------------------
+
+// standard-webhooks/standard-webhooks libraries/go/webhook_asymmetric_test.go (TestAsymmetricWebhookSign):
+// seed "TESTSIGNINGKEYDONOTUSETHISFORANY", same id/timestamp/payload as the v1 vector.
+const A_SIGNING = 'whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=';
+const A_SIG = 'v1a,tQ9V2XOqn7jL/DQenEFpqIugdBVtiMmER5mhSkXBNwM0mkATuDe6KYYUuxqtaiHeYGb7KaaBRdM5WqyeFiL8Ag==';
+// Its public key, derived independently (node:crypto, raw 32 bytes of the SPKI export).
+const A_PUBLIC = 'whpk_ZlN4eg7dSSqi0moX9hQUk3orrOouK3QVQSlJa248c/g=';
+// The same Go file's other test key (seed "WEBHOOKASYMMETRICTESTPRIVATEKEY1", given there without the whsk_ prefix).
+const B_SIGNING = 'whsk_V0VCSE9PS0FTWU1NRVRSSUNURVNUUFJJVkFURUtFWTE=';
+const B_PUBLIC = standardPublicKeyOf(B_SIGNING);
+
+const v1aOf = (signing: string, id: string, ts: number, payload: string | Buffer) => adapter.sign(Buffer.from(payload), signing, { id, timestamp: ts })['webhook-signature']!;
+
+describe('standard-webhooks v1a: published vector (Go reference library)', () => {
+  it('sign with the whsk_ seed reproduces v1a,tQ9V2X… and verify with the whpk_ key accepts it', () => {
+    const h = adapter.sign(Buffer.from(V_PAYLOAD), A_SIGNING, { id: V_ID, timestamp: V_TS });
+    expect(h).toEqual({ 'webhook-id': V_ID, 'webhook-timestamp': String(V_TS), 'webhook-signature': A_SIG });
+    expect(standardPublicKeyOf(A_SIGNING)).toBe(A_PUBLIC);
+    expect(check(headers(V_ID, V_TS, A_SIG), V_PAYLOAD, keys(['pk', A_PUBLIC]))).toBe('pk');
+  });
+
+  it('the same content as v1 is signed: id, timestamp and body', () => {
+    const k = keys(['pk', A_PUBLIC]);
+    expect(check(headers('msg_p5jXN8AQM9LWM0D4loKWxJeK', V_TS, A_SIG), V_PAYLOAD, k)).toBeNull();
+    expect(check(headers(V_ID, V_TS + 1, A_SIG), V_PAYLOAD, k)).toBeNull();
+    expect(check(headers(V_ID, V_TS, A_SIG), '{"test":2432232314}', k)).toBeNull();
+    expect(check(headers(V_ID, V_TS, A_SIG), V_PAYLOAD + ' ', k)).toBeNull();
+  });
+
+  it('signature verified with node:crypto directly over `${id}.${ts}.${payload}` (independent of the adapter)', () => {
+    const pub = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(A_PUBLIC.slice(5), 'base64').toString('base64url') }, format: 'jwk' });
+    expect(edVerify(null, Buffer.from(`${V_ID}.${V_TS}.${V_PAYLOAD}`), pub, Buffer.from(A_SIG.slice(4), 'base64'))).toBe(true);
+  });
+});
+
+describe('standard-webhooks v1a: the Go library’s asymmetric test cases', () => {
+  const ts = V_TS;
+  const k = keys(['pk', B_PUBLIC]);
+  const valid = v1aOf(B_SIGNING, V_ID, ts, V_PAYLOAD);
+
+  it('valid signature is valid; one-byte body mutation and a wrong key are not', () => {
+    expect(check(headers(V_ID, ts, valid), V_PAYLOAD, k)).toBe('pk');
+    const mutated = Buffer.from(V_PAYLOAD);
+    mutated[10] = mutated[10]! ^ 1;
+    expect(check(headers(V_ID, ts, valid), mutated, k)).toBeNull();
+    expect(check(headers(V_ID, ts, valid), V_PAYLOAD, keys(['other', A_PUBLIC]))).toBeNull();
+    // A signature over the same content by the other key pair is not this key's.
+    expect(check(headers(V_ID, ts, v1aOf(A_SIGNING, V_ID, ts, V_PAYLOAD)), V_PAYLOAD, k)).toBeNull();
+  });
+
+  it('valid multi sig (v1, v2, valid v1a, v1) is valid with only the public key trusted', () => {
+    const sig = ['v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=', 'v2,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=', valid, 'v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc='].join(' ');
+    expect(check(headers(V_ID, ts, sig), V_PAYLOAD, k)).toBe('pk');
+  });
+
+  it.each(expectedFirst([
+    ['missing id', [['webhook-timestamp', String(ts)], ['webhook-signature', valid]], 'malformed_signature'],
+    ['missing timestamp', [['webhook-id', V_ID], ['webhook-signature', valid]], 'malformed_signature'],
+    ['missing signature', [['webhook-id', V_ID], ['webhook-timestamp', String(ts)]], 'missing_signature'],
+    ['"invalid signature" (a 32-byte value as v1a)', headers(V_ID, ts, 'v1a,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc='), 'malformed_signature'],
+    ['partial signature "v1a,"', headers(V_ID, ts, 'v1a,'), 'malformed_signature'],
+    ['v1a not base64', headers(V_ID, ts, 'v1a,' + '*'.repeat(88)), 'malformed_signature'],
+    ['v1a of 63 bytes', headers(V_ID, ts, 'v1a,' + Buffer.alloc(63, 1).toString('base64')), 'malformed_signature'],
+    ['v1a of 65 bytes', headers(V_ID, ts, 'v1a,' + Buffer.alloc(65, 1).toString('base64')), 'malformed_signature'],
+    ['a good v1a next to a malformed one', headers(V_ID, ts, `${valid} v1a,abcd`), 'malformed_signature'],
+    ['only unknown versions', headers(V_ID, ts, 'v2,' + Buffer.alloc(64, 1).toString('base64')), 'missing_signature'],
+  ] as [string, [string, string][], string][]))('%s → %s', (_name, reason, pairs) => {
+    expect(reasonOf(() => adapter.parseSignature(view(pairs)))).toBe(reason);
+  });
+
+  it('a corrupted but well-formed v1a (one bit flipped) is invalid, not malformed', () => {
+    const sig = Buffer.from(valid.slice(4), 'base64');
+    sig[0] = sig[0]! ^ 1;
+    expect(check(headers(V_ID, ts, 'v1a,' + sig.toString('base64')), V_PAYLOAD, k)).toBeNull();
+  });
+});
+
+describe('standard-webhooks v1a: mixed secret lists and headers (each key checks only its own scheme)', () => {
+  const body = V_PAYLOAD;
+  const hmacSig = V_SIG; // valid v1 for V_SECRET over (V_ID, V_TS, body)
+  const edSig = A_SIG; // valid v1a for A_PUBLIC over the same content
+  const badHmac = 'v1,' + Buffer.alloc(32, 7).toString('base64');
+  const badEd = 'v1a,' + Buffer.alloc(64, 7).toString('base64');
+  const mixed = keys(['hmac', V_SECRET], ['ed', A_PUBLIC]);
+
+  it('header with v1 and v1a: the first configured key that verifies by its own scheme wins', () => {
+    expect(check(headers(V_ID, V_TS, `${hmacSig} ${edSig}`), body, mixed)).toBe('hmac');
+    expect(check(headers(V_ID, V_TS, `${edSig} ${hmacSig}`), body, keys(['ed', A_PUBLIC], ['hmac', V_SECRET]))).toBe('ed');
+    expect(check(headers(V_ID, V_TS, `${badHmac} ${edSig}`), body, mixed)).toBe('ed');
+    expect(check(headers(V_ID, V_TS, `${hmacSig} ${badEd}`), body, mixed)).toBe('hmac');
+    expect(check(headers(V_ID, V_TS, `${badHmac} ${badEd}`), body, mixed)).toBeNull();
+  });
+
+  it('sign() with several space-separated signing secrets emits one entry each (whsec_ → v1, whsk_ → v1a)', () => {
+    expect(adapter.sign(Buffer.from(body), `${V_SECRET} ${A_SIGNING}`, { id: V_ID, timestamp: V_TS })['webhook-signature']).toBe(`${V_SIG} ${A_SIG}`);
+  });
+
+  it('the public key is public: an HMAC keyed with its bytes (raw or DER) never verifies as v1', () => {
+    const raw = Buffer.from(A_PUBLIC.slice(5), 'base64');
+    const prepared = adapter.prepareSecret(A_PUBLIC);
+    for (const k of [raw, prepared]) {
+      const forged = 'v1,' + hmac('sha256', k, [`${V_ID}.${V_TS}.`, body]).toString('base64');
+      expect(check(headers(V_ID, V_TS, forged), body, keys(['ed', A_PUBLIC]))).toBeNull();
+      expect(check(headers(V_ID, V_TS, `${forged} ${badEd}`), body, mixed)).toBeNull();
+    }
+  });
+
+  it('an HMAC secret never checks v1a, an ed25519 key never checks v1', () => {
+    expect(check(headers(V_ID, V_TS, edSig), body, keys(['hmac', V_SECRET]))).toBeNull();
+    expect(check(headers(V_ID, V_TS, hmacSig), body, keys(['ed', A_PUBLIC]))).toBeNull();
+  });
+
+  it('a retired public key never verifies; rotation across schemes (v1 retired, v1a current) works', () => {
+    const now = Date.now();
+    expect(check(headers(V_ID, V_TS, edSig), body, keys(['ed', A_PUBLIC, now]), now)).toBeNull();
+    expect(check(headers(V_ID, V_TS, `${hmacSig} ${edSig}`), body, keys(['hmac', V_SECRET, now], ['ed', A_PUBLIC]), now)).toBe('ed');
+  });
+});
+
+describe('standard-webhooks v1a: key formats', () => {
+  it('whpk_ → the DER SPKI of the raw public key; base64url alphabet accepted too', () => {
+    const raw = Buffer.from(A_PUBLIC.slice(5), 'base64');
+    const prepared = adapter.prepareSecret(A_PUBLIC);
+    expect(prepared.toString('hex')).toBe('302a300506032b6570032100' + raw.toString('hex'));
+    expect(isEd25519Key(prepared)).toBe(true);
+    expect(adapter.prepareSecret('whpk_' + raw.toString('base64url') + '=').equals(prepared)).toBe(true);
+  });
+
+  it('a whsk_ private key is refused as a verification key, with a message that says why', () => {
+    expect(() => adapter.prepareSecret(A_SIGNING)).toThrow(/PRIVATE signing key.*whpk_/);
+  });
+
+  it.each([
+    ['empty', 'whpk_'],
+    ['not base64', 'whpk_not*base64!'],
+    ['31 bytes', 'whpk_' + Buffer.alloc(31, 1).toString('base64')],
+    ['33 bytes', 'whpk_' + Buffer.alloc(33, 1).toString('base64')],
+    ['64 bytes (a whole key pair)', 'whpk_' + Buffer.alloc(64, 1).toString('base64')],
+  ])('whpk_ %s → refused', (_name, value) => {
+    expect(() => adapter.prepareSecret(value)).toThrow(/whpk_/);
+  });
+
+  it('a whsec_ secret that decodes to an ed25519 DER public key is refused (no key may be both kinds)', () => {
+    const der = adapter.prepareSecret(A_PUBLIC);
+    expect(() => adapter.prepareSecret('whsec_' + der.toString('base64'))).toThrow(/ed25519 public key/);
+    expect(() => decodeStandardSecret(A_PUBLIC)).toThrow(/ed25519 key, not an HMAC secret/);
+  });
+
+  it('sign(): whpk_ cannot sign; a malformed whsk_ is refused; 64-byte seed‖public is accepted only if consistent', () => {
+    expect(() => adapter.sign(Buffer.from(V_PAYLOAD), A_PUBLIC, { id: V_ID, timestamp: V_TS })).toThrow(/cannot sign/);
+    expect(() => adapter.sign(Buffer.from(V_PAYLOAD), 'whsk_' + Buffer.alloc(31, 1).toString('base64'), { id: V_ID, timestamp: V_TS })).toThrow(/whsk_/);
+    const seed = Buffer.from(A_SIGNING.slice(5), 'base64');
+    const pub = Buffer.from(A_PUBLIC.slice(5), 'base64');
+    const pair = 'whsk_' + Buffer.concat([seed, pub]).toString('base64');
+    expect(adapter.sign(Buffer.from(V_PAYLOAD), pair, { id: V_ID, timestamp: V_TS })['webhook-signature']).toBe(A_SIG);
+    const wrongPair = 'whsk_' + Buffer.concat([seed, Buffer.alloc(32, 1)]).toString('base64');
+    expect(() => adapter.sign(Buffer.from(V_PAYLOAD), wrongPair, { id: V_ID, timestamp: V_TS })).toThrow(/does not match/);
+  });
+
+  it('ed25519 signatures are deterministic (RFC 8032): signing twice gives the same entry', () => {
+    expect(v1aOf(B_SIGNING, 'msg_1', 1700000000, '{}')).toBe(v1aOf(B_SIGNING, 'msg_1', 1700000000, '{}'));
+  });
+
+  it('multi-byte body: the exact UTF-8 bytes are signed and verified', () => {
+    const payload = Buffer.from('{"type":"user.created","data":{"name":"Zoë 🦄 東京"}}', 'utf8');
+    const sig = v1aOf(B_SIGNING, 'msg_utf8', V_TS, payload);
+    expect(check(headers('msg_utf8', V_TS, sig), payload, keys(['pk', B_PUBLIC]))).toBe('pk');
+    expect(check(headers('msg_utf8', V_TS, sig), Buffer.from(payload.toString('latin1'), 'utf8'), keys(['pk', B_PUBLIC]))).toBeNull();
   });
 });

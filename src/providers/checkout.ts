@@ -1,0 +1,101 @@
+import { digestHeader, utf8Secret } from './signature.js';
+import { createHash } from 'node:crypto';
+import { hmac, matchHmac, digestsEqual } from '../crypto/hmac.js';
+import { ConfigError, IngressError } from '../errors.js';
+import { asObject, child, type Obj } from '../config/read.js';
+import { parseSecretRef, resolveSecret, SecretUnavailableError } from '../config/secrets.js';
+import type { AdapterFactory, ProviderAdapter, SignatureMetadata } from './contract.js';
+import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs } from './json.js';
+
+/**
+ * Checkout.com: `Cko-Signature: <hex>` = HMAC-SHA256(webhook signature key as UTF-8, raw body).
+ * Nothing else is signed: no timestamp (so no freshness check). Key = body `id` (`evt_…`), which
+ * automatic retries and Dashboard/API resends keep. Type = body `type`, object = `data.id`.
+ *
+ * Checkout.com can also send a configured "Authorization header key" verbatim in `Authorization`.
+ * It is a static bearer value, not bound to the body, so it adds nothing the HMAC does not already
+ * prove; the HMAC is always required. With `options.authorization` (one or more secret references)
+ * the header must ALSO match one of them, for operators who want both checks.
+ */
+interface CheckoutSignature extends SignatureMetadata {
+  readonly digest: Buffer;
+  /** SHA-256 of the Authorization header, when the endpoint requires one. */
+  readonly authorization: Buffer | null;
+}
+
+const HEADER = 'cko-signature';
+
+const sha256 = (s: string) => createHash('sha256').update(s, 'utf8').digest();
+
+/** The accepted Authorization values, resolved at config load (a missing one is a config error). */
+function authorizationValues(o: Obj, path: string): string[] {
+  const raw = o.authorization;
+  if (raw === undefined) return [];
+  const p = child(path, 'authorization');
+  const list = Array.isArray(raw) ? raw : [raw];
+  if (list.length === 0) throw new ConfigError(p, 'must name at least one value');
+  return list.map((v, i) => {
+    const ip = Array.isArray(raw) ? child(p, i) : p;
+    try {
+      return resolveSecret(parseSecretRef(v, ip));
+    } catch (err) {
+      if (err instanceof SecretUnavailableError) throw new ConfigError(ip, err.message.slice(ip.length + 2));
+      throw err;
+    }
+  });
+}
+
+export const createCheckout: AdapterFactory = (options, path) => {
+  const o = asObject(options ?? {}, path, ['authorization']);
+  const authorization = authorizationValues(o, path);
+  // Compared as fixed-length SHA-256 digests: constant time, and the value's length does not leak.
+  const authDigests = authorization.map(sha256);
+
+  const adapter: ProviderAdapter = {
+    name: 'checkout',
+    contentTypes: ['application/json'],
+    defaultToleranceSeconds: null,
+    prepareSecret: utf8Secret,
+    parseSignature(req): CheckoutSignature {
+      const digest = digestHeader(req, HEADER, 'hex', { label: 'Cko-Signature' });
+      let auth: Buffer | null = null;
+      if (authDigests.length > 0) {
+        const a = req.single('authorization');
+        if (a === undefined || a === '') throw new IngressError('missing_signature', 'Authorization header is absent');
+        auth = sha256(a);
+      }
+      return { timestamp: null, digest, authorization: auth };
+    },
+    verify(meta, body, keys, nowMs) {
+      const m = meta as CheckoutSignature;
+      const key = matchHmac('sha256', [body], [m.digest], keys, nowMs);
+      if (authDigests.length === 0) return key;
+      let authorized = false;
+      for (const d of authDigests) authorized = digestsEqual(d, m.authorization!) || authorized;
+      return authorized ? key : null;
+    },
+    envelope(body) {
+      const e = parseJsonObject(body);
+      return envelope({
+        eventId: requireEventId(e.id, 'id'),
+        eventType: requireEventType(e.type, 'type'),
+        objectId: idString(pathValue(e, 'data.id')),
+        // Workflow events carry `created_on`; older gateway events carry `timestamp`.
+        providerCreatedAtMs: toEpochMs(e.created_on ?? e.timestamp),
+      });
+    },
+    sign(body, secret) {
+      const headers: Record<string, string> = { [HEADER]: hmac('sha256', Buffer.from(secret, 'utf8'), [body]).toString('hex') };
+      if (authorization.length > 0) headers.authorization = authorization[0]!;
+      return headers;
+    },
+    sample(seq) {
+      const body = JSON.stringify({
+        id: `evt_sample_${seq}`, type: 'payment_approved', version: '1.0.43', created_on: new Date().toISOString(),
+        data: { id: `pay_sample_${seq}`, action_id: `act_sample_${seq}`, amount: 1000, currency: 'GBP', reference: `ORD-${seq}`, response_code: '10000', response_summary: 'Approved' },
+      });
+      return { body: Buffer.from(body), headers: { 'content-type': 'application/json' }, signOptions: {} };
+    },
+  };
+  return adapter;
+};

@@ -1,0 +1,95 @@
+import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
+import { asObject } from '../config/read.js';
+import { IngressError } from '../errors.js';
+import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
+import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+
+/**
+ * Paddle Billing: `Paddle-Signature: ts=<unix>;h1=<hex>[;h1=<hex>…]`, HMAC-SHA256 (hex) over
+ * `${ts}:${raw}` keyed by the notification destination's secret key (`pdl_ntfset_…`, as-is, UTF-8).
+ * - Several h1 may come (a secret change): ANY h1 matching ANY trusted secret verifies. The
+ *   official paddle-node-sdk keeps only the last h1 it reads — a bug this adapter does not copy.
+ *   Other schemes (`h2=…`) are ignored.
+ * - `ts` is signed: ±300 s, both directions (enforced by the pipeline). The SDK's 5 s, past-only
+ *   window rejects ordinary clock skew and a delivery that queued a few seconds, and accepts any
+ *   future ts.
+ * - Key = body `event_id`: `notification_id` is per destination and new on every replay.
+ */
+interface PaddleSignature extends SignatureMetadata {
+  readonly timestamp: number;
+  /** The signed `ts` exactly as it arrived. */
+  readonly ts: string;
+  readonly h1: readonly Buffer[];
+}
+
+const HEADER = 'paddle-signature';
+
+function parseSignature(req: RequestView): PaddleSignature {
+  const header = req.single(HEADER);
+  if (header === undefined || header.trim() === '') throw new IngressError('missing_signature', `${HEADER} header is absent`);
+  let ts: string | undefined;
+  const h1: Buffer[] = [];
+  for (const item of header.split(';')) {
+    const eq = item.indexOf('=');
+    if (eq <= 0) throw new IngressError('malformed_signature', `${HEADER} has an item without "="`);
+    const k = item.slice(0, eq).trim();
+    const v = item.slice(eq + 1).trim();
+    if (k === 'ts') {
+      if (ts !== undefined) throw new IngressError('ambiguous_signature', `${HEADER} carries two timestamps`);
+      ts = v;
+    } else if (k === 'h1') {
+      const d = decodeHex(v);
+      if (d === null || d.length !== 32) throw new IngressError('malformed_signature', 'h1 is not a 64-digit hex digest');
+      h1.push(d);
+    }
+  }
+  const timestamp = parseUnixSeconds(ts);
+  if (timestamp === null) throw new IngressError('malformed_signature', `${HEADER} has no valid ts=`);
+  if (h1.length === 0) throw new IngressError('missing_signature', `${HEADER} has no h1 signature`);
+  return { timestamp, ts: ts!, h1 };
+}
+
+const adapter: ProviderAdapter = {
+  name: 'paddle',
+  contentTypes: ['application/json'],
+  defaultToleranceSeconds: 300,
+  prepareSecret(value) {
+    if (value.length === 0) throw new Error('secret is empty');
+    // The usual mix-up: the API key (pdl_live_apikey_… / pdl_sdbx_apikey_…) instead of the destination's secret key.
+    if (/^pdl_[a-z]+_apikey_/.test(value)) throw new Error('this is a Paddle API key; use the notification destination\'s secret key (pdl_ntfset_…)');
+    return Buffer.from(value, 'utf8');
+  },
+  parseSignature,
+  verify(meta, body, keys, nowMs) {
+    const m = meta as PaddleSignature;
+    return matchHmac('sha256', [`${m.ts}:`, body], m.h1, keys, nowMs);
+  },
+  envelope(body) {
+    const e = parseJsonObject(body);
+    return envelope({
+      eventId: requireEventId(e.event_id, 'event_id'),
+      eventType: requireEventType(e.event_type, 'event_type'),
+      objectId: idString(pathValue(e, 'data.id')),
+      // The entity's own last-change time (RFC 3339): per-object ordering evidence; absent on some entities.
+      objectVersion: idString(pathValue(e, 'data.updated_at')),
+      providerCreatedAtMs: toEpochMs(e.occurred_at),
+    });
+  },
+  sign(body, secret, opts) {
+    const ts = opts.timestamp ?? Math.floor(Date.now() / 1000);
+    return { [HEADER]: `ts=${ts};h1=${hmac('sha256', Buffer.from(secret, 'utf8'), [`${ts}:`, body]).toString('hex')}` };
+  },
+  sample(seq) {
+    const now = new Date().toISOString();
+    const body = JSON.stringify({
+      event_id: `evt_sample${seq}`, event_type: 'transaction.completed', occurred_at: now, notification_id: `ntf_sample${seq}`,
+      data: { id: `txn_sample${seq}`, status: 'completed', currency_code: 'USD', customer_id: 'ctm_sample', created_at: now, updated_at: now },
+    });
+    return { body: Buffer.from(body), headers: { 'content-type': 'application/json' }, signOptions: {} };
+  },
+};
+
+export const createPaddle: AdapterFactory = (options, path) => {
+  asObject(options ?? {}, path, []); // no options: a key here is a typo, not a silent no-op
+  return adapter;
+};
