@@ -10,9 +10,10 @@ export async function runSendSample(configFile: string, endpointId: string, base
   if (!ep) throw new ConfigError('endpoints', `no endpoint with id "${endpointId}" (have: ${config.endpoints.map((e) => e.id).join(', ')})`);
   const secret = resolveSecret(ep.secrets[0]!.ref);
   const sample = ep.adapter.sample(randomBytes(6).toString('hex'));
-  const headers = { ...sample.headers, ...ep.adapter.sign(sample.body, secret, sample.signOptions) };
+  const body = ep.adapter.signBody ? ep.adapter.signBody(sample.body, secret) : sample.body;
+  const headers = { ...sample.headers, ...ep.adapter.sign(body, secret, sample.signOptions) };
   const url = `${baseUrl ?? `http://${config.listen.host}:${config.listen.port}`}/webhooks/${ep.id}`;
-  const res = await fetch(url, { method: 'POST', headers, body: sample.body });
+  const res = await fetch(url, { method: 'POST', headers, body });
   console.log(`POST ${url} → ${res.status}\n${await res.text()}`);
   return res.ok ? 0 : 1;
 }

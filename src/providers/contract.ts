@@ -57,6 +57,11 @@ export interface ProviderAdapter {
    * `JSON.parse`). Form-encoded providers return their fields. Throws SyntaxError when unparsable.
    */
   parsePayload?(raw: Buffer): unknown;
+  /**
+   * Optional, for providers whose signatures live inside the body (Adyen): `body` with its
+   * signatures filled in under `secret`. Tests and `send-sample` call it before `sign`.
+   */
+  signBody?(body: Buffer, secret: string): Buffer;
   /** Signs `body` as the provider would (tests, `send-sample`, benchmarks). */
   sign(body: Buffer, secret: string, opts: SignOptions): Record<string, string>;
   /** A realistic sample event (body + unsigned headers) for `send-sample`, demos and benchmarks. */

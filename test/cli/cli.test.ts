@@ -53,21 +53,35 @@ describe('webhook-inbox CLI', () => {
     expect(run(['migrate', '--config', file]).out).toContain('schema is up to date');
   });
 
-  it('serve + send-sample: the sample event is signed correctly and accepted', async () => {
+  it('serve + send-sample: the sample event of every adapter that can sign is signed correctly and accepted', async () => {
     const file = join(dir, 's.yaml');
+    const secret = (value: string) => [{ version: 'v1', value }];
     const doc = configDoc(`sqlite:${join(dir, 's.db')}`, {
       endpoints: [
-        { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_cli' }] },
-        { id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 'gh-secret' }] },
-        { id: 'sw', provider: 'standard-webhooks', secrets: [{ version: 'v1', value: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' }] },
+        { id: 'stripe', provider: 'stripe', secrets: secret('whsec_cli') },
+        { id: 'gh', provider: 'github', secrets: secret('gh-secret') },
+        { id: 'sw', provider: 'standard-webhooks', secrets: secret('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw') },
+        { id: 'adyen', provider: 'adyen', secrets: secret('DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00') },
+        { id: 'shopify', provider: 'shopify', secrets: secret('shpss_cli') },
+        { id: 'slack', provider: 'slack', secrets: secret('8f742231b10e8888abcd99yyyzzz85a5') },
+        { id: 'twilio', provider: 'twilio', secrets: secret('twilio-auth-token'), options: { publicUrl: 'https://hooks.example.com/twilio' } },
+        { id: 'square', provider: 'square', secrets: secret('square-key'), options: { publicUrl: 'https://hooks.example.com/square' } },
+        { id: 'paddle', provider: 'paddle', secrets: secret('pdl_ntfset_cli') },
+        { id: 'razorpay', provider: 'razorpay', secrets: secret('razorpay-secret') },
+        { id: 'checkout', provider: 'checkout', secrets: secret('checkout-secret') },
+        { id: 'gitlab', provider: 'gitlab', secrets: secret('gitlab-token') },
+        { id: 'mollie', provider: 'mollie', secrets: secret('mollie-secret') },
       ],
     });
     const server = await spawnServer(file, doc);
     try {
-      for (const ep of ['stripe', 'gh', 'sw']) {
+      for (const ep of ['stripe', 'gh', 'sw', 'shopify', 'twilio', 'square', 'paddle', 'razorpay', 'checkout', 'gitlab', 'mollie']) {
         const r = run(['send-sample', '--config', file, '--endpoint', ep, '--url', server.url]);
-        expect(r.out, r.err).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
+        expect(r.out, `${ep}: ${r.err}`).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
       }
+      // Adyen answers what Adyen expects; Slack's sample is an Events API event (the usual JSON).
+      expect(run(['send-sample', '--config', file, '--endpoint', 'adyen', '--url', server.url]).out).toMatch(/→ 200\n\[accepted\]/);
+      expect(run(['send-sample', '--config', file, '--endpoint', 'slack', '--url', server.url]).out).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
     } finally {
       server.child.kill('SIGTERM');
       await new Promise((r) => server.child.once('exit', r));

@@ -79,7 +79,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
   }
 
   describe('accepted bytes are stored exactly', () => {
-    it.each(CASES)('$name: multi-byte UTF-8 body (emoji, é, CJK, astral) verifies; stored hash and bytes are the exact bytes', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): multi-byte UTF-8 body (emoji, é, CJK, astral) verifies; stored hash and bytes are the exact bytes', async (c) => {
       const m = c.make(RICH);
       expect(m.body.length).toBeGreaterThan(m.body.toString('utf8').length); // more bytes than UTF-16 code units
       const row = await expectAccepted(c, m, signed(c, m));
@@ -103,7 +103,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
   });
 
   describe('tampering → 401 invalid_signature, nothing stored', () => {
-    it.each(CASES)('$name: one changed body byte', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): one changed body byte', async (c) => {
       const m = c.make();
       const h = signed(c, m);
       const body = Buffer.from(m.body);
@@ -114,14 +114,14 @@ describeEachStore('signature verification over HTTP', (kind) => {
       expect((await send(c, body, h)).json()).toEqual({ error: 'invalid_signature' });
     });
 
-    it.each(CASES)('$name: added whitespace', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): added whitespace', async (c) => {
       const m = c.make();
       const h = signed(c, m);
       await expectRejected(c, Buffer.concat([m.body.subarray(0, 1), Buffer.from(' '), m.body.subarray(1)]), h, 401, 'invalid_signature');
       await expectRejected(c, Buffer.concat([m.body, Buffer.from('\n')]), h, 401, 'invalid_signature');
     });
 
-    it.each(JSON_CASES)('$name: JSON re-serialised (JSON.stringify(JSON.parse(body))) with the original signature', async (c) => {
+    it.each(JSON_CASES)('$name (/webhooks/$endpoint): JSON re-serialised (JSON.stringify(JSON.parse(body))) with the original signature', async (c) => {
       const m = c.make(RICH);
       const h = signed(c, m);
       const reserialised = Buffer.from(JSON.stringify(JSON.parse(m.body.toString('utf8'))), 'utf8');
@@ -131,13 +131,13 @@ describeEachStore('signature verification over HTTP', (kind) => {
       await expectAccepted(c, m, h);
     });
 
-    it.each(SIGNED_ID)('$name: changed event id (where the id is signed)', async (c) => {
+    it.each(SIGNED_ID)('$name (/webhooks/$endpoint): changed event id (where the id is signed)', async (c) => {
       const m = c.make();
       const changed = c.changeId(m, signed(c, m))!;
       await expectRejected(c, changed.body, changed.headers, 401, 'invalid_signature');
     });
 
-    it.each(TIMED)('$name: changed signed timestamp (+1 s)', async (c) => {
+    it.each(TIMED)('$name (/webhooks/$endpoint): changed signed timestamp (+1 s)', async (c) => {
       const m = c.make();
       const h = c.changeTimestamp(signed(c, m, { timestamp: nowSeconds() - 10 }))!;
       await expectRejected(c, m.body, h, 401, 'invalid_signature');
@@ -162,14 +162,14 @@ describeEachStore('signature verification over HTTP', (kind) => {
   });
 
   describe('signature headers', () => {
-    it.each(CASES)('$name: missing signature header → 401 missing_signature', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): missing signature header → 401 missing_signature', async (c) => {
       const m = c.make();
       const h = signed(c, m);
       delete h[c.signatureHeader];
       await expectRejected(c, m.body, h, 401, 'missing_signature');
     });
 
-    it.each(CASES)('$name: the same signature header twice → 400 ambiguous_signature', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): the same signature header twice → 400 ambiguous_signature', async (c) => {
       const m = c.make();
       const h = signed(c, m);
       const pairs: [string, string][] = [...Object.entries(h), [c.signatureHeader.toUpperCase(), h[c.signatureHeader]!]];
@@ -216,14 +216,14 @@ describeEachStore('signature verification over HTTP', (kind) => {
   });
 
   describe('freshness of the signed timestamp', () => {
-    it.each(TIMED)('$name: now ± (tolerance − 5 s) is accepted, both directions', async (c) => {
+    it.each(TIMED)('$name (/webhooks/$endpoint): now ± (tolerance − 5 s) is accepted, both directions', async (c) => {
       for (const skew of [-(c.tolerance! - 5), c.tolerance! - 5]) {
         const m = c.make();
         await expectAccepted(c, m, signed(c, m, { timestamp: nowSeconds() + skew }));
       }
     });
 
-    it.each(TIMED)('$name: now ± (tolerance + 5 s) → 401 stale_timestamp even though the signature is right', async (c) => {
+    it.each(TIMED)('$name (/webhooks/$endpoint): now ± (tolerance + 5 s) → 401 stale_timestamp even though the signature is right', async (c) => {
       for (const skew of [-(c.tolerance! + 5), c.tolerance! + 5]) {
         const m = c.make();
         await expectRejected(c, m.body, signed(c, m, { timestamp: nowSeconds() + skew }), 401, 'stale_timestamp');
@@ -240,26 +240,26 @@ describeEachStore('signature verification over HTTP', (kind) => {
   });
 
   describe('secret rotation', () => {
-    it.each(CASES)('$name: signed with the previous secret (v1) → accepted, matched_secret_version v1', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): signed with the previous secret (v1) → accepted, matched_secret_version v1', async (c) => {
       const m = c.make();
       const row = await expectAccepted(c, m, signed(c, m, { version: 'v1' }));
       expect(row.matchedSecretVersion).toBe('v1');
     });
 
-    it.each(CASES)('$name: signed with the current secret (v2) → matched_secret_version v2', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): signed with the current secret (v2) → matched_secret_version v2', async (c) => {
       const m = c.make();
       const row = await expectAccepted(c, m, signed(c, m, { version: 'v2' }));
       expect(row.matchedSecretVersion).toBe('v2');
     });
 
-    it.each(CASES)('$name: signed with a secret whose retireAt has passed → 401 invalid_signature', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): signed with a secret whose retireAt has passed → 401 invalid_signature', async (c) => {
       const m = c.make();
       await expectRejected(c, m.body, signed(c, m, { version: 'v0' }), 401, 'invalid_signature');
     });
   });
 
   describe('duplicate deliveries', () => {
-    it.each(CASES)('$name: a retry of the same logical event → 200 duplicate:true, same inbox_id, one row', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): a retry of the same logical event → 200 duplicate:true, same inbox_id, one row', async (c) => {
       const m = c.make(RICH);
       const before = await app.store.countRows();
       const first = await send(c, m.body, signed(c, m, { timestamp: nowSeconds() - 60 }));
@@ -275,7 +275,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
       expect(rows[0]!.matchedSecretVersion).toBe('v2');
     });
 
-    it.each(CASES)('$name: two different events about the same object (e.g. two partial refunds) → two rows', async (c) => {
+    it.each(CASES)('$name (/webhooks/$endpoint): two different events about the same object (e.g. two partial refunds) → two rows', async (c) => {
       const object = `obj_${uid().slice(0, 12)}`;
       const a = c.make('first', undefined, object);
       const b = c.make('second', undefined, object);
