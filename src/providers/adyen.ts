@@ -1,3 +1,4 @@
+import { DAY } from './contract.js';
 import { createHash } from 'node:crypto';
 import { decodeBase64, decodeHex, digestsEqual, hmac, matchHmac, type TrustedKey } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
@@ -227,6 +228,8 @@ export const createAdyen: AdapterFactory = (options, path) => {
     name: 'adyen',
     contentTypes: ['application/json'],
     defaultToleranceSeconds: null,
+    // Adyen's retry queue keeps an unaccepted notification for up to 30 days.
+    redeliveryWindowSeconds: 30 * DAY,
     prepareSecret: prepareHexKey,
     parseSignature(req): AdyenSignature {
       // Headers only: the HMACs are inside the body and are read by `verify`.

@@ -1,3 +1,4 @@
+import { HOUR } from './contract.js';
 import { digestHeader, utf8Secret } from './signature.js';
 import { createHash } from 'node:crypto';
 import { hmac, matchHmac, digestsEqual } from '../crypto/hmac.js';
@@ -55,6 +56,8 @@ export const createCheckout: AdapterFactory = (options, path) => {
     name: 'checkout',
     contentTypes: ['application/json'],
     defaultToleranceSeconds: null,
+    // 8 retries over about 30 h.
+    redeliveryWindowSeconds: 30 * HOUR,
     prepareSecret: utf8Secret,
     parseSignature(req): CheckoutSignature {
       const digest = digestHeader(req, HEADER, 'hex', { label: 'Cko-Signature' });

@@ -14,6 +14,12 @@ export interface ProviderAdapter {
   /** Freshness window when the provider signs a timestamp; null = no signed timestamp. */
   readonly defaultToleranceSeconds: number | null;
   /**
+   * How long the provider may send the same logical event again (automatic retries and its
+   * documented manual redelivery), per its docs; null = unknown (generic schemes). Idempotency
+   * records must be kept at least this long, or a late redelivery would be applied twice.
+   */
+  readonly redeliveryWindowSeconds: number | null;
+  /**
    * True when this endpoint's requests carry no signature at all (Mollie classic): the endpoint
    * needs no secrets, and every event it accepts must be a `notice` (see Envelope) whose data
    * processing fetches from the provider instead of trusting.
@@ -137,6 +143,10 @@ export interface RequestView {
   /** Request target as received (path + query). */
   readonly target: string;
 }
+
+export const MINUTE = 60;
+export const HOUR = 60 * MINUTE;
+export const DAY = 24 * HOUR;
 
 /** Creates an adapter for one endpoint; `options` is that endpoint's `options` config block. */
 export type AdapterFactory = (options: Record<string, unknown> | undefined, path: string) => ProviderAdapter;

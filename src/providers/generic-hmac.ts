@@ -97,6 +97,8 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
     name: 'generic-hmac',
     contentTypes,
     defaultToleranceSeconds: timestampHeader ? tolerance ?? 300 : null,
+    // unknown: whatever the sender does.
+    redeliveryWindowSeconds: null,
     prepareSecret: decodeSecret,
     parseSignature(req: RequestView): GenericSignature {
       const header = req.single(signatureHeader);

@@ -1,3 +1,4 @@
+import { DAY } from './contract.js';
 import { digestHeader, utf8Secret } from './signature.js';
 import { hmac, matchHmac } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
@@ -28,6 +29,8 @@ const adapter: ProviderAdapter = {
   name: 'github',
   contentTypes: ['application/json', 'application/x-www-form-urlencoded'],
   defaultToleranceSeconds: null,
+  // no automatic retries; manual redelivery of the past 3 days (same GUID).
+  redeliveryWindowSeconds: 3 * DAY,
   // GitHub caps payloads at 25 MB and never retries on its own: a 413 would lose the delivery.
   defaultMaxBodyBytes: 25 * 1024 * 1024,
   prepareSecret: utf8Secret,

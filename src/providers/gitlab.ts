@@ -1,3 +1,4 @@
+import { DAY } from './contract.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { digestsEqual } from '../crypto/hmac.js';
 import { asObject, optEnum } from '../config/read.js';
@@ -88,6 +89,8 @@ export const createGitlab: AdapterFactory = (options, path) => {
     defaultMaxBodyBytes: 25 * 1024 * 1024,
     // Applies only to signed requests (a plain-token request carries no signed time).
     defaultToleranceSeconds: 300,
+    // manual "Resend request" keeps Idempotency-Key; the history it resends from is kept a few days [U], so a week.
+    redeliveryWindowSeconds: 7 * DAY,
     prepareSecret(value) {
       if (mode === 'token') return prepareToken(value);
       if (value.startsWith('whpk_') || value.startsWith('whsk_')) {

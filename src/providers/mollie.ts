@@ -1,3 +1,4 @@
+import { DAY } from './contract.js';
 import { digestHeader, utf8Secret } from './signature.js';
 import { randomUUID } from 'node:crypto';
 import { hmac, matchHmac } from '../crypto/hmac.js';
@@ -55,6 +56,8 @@ const signed: ProviderAdapter = {
   name: 'mollie',
   contentTypes: ['application/json'],
   defaultToleranceSeconds: null,
+  // retry schema not confirmed [U]: about a day.
+  redeliveryWindowSeconds: DAY,
   prepareSecret: utf8Secret,
   parseSignature(req) {
     return { timestamp: null, digest: digestHeader(req, HEADER, 'hex', { prefix: PREFIX, prefixOptional: true }) } satisfies MollieSignature;
@@ -87,6 +90,8 @@ const classic: ProviderAdapter = {
   name: 'mollie',
   contentTypes: ['application/x-www-form-urlencoded'],
   defaultToleranceSeconds: null,
+  // retry schema not confirmed [U]: about a day; notices coalesce anyway.
+  redeliveryWindowSeconds: DAY,
   unsigned: true,
   // A notice is ~20 bytes; anything large is not Mollie.
   defaultMaxBodyBytes: 4096,

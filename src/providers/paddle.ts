@@ -1,3 +1,4 @@
+import { DAY } from './contract.js';
 import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
 import { asObject } from '../config/read.js';
 import { IngressError } from '../errors.js';
@@ -53,6 +54,8 @@ const adapter: ProviderAdapter = {
   name: 'paddle',
   contentTypes: ['application/json'],
   defaultToleranceSeconds: 300,
+  // 3 days of retries, then replays through the API (same event_id) while retained: 90 days.
+  redeliveryWindowSeconds: 90 * DAY,
   prepareSecret(value) {
     if (value.length === 0) throw new Error('secret is empty');
     // The usual mix-up: the API key (pdl_live_apikey_… / pdl_sdbx_apikey_…) instead of the destination's secret key.

@@ -1,3 +1,4 @@
+import { DAY } from './contract.js';
 import { X509Certificate, createHash, createPrivateKey, randomUUID, sign as rsaSign, verify as rsaVerify, type KeyObject } from 'node:crypto';
 import { request, type Dispatcher } from 'undici';
 import { crc32 } from 'node:zlib';
@@ -359,6 +360,8 @@ export const createPaypal: AdapterFactory = (options, path) => {
     contentTypes: ['application/json'],
     // Retries are new transmissions with a new, signed time; PayPal sends within seconds of it.
     defaultToleranceSeconds: 600,
+    // up to 25 retries over 3 days.
+    redeliveryWindowSeconds: 3 * DAY,
     prepareSecret(value) {
       if (!WEBHOOK_ID_RE.test(value)) throw new Error('a PayPal webhook id is 1-50 letters or digits, e.g. 4JH86294D6297924G (not a WH- event id, not the client secret)');
       return Buffer.from(value, 'utf8');

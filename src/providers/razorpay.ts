@@ -1,3 +1,4 @@
+import { DAY } from './contract.js';
 import { digestHeader, utf8Secret } from './signature.js';
 import { hmac, matchHmac } from '../crypto/hmac.js';
 import { asObject } from '../config/read.js';
@@ -50,6 +51,8 @@ const adapter: ProviderAdapter = {
   name: 'razorpay',
   contentTypes: ['application/json'],
   defaultToleranceSeconds: null,
+  // 24 h of retries; replays of events up to 15 days old on request.
+  redeliveryWindowSeconds: 15 * DAY,
   prepareSecret: utf8Secret,
   parseSignature(req) {
     return { timestamp: null, digest: digestHeader(req, HEADER, 'hex') } satisfies RazorpaySignature;

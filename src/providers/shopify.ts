@@ -1,3 +1,4 @@
+import { HOUR } from './contract.js';
 import { utf8Secret } from './signature.js';
 import { hmac, matchHmac, decodeBase64 } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
@@ -61,6 +62,8 @@ export const createShopify: AdapterFactory = (options, path) => {
     name: 'shopify',
     contentTypes: ['application/json'],
     defaultToleranceSeconds: null,
+    // 8 retries over 4 hours.
+    redeliveryWindowSeconds: 4 * HOUR,
     // No documented payload cap; a products/update with 2,048 variants exceeds 1 MiB, and a 413 is
     // retried 8 times and then may delete the subscription.
     defaultMaxBodyBytes: 5 * 1024 * 1024,

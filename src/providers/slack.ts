@@ -1,3 +1,4 @@
+import { MINUTE } from './contract.js';
 import { createHash } from 'node:crypto';
 import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
@@ -135,6 +136,8 @@ const adapter: ProviderAdapter = {
   name: 'slack',
   contentTypes: [JSON_TYPE, FORM_TYPE],
   defaultToleranceSeconds: 300,
+  // 3 retries: at once, after 1 and after 5 minutes.
+  redeliveryWindowSeconds: 10 * MINUTE,
   prepareSecret(value) {
     if (value.length === 0) throw new Error('secret is empty');
     if (value.trim() !== value) throw new Error('the signing secret has leading or trailing whitespace');

@@ -1,3 +1,4 @@
+import { HOUR } from './contract.js';
 import { digestHeader, utf8Secret } from './signature.js';
 import { hmac, matchHmac } from '../crypto/hmac.js';
 import { asObject, child, reqString } from '../config/read.js';
@@ -59,6 +60,8 @@ export const createSquare: AdapterFactory = (options, path) => {
     name: 'square',
     contentTypes: ['application/json'],
     defaultToleranceSeconds: null,
+    // retries for up to 72 hours after the event.
+    redeliveryWindowSeconds: 72 * HOUR,
     prepareSecret: utf8Secret,
     parseSignature(req) {
       return { timestamp: null, digest: digestHeader(req, HEADER, 'base64') } satisfies SquareSignature;

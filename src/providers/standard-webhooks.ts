@@ -1,3 +1,4 @@
+import { DAY } from './contract.js';
 import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify, type KeyObject } from 'node:crypto';
 import { hmac, matchHmac, decodeBase64, type TrustedKey } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
@@ -191,6 +192,8 @@ const adapter: ProviderAdapter = {
   name: 'standard-webhooks',
   contentTypes: ['application/json'],
   defaultToleranceSeconds: 300,
+  // producer-defined; Svix ≈ 27 h, the spec's example schedule ≈ 3 days.
+  redeliveryWindowSeconds: 3 * DAY,
   prepareSecret: prepareStandardKey,
   parseSignature: (req) => parseStandardSignature(req),
   verify(meta, body, keys, nowMs) {

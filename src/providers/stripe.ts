@@ -1,3 +1,4 @@
+import { DAY } from './contract.js';
 import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, SignatureMetadata } from './contract.js';
@@ -44,6 +45,8 @@ const adapter: ProviderAdapter = {
   name: 'stripe',
   contentTypes: ['application/json'],
   defaultToleranceSeconds: 300,
+  // live mode: automatic retries for up to 3 days.
+  redeliveryWindowSeconds: 3 * DAY,
   prepareSecret(value) {
     if (!value.startsWith('whsec_')) throw new Error('a Stripe endpoint secret starts with "whsec_"');
     return Buffer.from(value, 'utf8');

@@ -1,3 +1,4 @@
+import { MINUTE } from './contract.js';
 import { createHash } from 'node:crypto';
 import { parse as parseQueryString } from 'node:querystring';
 import { hmac, matchHmac, digestsEqual, decodeBase64, decodeHex } from '../crypto/hmac.js';
@@ -278,6 +279,8 @@ export const createTwilio: AdapterFactory = (options, path) => {
     name: 'twilio',
     contentTypes: [FORM, JSON_TYPE],
     defaultToleranceSeconds: null,
+    // retries only within the request's own ≤ 15 s window (#rc/#tt overrides); nothing later.
+    redeliveryWindowSeconds: MINUTE,
     prepareSecret(value) {
       if (value.length === 0) throw new Error('the auth token is empty');
       if (value.trim() !== value) throw new Error('the auth token has leading or trailing whitespace');
