@@ -47,7 +47,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const log = opts.logger ?? createLogger(config.log.level);
   const keyring = new KeyRing(config, opts.env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; affected endpoints answer 503 until it loads');
-  const store = opts.store ?? openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs });
+  const store = opts.store ?? openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   if (opts.migrate ?? true) {
     const applied = await store.migrate();
     if (applied.length) log.info({ applied }, 'migrations applied');

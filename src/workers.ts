@@ -19,7 +19,7 @@ export async function startWorkers(config: Config, opts: { handlers?: HandlerReg
   const log = opts.logger ?? createLogger(config.log.level);
   const keyring = new KeyRing(config, opts.env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable');
-  const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs });
+  const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   if (opts.migrate ?? true) await store.migrate();
   const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: new Registry(), log, env: opts.env });
   engine.start();

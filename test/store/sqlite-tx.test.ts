@@ -1,4 +1,6 @@
+import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { TxGate } from '../../src/store/sqlite/tx-gate.js';
 import { parseSqliteUrl } from '../../src/store/sqlite/store.js';
 import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
@@ -106,5 +108,18 @@ describe('SQLite handler transactions on the writer thread', () => {
     expect(rows[0]!.b).toBe(1);
     expect(rows[0]!.u).toBeNull();
     expect(Buffer.isBuffer(rows[0]!.blob) && rows[0]!.blob.toString()).toBe('raw');
+  });
+});
+
+describe('SQLite commit durability per op (workers.durableCommits)', () => {
+  it('the gate switches back to FULL before any op outside the relaxed set (accepts above all)', () => {
+    const sqlite = new Database(':memory:');
+    const mode = () => sqlite.pragma('synchronous', { simple: true });
+    const replies: unknown[] = [];
+    const gate = new TxGate(sqlite, 1000, { accept: mode, claimInbox: mode }, {}, new Set(['claimInbox']), (_id, run) => replies.push(run()));
+    let id = 0;
+    for (const op of ['claimInbox', 'accept', 'claimInbox', 'claimInbox', 'accept']) gate.receive({ id: ++id, op });
+    expect(replies).toEqual([1, 2, 1, 1, 2]);
+    sqlite.close();
   });
 });

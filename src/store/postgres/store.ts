@@ -23,6 +23,8 @@ export interface PostgresOptions {
   /** Client-side bound on one statement; past it the outcome is unknown → 503. */
   readonly queryTimeoutMs?: number;
   readonly connectTimeoutMs?: number;
+  /** false: the engine's connections commit with synchronous_commit = off (accepts never do). */
+  readonly durableEngineCommits?: boolean;
 }
 
 const COLS = 18;
@@ -64,7 +66,14 @@ export class PostgresStore implements InboxStore {
       options: '-c plan_cache_mode=force_generic_plan',
     };
     this.pool = new pg.Pool({ ...poolConfig, max: opts.poolSize ?? 4 });
-    this.workPool = new pg.Pool({ ...poolConfig, max: opts.workPoolSize ?? 4, application_name: 'webhook-inbox-work' });
+    this.workPool = new pg.Pool({
+      ...poolConfig,
+      max: opts.workPoolSize ?? 4,
+      application_name: 'webhook-inbox-work',
+      // Engine commits need not wait for the WAL flush (see WorkersConfig.durableCommits): a lost
+      // one is redone, while an accept's flush must never queue behind them.
+      options: opts.durableEngineCommits === false ? `${poolConfig.options} -c synchronous_commit=off` : poolConfig.options,
+    });
     // An idle client losing its connection must not crash the process; the next query reconnects.
     this.pool.on('error', () => undefined);
     this.workPool.on('error', () => undefined);

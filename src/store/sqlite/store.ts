@@ -28,7 +28,7 @@ export function parseSqliteUrl(url: string): WorkerInit {
     return Number.isFinite(v) ? v : fallback;
   };
   if (!file) throw new Error('sqlite URL needs a file path, e.g. sqlite:./data/webhook-inbox.db');
-  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', 2000), txTimeoutMs: num('txTimeoutMs', 10_000) };
+  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', 2000), txTimeoutMs: num('txTimeoutMs', 10_000), durableEngineCommits: true };
 }
 
 // Built code (dist/) runs the plain JavaScript worker. Under the TypeScript test runner this
@@ -72,8 +72,8 @@ export class SqliteStore implements InboxStore {
     this.spawn();
   }
 
-  static fromUrl(url: string): SqliteStore {
-    return new SqliteStore(parseSqliteUrl(url));
+  static fromUrl(url: string, durableEngineCommits = true): SqliteStore {
+    return new SqliteStore({ ...parseSqliteUrl(url), durableEngineCommits });
   }
 
   private spawn(): void {

@@ -35,12 +35,18 @@ export class TxGate {
   private readonly abandoned: number[] = [];
   /** The handlers' own SQL, prepared once; least recently used out first. */
   private readonly userStatements = new Map<string, Database.Statement>();
+  private synchronous: 'FULL' | 'NORMAL' = 'FULL';
 
+  /**
+   * `relaxed`: the ops (and transactions begun with txBegin) that commit with synchronous =
+   * NORMAL; every other op — accepts above all — runs with FULL. null: everything FULL.
+   */
   constructor(
     private readonly db: Database.Database,
     private readonly timeoutMs: number,
     private readonly free: Ops,
     private readonly inTx: Ops,
+    private readonly relaxed: ReadonlySet<string> | null,
     private readonly reply: (id: number, run: () => unknown) => void,
   ) {}
 
@@ -52,6 +58,14 @@ export class TxGate {
   }
 
   private runFree(msg: Msg): void {
+    // Set between transactions only: a transaction's commit runs with the mode it began under.
+    if (this.relaxed) {
+      const mode = this.relaxed.has(msg.op) ? 'NORMAL' : 'FULL';
+      if (mode !== this.synchronous) {
+        this.db.pragma(`synchronous = ${mode}`);
+        this.synchronous = mode;
+      }
+    }
     this.reply(msg.id, () => {
       if (msg.op === 'txBegin') return this.begin(msg.arg as number);
       const op = this.free[msg.op];

@@ -16,9 +16,11 @@ export interface WorkerInit {
   readonly busyTimeoutMs: number;
   /** A handler transaction open longer than this is rolled back (its main side hung or died). */
   readonly txTimeoutMs: number;
+  /** false: engine ops commit with synchronous = NORMAL (no fsync); accepts always FULL. */
+  readonly durableEngineCommits: boolean;
 }
 
-const { file, busyTimeoutMs, txTimeoutMs } = workerData as WorkerInit;
+const { file, busyTimeoutMs, txTimeoutMs, durableEngineCommits } = workerData as WorkerInit;
 const db = new Database(file);
 db.pragma('journal_mode = WAL');
 // FULL: every commit is fsynced to the WAL before we answer 2xx (NORMAL could lose the tail on power loss).
@@ -96,7 +98,11 @@ const ops: Ops = {
 };
 
 const work = workOps(db);
-const gate = new TxGate(db, txTimeoutMs, { ...ops, ...work.free }, work.inTx, (id, run) => {
+// In WAL mode a FULL commit fsyncs the whole log, so the engine's NORMAL commits before it become
+// durable with it: an accept is never reordered behind an undurable write.
+const ENGINE_OPS = ['claimInbox', 'claimEffects', 'claimOutbox', 'extendInboxLeases', 'settleEffect', 'settleOutbox', 'settleOutboxBatch', 'finishBatchTx', 'txBegin'];
+const engineSync = durableEngineCommits ? null : new Set(ENGINE_OPS);
+const gate = new TxGate(db, txTimeoutMs, { ...ops, ...work.free }, work.inTx, engineSync, (id, run) => {
   try {
     parentPort!.postMessage({ id, ok: true, result: run() });
   } catch (err) {
