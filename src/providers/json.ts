@@ -71,6 +71,29 @@ export function envelope(fields: Partial<Envelope> & Pick<Envelope, 'eventId' | 
   };
 }
 
+/** Where a provider's JSON event keeps each envelope field (dotted paths; absent = none). */
+export interface EnvelopePaths {
+  readonly id: string;
+  readonly type: string;
+  readonly objectId?: string;
+  readonly objectVersion?: string;
+  /** Event time: Unix seconds or an ISO-8601 string. */
+  readonly createdAt?: string;
+}
+
+/** The envelope of a verified JSON event whose fields sit at fixed paths (Stripe, Paddle, PayPal, …). */
+export function jsonEnvelope(body: Buffer, p: EnvelopePaths): Envelope {
+  const e = parseJsonObject(body);
+  const at = (path: string | undefined) => (path === undefined ? undefined : pathValue(e, path));
+  return envelope({
+    eventId: requireEventId(at(p.id), p.id),
+    eventType: requireEventType(at(p.type), p.type),
+    objectId: idString(at(p.objectId)),
+    objectVersion: idString(at(p.objectVersion)),
+    providerCreatedAtMs: toEpochMs(at(p.createdAt)),
+  });
+}
+
 /** Parses a signed decimal Unix-seconds timestamp strictly. */
 export function parseUnixSeconds(s: string | undefined): number | null {
   if (s === undefined || !/^\d{1,12}$/.test(s)) return null;

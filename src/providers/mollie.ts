@@ -6,7 +6,7 @@ import { asObject, optEnum } from '../config/read.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, Envelope, ProviderAdapter, SignatureMetadata } from './contract.js';
 import { formObject, parseForm } from './form.js';
-import { envelope, idString, parseJsonObject, requireEventId, requireEventType, toEpochMs } from './json.js';
+import { envelope, jsonEnvelope } from './json.js';
 
 /**
  * Mollie has two webhook systems, chosen per endpoint with `options.mode`:
@@ -65,15 +65,7 @@ const signed: ProviderAdapter = {
   verify(meta, body, keys, nowMs) {
     return matchHmac('sha256', [body], [(meta as MollieSignature).digest!], keys, nowMs);
   },
-  envelope(body) {
-    const e = parseJsonObject(body);
-    return envelope({
-      eventId: requireEventId(e.id, 'id'),
-      eventType: requireEventType(e.type, 'type'),
-      objectId: idString(e.entityId),
-      providerCreatedAtMs: toEpochMs(e.createdAt),
-    });
-  },
+  envelope: (body) => jsonEnvelope(body, { id: 'id', type: 'type', objectId: 'entityId', createdAt: 'createdAt' }),
   sign(body, secret) {
     return { [HEADER]: PREFIX + hmac('sha256', Buffer.from(secret, 'utf8'), [body]).toString('hex') };
   },

@@ -3,7 +3,7 @@ import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
 import { asObject } from '../config/read.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
-import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+import { parseUnixSeconds, jsonEnvelope } from './json.js';
 
 /**
  * Paddle Billing: `Paddle-Signature: ts=<unix>;h1=<hex>[;h1=<hex>…]`, HMAC-SHA256 (hex) over
@@ -67,17 +67,8 @@ const adapter: ProviderAdapter = {
     const m = meta as PaddleSignature;
     return matchHmac('sha256', [`${m.ts}:`, body], m.h1, keys, nowMs);
   },
-  envelope(body) {
-    const e = parseJsonObject(body);
-    return envelope({
-      eventId: requireEventId(e.event_id, 'event_id'),
-      eventType: requireEventType(e.event_type, 'event_type'),
-      objectId: idString(pathValue(e, 'data.id')),
-      // The entity's own last-change time (RFC 3339): per-object ordering evidence; absent on some entities.
-      objectVersion: idString(pathValue(e, 'data.updated_at')),
-      providerCreatedAtMs: toEpochMs(e.occurred_at),
-    });
-  },
+  // objectVersion: the entity's own last-change time (RFC 3339), per-object ordering evidence; absent on some entities.
+  envelope: (body) => jsonEnvelope(body, { id: 'event_id', type: 'event_type', objectId: 'data.id', objectVersion: 'data.updated_at', createdAt: 'occurred_at' }),
   sign(body, secret, opts) {
     const ts = opts.timestamp ?? Math.floor(Date.now() / 1000);
     return { [HEADER]: `ts=${ts};h1=${hmac('sha256', Buffer.from(secret, 'utf8'), [`${ts}:`, body]).toString('hex')}` };

@@ -6,7 +6,7 @@ import { decodeBase64, type TrustedKey } from '../crypto/hmac.js';
 import { child } from '../config/read.js';
 import { ConfigError, IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
-import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs } from './json.js';
+import { jsonEnvelope } from './json.js';
 
 /**
  * PayPal (REST webhooks): `PAYPAL-TRANSMISSION-SIG` = base64 RSA-SHA256 (PKCS#1 v1.5) over
@@ -386,16 +386,7 @@ export const createPaypal: AdapterFactory = (options, path) => {
       }
       return matched;
     },
-    envelope(body) {
-      const e = parseJsonObject(body);
-      return envelope({
-        eventId: requireEventId(e.id, 'id'),
-        eventType: requireEventType(e.event_type, 'event_type'),
-        objectId: idString(pathValue(e, 'resource.id')),
-        objectVersion: idString(pathValue(e, 'resource.update_time')),
-        providerCreatedAtMs: toEpochMs(e.create_time),
-      });
-    },
+    envelope: (body) => jsonEnvelope(body, { id: 'id', type: 'event_type', objectId: 'resource.id', objectVersion: 'resource.update_time', createdAt: 'create_time' }),
     sign(body, secret, opts) {
       if (!signer) throw new Error('PayPal signs deliveries with its own private key: send a test event from the PayPal webhooks simulator, or configure options.signer (JavaScript only) to sign locally');
       const transmissionId = opts.id ?? randomUUID();

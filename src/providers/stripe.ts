@@ -2,7 +2,7 @@ import { DAY } from './contract.js';
 import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, SignatureMetadata } from './contract.js';
-import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+import { parseUnixSeconds, jsonEnvelope } from './json.js';
 
 /**
  * Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…][,v0=…]`, HMAC-SHA256 over
@@ -56,15 +56,7 @@ const adapter: ProviderAdapter = {
     const m = meta as StripeSignature;
     return matchHmac('sha256', [`${m.timestamp}.`, body], m.v1, keys, nowMs);
   },
-  envelope(body) {
-    const e = parseJsonObject(body);
-    return envelope({
-      eventId: requireEventId(e.id, 'id'),
-      eventType: requireEventType(e.type, 'type'),
-      objectId: idString(pathValue(e, 'data.object.id')),
-      providerCreatedAtMs: toEpochMs(e.created),
-    });
-  },
+  envelope: (body) => jsonEnvelope(body, { id: 'id', type: 'type', objectId: 'data.object.id', createdAt: 'created' }),
   sign(body, secret, opts) {
     const t = opts.timestamp ?? Math.floor(Date.now() / 1000);
     const sig = hmac('sha256', Buffer.from(secret, 'utf8'), [`${t}.`, body]).toString('hex');
