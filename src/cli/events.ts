@@ -23,6 +23,7 @@ function detailJson(e: InboxDetail) {
     event_type: e.eventType, object_id: e.objectId, received_at: iso(e.receivedAtMs), attempt_count: e.attemptCount,
     next_attempt_at: iso(e.nextAttemptAtMs), failure_reason: e.failureReason, last_error: e.lastError,
     handler_version: e.handlerVersion, processed_at: iso(e.processedAtMs), matched_secret_version: e.matchedSecretVersion,
+    verification: e.verification,
     payload_sha256: e.payloadHash.toString('hex'),
   };
 }

@@ -104,6 +104,8 @@ describeEachStore('mollie classic notices over HTTP', (kind) => {
     expect(row).toMatchObject({ provider: 'mollie', endpointId: 'mollie-classic', eventType: 'payment.changed', objectId: 'tr_first1', verification: 'fetch-required', matchedSecretVersion: 'unsigned', status: 'PENDING' });
     const plain = app.keyring.cipher!.open((await app.store.getPayload(row!.rawPayloadRef!))!, { provider: 'mollie', endpointId: 'mollie-classic', providerEventId: row!.providerEventId });
     expect(plain.toString()).toBe('id=tr_first1');
+    // What operators see (`events show`) says so too.
+    expect((await app.store.getEvent(row!.inboxId))!.verification).toBe('fetch-required');
   });
 
   it('notices for one resource coalesce while its row is PENDING (also when sent concurrently); another resource is another row', async () => {
