@@ -14,6 +14,8 @@ export interface DeliveryEvent {
   readonly receivedAtMs: number;
   /** The exact verified bytes the provider sent (HTTP forward); brokers carry metadata only. */
   readonly body?: Buffer;
+  /** `fetch-required`: an unsigned notice (Mollie classic) — the receiver must fetch the state, not trust the body. */
+  readonly verification?: 'signature' | 'fetch-required';
 }
 
 export interface Destination {

@@ -67,6 +67,7 @@ export class HttpDestination implements Destination {
       'webhook-signature': signStandard(this.key, event.inboxId, timestamp, body),
     };
     if (this.authorization !== undefined) headers.authorization = this.authorization;
+    if (event.verification === 'fetch-required') headers['webhook-inbox-verification'] = 'fetch-required';
 
     // One deadline for the whole exchange: connect, headers and body.
     const ac = new AbortController();

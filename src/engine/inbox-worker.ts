@@ -175,7 +175,7 @@ export class InboxWorker {
       try {
         const r = p.row;
         await t.destination.deliver({ inboxId: r.inboxId, provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId,
-          eventType: r.eventType, receivedAtMs: r.receivedAtMs, body: p.event!.raw });
+          eventType: r.eventType, receivedAtMs: r.receivedAtMs, body: p.event!.raw, verification: r.verification });
         p.delivered.push(t);
       } catch (error) {
         p.failure ??= { error, retry: t.retry };

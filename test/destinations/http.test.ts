@@ -101,6 +101,12 @@ describe('http destination', () => {
     await destination().deliver(event('id-form', form));
     expect(received[0]!.headers['content-type']).toBe('application/x-www-form-urlencoded');
     expect(received[0]!.body.equals(form)).toBe(true);
+    expect(received[0]!.headers['webhook-inbox-verification']).toBeUndefined();
+  });
+
+  it('an unsigned notice (Mollie classic) is forwarded with Webhook-Inbox-Verification: fetch-required', async () => {
+    await destination().deliver({ ...event('id-notice', Buffer.from('id=tr_abc123')), verification: 'fetch-required' });
+    expect(received[0]!.headers['webhook-inbox-verification']).toBe('fetch-required');
   });
 
   it('keeps the connection alive between deliveries and keeps the idempotency key stable per event', async () => {
