@@ -2,10 +2,11 @@ import { DAY } from './contract.js';
 import { createHash } from 'node:crypto';
 import { decodeBase64, decodeHex, digestsEqual, hmac, matchHmac, type TrustedKey } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
-import { asArray, asObject, child, type Obj } from '../config/read.js';
+import { asArray, asObject, child, optEnum, type Obj } from '../config/read.js';
 import { parseSecretRef, resolveSecret, SecretUnavailableError } from '../config/secrets.js';
 import type { AcceptedEvent, AdapterFactory, Envelope, ProviderAdapter, Reply, RequestView, SignatureMetadata } from './contract.js';
-import { envelope, idString, requireEventId, requireEventType, toEpochMs, isoTimestamp } from './json.js';
+import { envelope, idString, parseJsonObject, requireEventId, requireEventType, toEpochMs, isoTimestamp } from './json.js';
+import { digestHeader } from './signature.js';
 import { topLevelArrayElements } from './json-slices.js';
 
 /**
@@ -207,11 +208,78 @@ function parseBasic(req: RequestView): Buffer {
   return sha256(decoded);
 }
 
+/**
+ * Adyen platform webhooks (Balance Platform, Management API, `options.webhooks: platform`): one
+ * event per request, `HmacSignature: <base64>` = HMAC-SHA256(hex-decoded key, raw body). They carry
+ * no event id; a redelivery resends the same bytes, so the key is the SHA-256 of the body.
+ */
+interface PlatformSignature extends SignatureMetadata {
+  readonly basic: Buffer | null;
+  readonly digest: Buffer;
+}
+
+const PLATFORM_HEADER = 'hmacsignature';
+
+/** The resource a platform event is about: `data.id`, else the `id` of the one object inside `data`. */
+function platformObjectId(data: unknown): string | null {
+  if (!isObject(data)) return null;
+  const direct = idString(data.id);
+  if (direct !== null) return direct;
+  const nested = Object.values(data).filter((v): v is Obj => isObject(v) && idString(v.id) !== null);
+  return nested.length === 1 ? idString(nested[0]!.id) : null;
+}
+
 export const createAdyen: AdapterFactory = (options, path) => {
-  const o = asObject(options ?? {}, path, ['basicAuth']);
+  const o = asObject(options ?? {}, path, ['basicAuth', 'webhooks']);
   const credentials = basicCredentials(o, path);
   // Compared as fixed-length SHA-256 digests: constant time, and the length does not leak.
   const credentialDigests = credentials.map((c) => sha256(c));
+  const basicOk = (sent: Buffer | null) => {
+    let ok = credentials.length === 0;
+    for (const d of credentialDigests) ok = (sent !== null && digestsEqual(d, sent)) || ok;
+    return ok;
+  };
+  const basicHeader = (): Record<string, string> =>
+    (credentials.length > 0 ? { authorization: `Basic ${Buffer.from(credentials[0]!, 'utf8').toString('base64')}` } : {});
+
+  if (optEnum(o, 'webhooks', path, ['standard', 'platform'] as const) === 'platform') {
+    const platform: ProviderAdapter = {
+      name: 'adyen',
+      contentTypes: ['application/json'],
+      defaultToleranceSeconds: null,
+      // Same retry queue as standard webhooks [U: Adyen documents it for standard webhooks].
+      redeliveryWindowSeconds: 30 * DAY,
+      prepareSecret: prepareHexKey,
+      parseSignature: (req): PlatformSignature => ({
+        timestamp: null,
+        basic: credentials.length > 0 ? parseBasic(req) : null,
+        digest: digestHeader(req, PLATFORM_HEADER, 'base64', { label: 'HmacSignature' }),
+      }),
+      verify(meta, body, keys, nowMs) {
+        const m = meta as PlatformSignature;
+        return basicOk(m.basic) ? matchHmac('sha256', [body], [m.digest], keys, nowMs) : null;
+      },
+      envelope(body) {
+        const e = parseJsonObject(body);
+        return envelope({
+          eventId: `sha256:${sha256(body).toString('hex')}`,
+          eventType: requireEventType(e.type, 'type'),
+          objectId: platformObjectId(e.data),
+          providerCreatedAtMs: toEpochMs(e.timestamp ?? e.createdAt),
+        });
+      },
+      sign: (body, hexKey) => ({ ...basicHeader(), [PLATFORM_HEADER]: hmac('sha256', prepareHexKey(hexKey), [body]).toString('base64') }),
+      sample: (seq) => ({
+        body: Buffer.from(JSON.stringify({
+          data: { balancePlatform: 'YOUR_BALANCE_PLATFORM', accountHolder: { id: `AH${seq.toUpperCase()}`, status: 'active' } },
+          environment: 'test', timestamp: new Date().toISOString(), type: 'balancePlatform.accountHolder.created',
+        })),
+        headers: { 'content-type': 'application/json' },
+        signOptions: {},
+      }),
+    };
+    return platform;
+  }
 
   /** Every item must verify; the matched key reported is the LAST-listed one any item needed (see docs). */
   function verifyItems(items: readonly ParsedItem[], keys: readonly TrustedKey[], nowMs: number): TrustedKey | null {
@@ -237,12 +305,8 @@ export const createAdyen: AdapterFactory = (options, path) => {
     },
     verify(meta, body, keys, nowMs) {
       const m = meta as AdyenSignature;
-      if (credentials.length > 0) {
-        let ok = false;
-        for (const d of credentialDigests) ok = digestsEqual(d, m.basic!) || ok;
-        // Checked before the body is parsed: without the credentials, no parse work and no parse errors.
-        if (!ok) return null;
-      }
+      // Checked before the body is parsed: without the credentials, no parse work and no parse errors.
+      if (!basicOk(m.basic)) return null;
       const parsed = parseDelivery(body);
       const key = verifyItems(parsed.items, keys, nowMs);
       if (key !== null) m.parsed = parsed;
@@ -290,7 +354,7 @@ export const createAdyen: AdapterFactory = (options, path) => {
     },
     sign(): Record<string, string> {
       // The HMACs live inside the body (signBody); only Basic credentials travel in a header.
-      return credentials.length > 0 ? { authorization: `Basic ${Buffer.from(credentials[0]!, 'utf8').toString('base64')}` } : {};
+      return basicHeader();
     },
     sample(seq) {
       // The hmacSignature is a placeholder until signBody fills it in under the endpoint's key.

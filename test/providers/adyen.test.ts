@@ -769,3 +769,71 @@ describeEachStore('adyen over HTTP', (kind) => {
     });
   });
 });
+
+describe('adyen platform webhooks (options.webhooks: platform): HmacSignature over the raw body', () => {
+  const platform: ProviderAdapter = PROVIDERS.adyen!({ webhooks: 'platform' }, 'endpoints[0].options');
+  const KEY = '44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056';
+  // Adyen/adyen-python-api-library test/UtilTest.py test_is_valid_hmac_payload: the payload is the
+  // triple-quoted string byte for byte, leading newline and indentation included.
+  const VECTOR_BODY = Buffer.from(`
+        {
+            "type": "merchant.created",
+            "environment": "test",
+            "createdAt": "01-01-2024",
+            "data": {
+                "capabilities": {
+                    "sendToTransferInstrument": {
+                        "requested": true,
+                        "requestedLevel": "notApplicable"
+                    }
+                },
+                "companyId": "YOUR_COMPANY_ID",
+                "merchantId": "YOUR_MERCHANT_ACCOUNT",
+                "status": "PreActive"
+            }
+        }
+        `, 'utf8');
+  const VECTOR_SIG = 'fX74xUdztFmaXAn3IusMFFUBUSkLmDQUK0tm8xL6ZTU=';
+  const keys = trustedKeys(platform, ['v1', KEY]);
+  const check = (sig: string, body: Buffer, ks = keys) => {
+    const r = platform.verify(platform.parseSignature(view([['HmacSignature', sig]])), body, ks, Date.now());
+    if (r instanceof Promise) throw new Error('sync expected');
+    return r?.version ?? null;
+  };
+
+  it('the published vector verifies, and our signer reproduces it', () => {
+    expect(check(VECTOR_SIG, VECTOR_BODY)).toBe('v1');
+    expect(platform.sign(VECTOR_BODY, KEY, {})).toEqual({ hmacsignature: VECTOR_SIG });
+  });
+
+  it('SDK ↔ ours: our signature passes HmacValidator.validateHMACSignature; a changed byte or another key fails both', () => {
+    const body = Buffer.from('{"type":"balancePlatform.accountHolder.created","environment":"test","data":{"accountHolder":{"id":"AH1","description":"café ☕"}}}');
+    const ours = platform.sign(body, KEY, {}).hmacsignature!;
+    expect(sdk.validateHMACSignature(KEY, ours, body.toString('utf8'))).toBe(true);
+    const tampered = Buffer.from(body);
+    tampered.writeUInt8(tampered.readUInt8(20) ^ 1, 20);
+    expect(check(ours, tampered)).toBeNull();
+    expect(sdk.validateHMACSignature(KEY, ours, tampered.toString('utf8'))).toBe(false);
+    const other = 'A'.repeat(64);
+    expect(check(ours, body, trustedKeys(platform, ['v1', other]))).toBeNull();
+  });
+
+  it('headers: missing → missing_signature, twice → ambiguous_signature, not a base64 SHA-256 → malformed_signature', () => {
+    expect(reasonOf(() => platform.parseSignature(view([])))).toBe('missing_signature');
+    expect(reasonOf(() => platform.parseSignature(view([['HmacSignature', VECTOR_SIG], ['hmacsignature', VECTOR_SIG]])))).toBe('ambiguous_signature');
+    expect(reasonOf(() => platform.parseSignature(view([['HmacSignature', 'abc']])))).toBe('malformed_signature');
+  });
+
+  it('envelope: no event id, so the key is the body\'s SHA-256 (a redelivery resends the same bytes); type, object id, time', () => {
+    const e = platform.envelope(VECTOR_BODY, view([]), { timestamp: null });
+    expect(e.eventId).toBe(`sha256:${createHash('sha256').update(VECTOR_BODY).digest('hex')}`);
+    expect(e.eventType).toBe('merchant.created');
+    const holder = Buffer.from('{"type":"balancePlatform.accountHolder.created","timestamp":"2024-12-15T15:42:03+01:00","data":{"balancePlatform":"BP","accountHolder":{"id":"AH00000000000000000000001"}}}');
+    expect(platform.envelope(holder, view([]), { timestamp: null })).toMatchObject({ objectId: 'AH00000000000000000000001', providerCreatedAtMs: Date.parse('2024-12-15T14:42:03Z') });
+    expect(reasonOf(() => platform.envelope(Buffer.from('{"data":{}}'), view([]), { timestamp: null }))).toBe('missing_event_type');
+  });
+
+  it('an unknown webhooks kind names its config path', () => {
+    expect(() => PROVIDERS.adyen!({ webhooks: 'classic' }, 'endpoints[2].options')).toThrow(/endpoints\[2\]\.options\.webhooks/);
+  });
+});

@@ -11,6 +11,7 @@ import { paddleCase } from './paddle.js';
 import { razorpayCase } from './razorpay.js';
 import { mollieCase } from './mollie.js';
 import { twilioCase } from './twilio.js';
+import { adyenPlatformCase } from './adyen-platform.js';
 import type { Case } from './types.js';
 import { shopifyCase } from './shopify.js';
 import { checkoutCase } from './checkout.js';
@@ -32,4 +33,5 @@ export const CASES: Case[] = [
   checkoutCase,
   mollieCase,
   twilioCase,
+  adyenPlatformCase,
 ];
