@@ -55,11 +55,12 @@ const markerKey = (k: EventKey, consumer: string) => `${logicalKey(k)}\u0000${co
 const markerSet = (markers: readonly ProcessedMarker[]) => new Set(markers.map((m) => markerKey(m, m.consumer)));
 
 /**
- * Processes claimed inbox rows. Per batch: decrypt and parse each event, choose its targets
- * (in-process handlers, HTTP forwards; broker routes belong to the outbox relay), deliver the
- * HTTP forwards, then ONE transaction settles the batch — each event inside its own
- * savepoint, so one event's handler mutation, processed marker, effects and status change
- * commit together or not at all, and one event's failure never undoes another's.
+ * Processes claimed inbox rows. Per batch: decrypt and parse each event (lazily), choose its
+ * targets (in-process handlers, HTTP forwards; broker routes belong to the outbox relay), deliver
+ * the HTTP forwards, then ONE transaction settles the batch: each handler runs in its own SQL
+ * savepoint (opened only if it queries), so a failing handler's writes roll back alone and never
+ * undo another event's; then one finishBatch writes the processed markers, effects and guarded
+ * status changes — a handler's mutation, its marker and its event's settle commit together.
  */
 const parseJson = (raw: Buffer): unknown => JSON.parse(raw.toString('utf8'));
 

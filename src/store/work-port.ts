@@ -3,7 +3,7 @@ import type { InboxRow } from './port.js';
 
 /**
  * The part of the storage port the processing engine uses: leased claims, one transaction per
- * settled batch (each event in its own savepoint), the effects outbox, the broker relay's
+ * settled batch (the batch protocol on StoreTx), the effects outbox, the broker relay's
  * outbox, and the operator queries. Times are Unix ms chosen by the caller (`nowMs`), so
  * tests can drive the clock and both stores agree on what "due" means.
  *
@@ -70,21 +70,13 @@ export type Row = Record<string, unknown>;
 
 /**
  * An open transaction. `query` is the handler's own SQL on the inbox database (PostgreSQL
- * `$1` placeholders, SQLite `?`); the other methods are the engine's bookkeeping.
+ * `$1` placeholders, SQLite `?`); the engine isolates each handler with plain SQL savepoints
+ * through it. The other methods are the batch protocol, the engine's bookkeeping for a whole
+ * batch: `lockLeased`, then `processed`, then one `finishBatch`.
  */
 export interface StoreTx {
   readonly kind: 'sqlite' | 'postgres';
   query<R extends Row = Row>(sql: string, params?: readonly unknown[]): Promise<R[]>;
-  /** Runs fn in a SAVEPOINT: on throw, only its writes are rolled back and the error rethrown. */
-  savepoint<T>(fn: () => Promise<T>): Promise<T>;
-  /** Whether (key, consumer) already has a processed_events row. */
-  isProcessed(key: EventKey, consumer: string): Promise<boolean>;
-  /** Inserts the processed_events row; throws if it already exists (the PK is the guard). */
-  markProcessed(key: EventKey, consumer: string, inboxId: string, handlerVersion: string | null, nowMs: number): Promise<void>;
-  /** Records an effect; a second record of the same idempotency key is ignored. */
-  addEffect(effect: NewEffect): Promise<void>;
-  /** Settles a claimed inbox row. False (and nothing written) if `owner` no longer holds its lease. */
-  settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean>;
   /**
    * The batch protocol's first step: of these rows, the ones `owner` still leases, locked until
    * this transaction ends (PostgreSQL `FOR UPDATE`), so their settle at the end cannot be lost to
@@ -190,7 +182,6 @@ export interface WorkStore {
   listEffects(inboxId: string): Promise<EffectRow[]>;
 
   claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]>;
-  settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean>;
   /**
    * Settles the rows of one relay claim in one transaction and one round trip (rows `owner`
    * no longer leases are left alone). Returns the ids it settled.

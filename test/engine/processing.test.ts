@@ -1,4 +1,7 @@
+import pino from 'pino';
 import { afterEach, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/schema.js';
+import { startWorkers } from '../../src/workers.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { NeedsDecisionError } from '../../src/engine/failure.js';
 import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
@@ -190,6 +193,38 @@ describeEachStore('processing engine', (kind) => {
     await waitFor(() => app!.store.getEvent(id).then((e) => e?.status === 'PROCESSED'), 5000, 'PROCESSED');
     expect(runs).toBe(2);
     expect(await countPaid()).toBe(1);
+  });
+
+  it('in one batch, failing handlers roll back only their own writes: the other events commit at their first attempt', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    await userTable();
+    const ids = Array.from({ length: 10 }, (_, i) => `evt_batch_${i}`);
+    const inboxIds = new Map<string, string>();
+    for (const id of ids) inboxIds.set(id, (await send(id)).json().inbox_id);
+    // All ten are PENDING before any worker runs, so the first claim (batchSize 64) takes them together.
+    const attempts = new Map<string, number>();
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      attempts.set(event.providerEventId, event.attempt);
+      await ctx.tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), [event.providerEventId, event.attempt]);
+      if (Number(event.providerEventId.slice(-1)) % 2 === 1 && event.attempt === 1) throw new Error('technical failure after the write');
+    });
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 }, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      for (const [id, inboxId] of inboxIds) {
+        const e = await waitFor(async () => {
+          const ev = await app!.store.getEvent(inboxId);
+          return ev?.status === 'PROCESSED' ? ev : null;
+        }, 10_000, `${id} PROCESSED`);
+        // Even events succeeded at their first attempt although odd ones failed beside them; odd ones on the retry.
+        expect(e.attemptCount, id).toBe(Number(id.slice(-1)) % 2 === 1 ? 2 : 1);
+      }
+    } finally {
+      await workers.stop();
+    }
+    // One row per event: the failed attempts' writes are gone, none of the successful ones.
+    const rows = await app.store.transaction((tx) => tx.query<{ event_id: string; amount: number | string }>('SELECT event_id, amount FROM paid_orders ORDER BY event_id'));
+    expect(rows.map((r) => [r.event_id, Number(r.amount)])).toEqual(ids.map((id) => [id, Number(id.slice(-1)) % 2 === 1 ? 2 : 1]));
   });
 });
 

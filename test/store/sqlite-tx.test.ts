@@ -68,7 +68,7 @@ describe('SQLite handler transactions on the writer thread', () => {
     });
     expect(settled).toBe(1);
     expect((await store.getEvent(r.inboxId))?.status).toBe('PROCESSED');
-    expect(await store.transaction((tx) => tx.isProcessed(key, 'handler:x'))).toBe(true);
+    expect((await store.transaction((tx) => tx.processed([key]))).some((m) => m.consumer === 'handler:x')).toBe(true);
   });
 
   it('rolls back a transaction left open too long, runs the work behind it, and fails its later ops clearly', async () => {

@@ -3,7 +3,7 @@ import { uuidv7 } from '../../src/crypto/ids.js';
 import type { SealedPayload } from '../../src/crypto/payload-cipher.js';
 import { openStore } from '../../src/store/open.js';
 import type { AcceptRecord, InboxStore } from '../../src/store/port.js';
-import type { EventFilter, EventKey, NewEffect, Settlement } from '../../src/store/work-port.js';
+import type { BatchOutcome, EventFilter, EventKey, NewEffect, NewMarker, OutboxSettlement, Settlement, StoreTx } from '../../src/store/work-port.js';
 import { cipher, record } from '../helpers/records.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
@@ -47,8 +47,23 @@ describeEachStore('work store', (kind) => {
     return copies;
   }
 
-  const settle = (inboxId: string, owner: string, s: Settlement) => store.transaction((tx) => tx.settleInbox(inboxId, owner, s));
+  // The batch protocol is the only way the engine writes markers, effects and settlements;
+  // these helpers say one thing at a time through it.
+  /** finishBatch with only the parts given; returns how many rows it settled. */
+  const finish = (tx: StoreTx, owner: string, o: Partial<BatchOutcome>) => tx.finishBatch(owner, { markers: [], effects: [], settlements: [], ...o });
+  /** Settles one row in a transaction of its own: 1 = settled, 0 = the lease guard refused. */
+  const settle = (inboxId: string, owner: string, s: Settlement) => store.transaction((tx) => finish(tx, owner, { settlements: [{ inboxId, s }] }));
+  /** Records effects in a transaction of their own (no settlement, so the owner plays no part). */
+  const addEffects = (...effects: NewEffect[]) => store.transaction((tx) => finish(tx, 'nobody', { effects }));
   const keyOf = (r: AcceptRecord): EventKey => ({ provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId });
+  const marker = (r: AcceptRecord, consumer: string, handlerVersion: string | null, nowMs: number): NewMarker =>
+    ({ ...keyOf(r), consumer, inboxId: r.inboxId, handlerVersion, nowMs });
+  /** Whether (key, consumer) has a processed marker, as the engine asks: through `processed`. */
+  const isProcessed = async (key: EventKey, consumer: string) =>
+    (await store.transaction((tx) => tx.processed([key]))).some((m) => m.consumer === consumer);
+  /** The relay's settle for one row: whether `owner` could settle it. */
+  const settleOutbox = async (outboxId: string, owner: string, s: OutboxSettlement) =>
+    (await store.settleOutboxBatch(owner, [{ outboxId, s }])).includes(outboxId);
   const ids = (rows: readonly { inboxId: string }[]) => rows.map((r) => r.inboxId).sort();
   const effect = (inboxId: string, name: string, nowMs: number): NewEffect =>
     ({ effectId: uuidv7(nowMs), inboxId, name, idempotencyKey: `${inboxId}:${name}`, data: JSON.stringify({ name }), nowMs });
@@ -58,7 +73,7 @@ describeEachStore('work store', (kind) => {
     const claimed = await store.claimInbox(100, 'driver', LEASE, nowMs);
     for (const c of claimed) {
       const s = plan[c.inboxId];
-      if (s) expect(await settle(c.inboxId, 'driver', s)).toBe(true);
+      if (s) expect(await settle(c.inboxId, 'driver', s)).toBe(1);
     }
   }
   const failed = (reason: string, nowMs = T + 10): Settlement => ({ status: 'FAILED', reason, error: `${reason}!`, nowMs });
@@ -105,7 +120,7 @@ describeEachStore('work store', (kind) => {
       const [taken] = await store.claimInbox(1, 'w2', 1000, T + 1001);
       expect(taken).toMatchObject({ inboxId: r.inboxId, leaseOwner: 'w2', attemptCount: 2, leaseUntilMs: T + 2001 });
       // The old owner's settle changes nothing: its lease was taken over.
-      expect(await settle(r.inboxId, 'w1', processed(T + 1002))).toBe(false);
+      expect(await settle(r.inboxId, 'w1', processed(T + 1002))).toBe(0);
       expect((await store.getEvent(r.inboxId))!).toMatchObject({ status: 'PROCESSING', attemptCount: 2, handlerVersion: null });
     });
 
@@ -181,25 +196,39 @@ describeEachStore('work store', (kind) => {
       expect(await notes()).toEqual([]);
     });
 
-    it('a savepoint rolls back only its own writes and rethrows; a successful one keeps them', async () => {
-      await store.transaction(async (tx) => {
-        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [1, 'before']);
-        await expect(tx.savepoint(async () => {
-          await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [2, 'inside']);
-          throw new Error('inner');
-        })).rejects.toThrow('inner');
-        expect(await tx.savepoint(async () => {
-          await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [3, 'kept']);
-          // Nested: the inner one fails, the outer one goes on.
-          await expect(tx.savepoint(async () => {
-            await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [4, 'nested']);
-            await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [4, 'pk violation']);
-          })).rejects.toThrow();
-          return 'ok';
-        })).toBe('ok');
-        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [5, 'after']);
+    it('one handler\'s failure, undone by a SQL savepoint through query, leaves the other event\'s writes and the batch\'s end intact', async () => {
+      // What the engine does per handler (inbox-worker.ts runHandler): SAVEPOINT before its first
+      // query, ROLLBACK TO + RELEASE if it throws, RELEASE if not; then one finishBatch for all.
+      const [a, b] = [at('evt_sp_a', 0), at('evt_sp_b', 1)];
+      await accept(a, b);
+      expect(await store.claimInbox(2, 'w1', LEASE, T + 10)).toHaveLength(2);
+      const insert = sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)');
+      const settled = await store.transaction(async (tx) => {
+        // Event a's handler writes, then hits a failed statement (PostgreSQL: the transaction is
+        // aborted until ROLLBACK TO), and is undone.
+        await tx.query('SAVEPOINT wi_handler');
+        await tx.query(insert, [1, 'a: undone']);
+        await expect(tx.query(insert, [1, 'a: pk violation'])).rejects.toThrow();
+        await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
+        await tx.query('RELEASE SAVEPOINT wi_handler');
+        // Event b's handler, under the same savepoint name, keeps its write.
+        await tx.query('SAVEPOINT wi_handler');
+        await tx.query(insert, [2, 'b: kept']);
+        await tx.query('RELEASE SAVEPOINT wi_handler');
+        return finish(tx, 'w1', {
+          markers: [marker(b, 'handler:x', 'x@1', T + 20)],
+          settlements: [
+            { inboxId: a.inboxId, s: { status: 'PENDING', nextAttemptAtMs: T + 5000, error: 'Error: a failed', nowMs: T + 20 } },
+            { inboxId: b.inboxId, s: { status: 'PROCESSED', handlerVersion: 'x@1', nowMs: T + 20 } },
+          ],
+        });
       });
-      expect((await notes()).map((n) => n.note)).toEqual(['before', 'kept', 'after']);
+      expect(settled).toBe(2);
+      expect(await notes()).toEqual([{ id: 2, note: 'b: kept' }]);
+      expect(await isProcessed(keyOf(a), 'handler:x')).toBe(false);
+      expect(await isProcessed(keyOf(b), 'handler:x')).toBe(true);
+      expect(await store.getEvent(a.inboxId)).toMatchObject({ status: 'PENDING', lastError: 'Error: a failed' });
+      expect(await store.getEvent(b.inboxId)).toMatchObject({ status: 'PROCESSED', handlerVersion: 'x@1' });
     });
 
     it('an accept issued while a transaction is open is not part of it', async () => {
@@ -216,51 +245,56 @@ describeEachStore('work store', (kind) => {
       expect((await store.getInbox(r.inboxId))?.status).toBe('PENDING');
     });
 
-    it('markProcessed guards (key, consumer) by its primary key; isProcessed reflects it', async () => {
+    it('a processed marker is guarded by its primary key (event, consumer); processed reflects it', async () => {
       const r = at('evt_proc', 0);
       await accept(r);
       const key = keyOf(r);
-      await store.transaction(async (tx) => {
-        expect(await tx.isProcessed(key, 'ledger')).toBe(false);
-        await tx.markProcessed(key, 'ledger', r.inboxId, 'h1', T + 5);
-        expect(await tx.isProcessed(key, 'ledger')).toBe(true);
-        expect(await tx.isProcessed(key, 'mailer')).toBe(false);
-        expect(await tx.isProcessed({ ...key, endpointId: 'ep2' }, 'ledger')).toBe(false);
-      });
-      await expect(store.transaction((tx) => tx.markProcessed(key, 'ledger', r.inboxId, 'h2', T + 6))).rejects.toThrow();
-      // Inside a savepoint the duplicate fails alone and the transaction goes on.
-      await store.transaction(async (tx) => {
-        await expect(tx.savepoint(() => tx.markProcessed(key, 'ledger', r.inboxId, 'h2', T + 7))).rejects.toThrow();
-        expect(await tx.isProcessed(key, 'ledger')).toBe(true);
-        await tx.markProcessed(key, 'mailer', r.inboxId, null, T + 7);
-      });
-      expect(await store.transaction((tx) => tx.isProcessed(key, 'mailer'))).toBe(true);
+      expect(await isProcessed(key, 'ledger')).toBe(false);
+      expect(await store.transaction((tx) => finish(tx, 'w1', { markers: [marker(r, 'ledger', 'h1', T + 5)] }))).toBe(0);
+      expect(await isProcessed(key, 'ledger')).toBe(true);
+      expect(await isProcessed(key, 'mailer')).toBe(false);
+      expect(await isProcessed({ ...key, endpointId: 'ep2' }, 'ledger')).toBe(false);
+      // A second marker for the same (event, consumer) throws: on its own (no handler began the
+      // transaction) and inside a begun transaction, which then rolls back whole.
+      await expect(store.transaction((tx) => finish(tx, 'w1', { markers: [marker(r, 'ledger', 'h2', T + 6)] }))).rejects.toThrow();
+      await expect(store.transaction(async (tx) => {
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [1, 'lost']);
+        await finish(tx, 'w1', { markers: [marker(r, 'mailer', null, T + 6), marker(r, 'ledger', 'h2', T + 6)] });
+      })).rejects.toThrow();
+      expect(await isProcessed(key, 'mailer')).toBe(false);
+      expect(await notes()).toEqual([]);
+      // Another consumer of the same event has a marker of its own.
+      await store.transaction((tx) => finish(tx, 'w1', { markers: [marker(r, 'mailer', null, T + 7)] }));
+      expect(await isProcessed(key, 'mailer')).toBe(true);
     });
 
-    it('a rolled-back transaction undoes markProcessed, addEffect and settleInbox', async () => {
+    it('a rolled-back transaction undoes the markers, effects and settlements finishBatch wrote', async () => {
       const r = at('evt_undo', 0);
       await accept(r);
       await store.claimInbox(1, 'w1', LEASE, T);
       await expect(store.transaction(async (tx) => {
-        await tx.markProcessed(keyOf(r), 'ledger', r.inboxId, 'h1', T + 1);
-        await tx.addEffect(effect(r.inboxId, 'email', T + 1));
-        expect(await tx.settleInbox(r.inboxId, 'w1', processed(T + 1))).toBe(true);
-        throw new Error('handler crashed after settling');
-      })).rejects.toThrow('handler crashed');
-      expect(await store.transaction((tx) => tx.isProcessed(keyOf(r), 'ledger'))).toBe(false);
+        // A handler's query begins the transaction (both stores begin lazily): finishBatch then
+        // writes inside it instead of committing on its own.
+        await tx.query(sql('INSERT INTO user_notes (id, note) VALUES ($1, $2)'), [1, 'lost']);
+        expect(await finish(tx, 'w1', {
+          markers: [marker(r, 'ledger', 'h1', T + 1)],
+          effects: [effect(r.inboxId, 'email', T + 1)],
+          settlements: [{ inboxId: r.inboxId, s: processed(T + 1) }],
+        })).toBe(1);
+        throw new Error('crashed after settling');
+      })).rejects.toThrow('crashed after settling');
+      expect(await isProcessed(keyOf(r), 'ledger')).toBe(false);
       expect(await store.listEffects(r.inboxId)).toEqual([]);
+      expect(await notes()).toEqual([]);
       expect((await store.getEvent(r.inboxId))!).toMatchObject({ status: 'PROCESSING', processedAtMs: null });
     });
 
-    it('addEffect with the same idempotency key twice records one row', async () => {
+    it('an effect recorded twice with the same idempotency key is one row', async () => {
       const r = at('evt_eff', 0);
       await accept(r);
       const e = effect(r.inboxId, 'email', T + 1);
-      await store.transaction(async (tx) => {
-        await tx.addEffect(e);
-        await tx.addEffect({ ...e, effectId: uuidv7(T + 2), data: '{"second":true}' });
-      });
-      await store.transaction((tx) => tx.addEffect({ ...e, effectId: uuidv7(T + 3) }));
+      await addEffects(e, { ...e, effectId: uuidv7(T + 2), data: '{"second":true}' });
+      await addEffects({ ...e, effectId: uuidv7(T + 3) });
       const rows = await store.listEffects(r.inboxId);
       expect(rows).toHaveLength(1);
       expect(rows[0]).toEqual({
@@ -269,23 +303,23 @@ describeEachStore('work store', (kind) => {
       });
     });
 
-    it('settleInbox with the wrong owner returns false and changes nothing', async () => {
+    it('a settlement by the wrong owner settles nothing and changes nothing', async () => {
       const r = at('evt_owner', 0);
       await accept(r);
       await store.claimInbox(1, 'w1', LEASE, T);
       const before = await store.getEvent(r.inboxId);
-      expect(await settle(r.inboxId, 'w2', processed())).toBe(false);
-      expect(await settle(r.inboxId, 'w2', failed('schema_error'))).toBe(false);
+      expect(await settle(r.inboxId, 'w2', processed())).toBe(0);
+      expect(await settle(r.inboxId, 'w2', failed('schema_error'))).toBe(0);
       expect(await store.getEvent(r.inboxId)).toEqual(before);
     });
 
-    it('settleInbox on a row that is not PROCESSING returns false', async () => {
+    it('a settlement of a row that is not PROCESSING settles nothing', async () => {
       const r = at('evt_not_claimed', 0);
       await accept(r);
-      expect(await settle(r.inboxId, 'w1', processed())).toBe(false);
+      expect(await settle(r.inboxId, 'w1', processed())).toBe(0);
       await store.claimInbox(1, 'w1', LEASE, T);
-      expect(await settle(r.inboxId, 'w1', processed())).toBe(true);
-      expect(await settle(r.inboxId, 'w1', failed('late'))).toBe(false);
+      expect(await settle(r.inboxId, 'w1', processed())).toBe(1);
+      expect(await settle(r.inboxId, 'w1', failed('late'))).toBe(0);
       expect((await store.getEvent(r.inboxId))!.status).toBe('PROCESSED');
     });
 
@@ -293,7 +327,7 @@ describeEachStore('work store', (kind) => {
       const r = at('evt_done', 0);
       await accept(r);
       await store.claimInbox(1, 'w1', LEASE, T);
-      expect(await settle(r.inboxId, 'w1', { status: 'PROCESSED', handlerVersion: 'ledger@3', nowMs: T + 50 })).toBe(true);
+      expect(await settle(r.inboxId, 'w1', { status: 'PROCESSED', handlerVersion: 'ledger@3', nowMs: T + 50 })).toBe(1);
       expect((await store.getEvent(r.inboxId))!).toMatchObject({
         status: 'PROCESSED', handlerVersion: 'ledger@3', processedAtMs: T + 50, leaseUntilMs: null, attemptCount: 1, failureReason: null,
       });
@@ -304,7 +338,7 @@ describeEachStore('work store', (kind) => {
       const r = at('evt_retry', 0);
       await accept(r);
       await store.claimInbox(1, 'w1', LEASE, T);
-      expect(await settle(r.inboxId, 'w1', { status: 'PENDING', nextAttemptAtMs: T + 5000, error: 'HTTP 503', nowMs: T + 10 })).toBe(true);
+      expect(await settle(r.inboxId, 'w1', { status: 'PENDING', nextAttemptAtMs: T + 5000, error: 'HTTP 503', nowMs: T + 10 })).toBe(1);
       expect((await store.getEvent(r.inboxId))!).toMatchObject({
         status: 'PENDING', nextAttemptAtMs: T + 5000, lastError: 'HTTP 503', leaseUntilMs: null, attemptCount: 1, processedAtMs: null,
       });
@@ -317,7 +351,7 @@ describeEachStore('work store', (kind) => {
       const r = at('evt_fail', 0);
       await accept(r);
       await store.claimInbox(1, 'w1', LEASE, T);
-      expect(await settle(r.inboxId, 'w1', { status: 'FAILED', reason: 'schema_error', error: 'missing data.object', nowMs: T + 10 })).toBe(true);
+      expect(await settle(r.inboxId, 'w1', { status: 'FAILED', reason: 'schema_error', error: 'missing data.object', nowMs: T + 10 })).toBe(1);
       expect((await store.getEvent(r.inboxId))!).toMatchObject({
         status: 'FAILED', failureReason: 'schema_error', lastError: 'missing data.object', leaseUntilMs: null, processedAtMs: null,
       });
@@ -338,11 +372,9 @@ describeEachStore('work store', (kind) => {
     it('processed lists every marker of the given events and nothing of others', async () => {
       const [a, b] = [at('evt_p1', 0), at('evt_p2', 1)];
       await accept(a, b);
-      await store.transaction(async (tx) => {
-        await tx.markProcessed(keyOf(a), 'handler:x', a.inboxId, 'x@1', T);
-        await tx.markProcessed(keyOf(a), 'destination:d', a.inboxId, null, T);
-        await tx.markProcessed(keyOf(b), 'handler:x', b.inboxId, 'x@1', T);
-      });
+      await store.transaction((tx) => finish(tx, 'w1', {
+        markers: [marker(a, 'handler:x', 'x@1', T), marker(a, 'destination:d', null, T), marker(b, 'handler:x', 'x@1', T)],
+      }));
       const found = await store.transaction((tx) => tx.processed([keyOf(a)]));
       expect(found.map((m) => m.consumer).sort()).toEqual(['destination:d', 'handler:x']);
       expect(found.every((m) => m.providerEventId === a.providerEventId)).toBe(true);
@@ -367,7 +399,7 @@ describeEachStore('work store', (kind) => {
       expect(await store.getEvent(b.inboxId)).toMatchObject({ status: 'PENDING', nextAttemptAtMs: T + 5000, lastError: 'Error: later' });
       expect(await store.getEvent(c.inboxId)).toMatchObject({ status: 'FAILED', failureReason: 'amount_mismatch' });
       expect((await store.listEffects(a.inboxId)).map((e) => e.idempotencyKey)).toEqual([`${a.inboxId}:send`]);
-      expect(await store.transaction((tx) => tx.isProcessed(keyOf(a), 'handler:x'))).toBe(true);
+      expect(await isProcessed(keyOf(a), 'handler:x')).toBe(true);
       // A second marker for the same (event, consumer) fails the batch: nothing of it stays.
       const [d] = [at('evt_f4', 3)];
       await accept(d);
@@ -395,7 +427,7 @@ describeEachStore('work store', (kind) => {
       const r = at(`evt_effects_${names.join('_')}`, 0);
       await accept(r);
       const effects = names.map((n, i) => effect(r.inboxId, n, T + 100 + i));
-      await store.transaction(async (tx) => { for (const e of effects) await tx.addEffect(e); });
+      await addEffects(...effects);
       return { inboxId: r.inboxId, effectIds: effects.map((e) => e.effectId) };
     }
     const effectById = async (inboxId: string, effectId: string) => (await store.listEffects(inboxId)).find((e) => e.effectId === effectId)!;
@@ -474,14 +506,14 @@ describeEachStore('work store', (kind) => {
       const pub = at('evt_pub', 0), later = at('evt_later', 1);
       await accept(pub, later);
       await store.claimOutbox(10, 'relay1', LEASE, T + 10);
-      expect(await store.settleOutbox(pub.outboxId, 'relay2', { published: true, nowMs: T + 20 })).toBe(false);
-      expect(await store.settleOutbox(pub.outboxId, 'relay1', { published: true, nowMs: T + 20 })).toBe(true);
-      expect(await store.settleOutbox(later.outboxId, 'relay1', { published: false, nextAttemptAtMs: T + 7000, error: 'broker down', nowMs: T + 20 })).toBe(true);
+      expect(await settleOutbox(pub.outboxId, 'relay2', { published: true, nowMs: T + 20 })).toBe(false);
+      expect(await settleOutbox(pub.outboxId, 'relay1', { published: true, nowMs: T + 20 })).toBe(true);
+      expect(await settleOutbox(later.outboxId, 'relay1', { published: false, nextAttemptAtMs: T + 7000, error: 'broker down', nowMs: T + 20 })).toBe(true);
       expect(await store.claimOutbox(10, 'relay1', LEASE, T + 6999)).toEqual([]);
       const again = await store.claimOutbox(10, 'relay1', LEASE, T + 7000);
       expect(again.map((c) => [c.outboxId, c.attemptCount])).toEqual([[later.outboxId, 2]]);
-      expect(await store.settleOutbox(later.outboxId, 'relay1', { published: true, nowMs: T + 7001 })).toBe(true);
-      expect(await store.settleOutbox(later.outboxId, 'relay1', { published: true, nowMs: T + 7002 })).toBe(false);
+      expect(await settleOutbox(later.outboxId, 'relay1', { published: true, nowMs: T + 7001 })).toBe(true);
+      expect(await settleOutbox(later.outboxId, 'relay1', { published: true, nowMs: T + 7002 })).toBe(false);
       expect(await store.claimOutbox(10, 'relay1', LEASE, T + 10 * LEASE)).toEqual([]);
     });
 
@@ -509,24 +541,20 @@ describeEachStore('work store', (kind) => {
       await store.claimOutbox(1, 'relay1', 1000, T);
       expect(await store.claimOutbox(1, 'relay2', 1000, T + 999)).toEqual([]);
       expect((await store.claimOutbox(1, 'relay2', 1000, T + 1000)).map((c) => c.attemptCount)).toEqual([2]);
-      expect(await store.settleOutbox(r.outboxId, 'relay1', { published: true, nowMs: T + 1001 })).toBe(false);
-      expect(await store.settleOutbox(r.outboxId, 'relay2', { published: true, nowMs: T + 1001 })).toBe(true);
+      expect(await settleOutbox(r.outboxId, 'relay1', { published: true, nowMs: T + 1001 })).toBe(false);
+      expect(await settleOutbox(r.outboxId, 'relay2', { published: true, nowMs: T + 1001 })).toBe(true);
     });
 
     it('queueStats counts unpublished outbox rows and effects by status', async () => {
       const a = at('evt_qs_a', 0), b = at('evt_qs_b', 5);
       await accept(a, b);
-      await store.transaction(async (tx) => {
-        await tx.addEffect(effect(a.inboxId, 'one', T + 10));
-        await tx.addEffect(effect(a.inboxId, 'two', T + 11));
-        await tx.addEffect(effect(b.inboxId, 'three', T + 12));
-      });
+      await addEffects(effect(a.inboxId, 'one', T + 10), effect(a.inboxId, 'two', T + 11), effect(b.inboxId, 'three', T + 12));
       const [first] = await store.claimEffects(1, 'e1', LEASE, T + 20);
       await store.settleEffect(first!.effectId, 'e1', { status: 'DONE', nowMs: T + 21 });
       await store.claimEffects(1, 'e1', LEASE, T + 22);
       expect(await store.queueStats()).toEqual({ outboxUnpublished: 2, outboxOldestMs: T, effects: { PENDING: 1, PROCESSING: 1, DONE: 1, FAILED: 0 } });
       await store.claimOutbox(1, 'relay1', LEASE, T + 30);
-      await store.settleOutbox(a.outboxId, 'relay1', { published: true, nowMs: T + 31 });
+      expect(await settleOutbox(a.outboxId, 'relay1', { published: true, nowMs: T + 31 })).toBe(true);
       expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 1, outboxOldestMs: T + 5 });
     });
 

@@ -8,7 +8,7 @@ import {
   toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, OutboxSettlement, StoreTx,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, StoreTx,
 } from '../work-port.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
@@ -262,10 +262,6 @@ export class PostgresStore implements InboxStore {
 
   async claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]> {
     return (await this.rows(W.CLAIM_OUTBOX, [n, owner, nowMs, nowMs + leaseMs])).map(toOutboxClaim);
-  }
-
-  async settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean> {
-    return (await this.query({ ...W.SETTLE_OUTBOX, values: [outboxId, owner, ...W.settleOutboxValues(s)] }, this.workPool)).rowCount === 1;
   }
 
   async settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]> {

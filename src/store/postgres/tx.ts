@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
-import type { BatchOutcome, EventKey, NewEffect, ProcessedMarker, Row, Settlement, StoreTx } from '../work-port.js';
+import type { BatchOutcome, EventKey, ProcessedMarker, Row, StoreTx } from '../work-port.js';
 import * as W from './work-sql.js';
 
 /**
@@ -25,7 +25,6 @@ export function storageError(err: unknown): Error {
  */
 export class PgTx implements StoreTx {
   readonly kind = 'postgres' as const;
-  private depth = 0;
   private client: pg.PoolClient | undefined;
   private begun: Promise<pg.PoolClient> | undefined;
   /** finishBatch ran on its own: nothing may follow it. */
@@ -103,44 +102,6 @@ export class PgTx implements StoreTx {
   /** In the transaction if it is open, else on its own. */
   private runHere<R extends Row = Row>(q: W.Statement, values: readonly unknown[]): Promise<pg.QueryResult<R>> {
     return this.open ? this.run<R>(q, values) : this.exec<R>(this.pool, q, values);
-  }
-
-  async savepoint<T>(fn: () => Promise<T>): Promise<T> {
-    // Nested savepoints get distinct names by depth; the engine runs them one at a time.
-    const name = `sp${++this.depth}`;
-    try {
-      await this.run(`SAVEPOINT ${name}`);
-      let result: T;
-      try {
-        result = await fn();
-      } catch (err) {
-        // If this fails too the transaction is unusable: its (storage) error is the one to report.
-        await this.run(`ROLLBACK TO SAVEPOINT ${name}; RELEASE SAVEPOINT ${name}`);
-        throw err;
-      }
-      await this.run(`RELEASE SAVEPOINT ${name}`);
-      return result;
-    } finally {
-      this.depth--;
-    }
-  }
-
-  async isProcessed(key: EventKey, consumer: string): Promise<boolean> {
-    const r = await this.run(W.IS_PROCESSED, [key.provider, key.endpointId, key.providerEventId, consumer]);
-    return r.rows.length > 0;
-  }
-
-  async markProcessed(key: EventKey, consumer: string, inboxId: string, handlerVersion: string | null, nowMs: number): Promise<void> {
-    await this.run(W.MARK_PROCESSED, [key.provider, key.endpointId, key.providerEventId, consumer, inboxId, handlerVersion, nowMs]);
-  }
-
-  async addEffect(e: NewEffect): Promise<void> {
-    await this.run(W.ADD_EFFECT, [e.effectId, e.inboxId, e.name, e.idempotencyKey, e.data, e.nowMs]);
-  }
-
-  async settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean> {
-    const r = await this.run(W.SETTLE_INBOX, [inboxId, owner, ...W.settleInboxValues(s)]);
-    return r.rowCount === 1;
   }
 
   async lockLeased(inboxIds: readonly string[], owner: string): Promise<string[]> {

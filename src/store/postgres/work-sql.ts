@@ -4,7 +4,7 @@
  * so src/store/rows.ts maps both stores' rows alike.
  */
 import { effectSettlementColumns, outboxSettlementColumns, settlementColumns } from '../rows.js';
-import type { BatchOutcome, EffectSettlement, OutboxSettle, OutboxSettlement, Settlement } from '../work-port.js';
+import type { BatchOutcome, EffectSettlement, OutboxSettle } from '../work-port.js';
 import { epochMs } from './sql.js';
 
 const ts = (param: string) => `to_timestamp(${param} / 1000.0)`;
@@ -78,22 +78,10 @@ export const EXTEND_INBOX_LEASES = named('extend_inbox_leases', `
   WHERE inbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND status = 'PROCESSING'`);
 
 /**
- * Settles a leased inbox row; changes nothing if `owner` lost the lease. NULL parameters keep
- * what is there (handler_version, last_error); a NULL next attempt ends the row's schedule.
- * $1 id, $2 owner, $3… settleInboxValues.
+ * Settles a leased effect; changes nothing if `owner` lost the lease. NULL parameters keep what
+ * is there (last_error); `next_attempt_at` is NOT NULL, so terminal states keep it.
+ * $1 id, $2 owner, $3… settleEffectValues.
  */
-export const SETTLE_INBOX = named('settle_inbox', `
-  UPDATE webhook_inbox SET status = $3, next_attempt_at = ${ts('$4')}, lease_owner = NULL, lease_until = NULL,
-    last_error = COALESCE($5, last_error), failure_reason = $6, handler_version = COALESCE($7, handler_version),
-    processed_at = COALESCE(${ts('$8')}, processed_at)
-  WHERE inbox_id = $1 AND lease_owner = $2 AND status = 'PROCESSING'`);
-
-export function settleInboxValues(s: Settlement): unknown[] {
-  const c = settlementColumns(s);
-  return [c.status, c.nextAttemptAtMs, c.error, c.reason, c.handlerVersion, c.processedAtMs];
-}
-
-/** As SETTLE_INBOX; an effect's `next_attempt_at` is NOT NULL, so terminal states keep it. $3… settleEffectValues. */
 export const SETTLE_EFFECT = named('settle_effect', `
   UPDATE webhook_effects SET status = $3, next_attempt_at = COALESCE(${ts('$4')}, next_attempt_at),
     lease_owner = NULL, lease_until = NULL, last_error = COALESCE($5, last_error), failure_reason = $6,
@@ -105,18 +93,10 @@ export function settleEffectValues(s: EffectSettlement): unknown[] {
   return [c.status, c.nextAttemptAtMs, c.error, c.reason, c.doneAtMs];
 }
 
-/** $1 id, $2 owner, $3… settleOutboxValues (a NULL published_at: not yet). */
-export const SETTLE_OUTBOX = named('settle_outbox', `
-  UPDATE webhook_outbox SET published_at = ${ts('$3')}, next_attempt_at = COALESCE(${ts('$4')}, next_attempt_at),
-    lease_owner = NULL, last_error = COALESCE($5, last_error)
-  WHERE outbox_id = $1 AND lease_owner = $2 AND published_at IS NULL`);
-
-export function settleOutboxValues(s: OutboxSettlement): unknown[] {
-  const c = outboxSettlementColumns(s);
-  return [c.publishedAt, c.nextAttemptAtMs, c.error];
-}
-
-/** SETTLE_OUTBOX for a relay claim's rows in one statement: $1… settleOutboxBatchValues, $5 owner. */
+/**
+ * Settles a relay claim's rows in one statement; rows `owner` no longer leases are left alone.
+ * A NULL published_at: not yet, retry at next_at. $1… settleOutboxBatchValues, $5 owner.
+ */
 export const SETTLE_OUTBOX_BATCH = named('settle_outbox_batch', `
   UPDATE webhook_outbox o SET published_at = ${ts('s.published_at')}, next_attempt_at = COALESCE(${ts('s.next_at')}, o.next_attempt_at),
     lease_owner = NULL, last_error = COALESCE(s.error, o.last_error)
@@ -128,19 +108,6 @@ export function settleOutboxBatchValues(owner: string, settles: readonly OutboxS
   const cols = settles.map((x) => ({ id: x.outboxId, ...outboxSettlementColumns(x.s) }));
   return [cols.map((c) => c.id), cols.map((c) => c.publishedAt), cols.map((c) => c.nextAttemptAtMs), cols.map((c) => c.error), owner];
 }
-
-export const IS_PROCESSED = named('is_processed', `
-  SELECT 1 FROM processed_events WHERE provider = $1 AND endpoint_id = $2 AND provider_event_id = $3 AND consumer = $4`);
-
-/** No ON CONFLICT: a second row for the same (event, consumer) must fail (the PK is the guard). */
-export const MARK_PROCESSED = named('mark_processed', `
-  INSERT INTO processed_events (provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, processed_at)
-  VALUES ($1, $2, $3, $4, $5, $6, ${ts('$7')})`);
-
-export const ADD_EFFECT = named('add_effect', `
-  INSERT INTO webhook_effects (effect_id, inbox_id, name, idempotency_key, data, next_attempt_at, created_at)
-  VALUES ($1, $2, $3, $4, $5, ${ts('$6')}, ${ts('$6')})
-  ON CONFLICT (idempotency_key) DO NOTHING`);
 
 /** The rows of $1 that $2 still leases (a plain read: the lazy transaction has not begun). */
 export const READ_LEASED = named('read_leased', `
@@ -161,7 +128,9 @@ export const PROCESSED_FOR_EVENTS = planned(`
 
 /**
  * A whole batch's end in one statement: processed markers (no ON CONFLICT: a duplicate fails
- * the batch), effects (a repeated idempotency key is ignored), and the guarded settles.
+ * the batch), effects (a repeated idempotency key is ignored), and the settles, each guarded
+ * by the lease owner (a row `owner` lost is left alone). A settle's NULLs keep what is there
+ * (handler_version, last_error); a NULL next attempt ends the row's schedule.
  * Arrays are parallel columns; times are epoch ms. Returns the number of rows settled.
  */
 export const FINISH_BATCH = planned(`

@@ -8,7 +8,7 @@ import {
   toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, OutboxSettlement, StoreTx,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, StoreTx,
 } from '../work-port.js';
 import { SqliteTx } from './tx.js';
 import type { ClaimArgs } from './work-ops.js';
@@ -175,10 +175,6 @@ export class SqliteStore implements InboxStore {
 
   async claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]> {
     return (await this.call<RawRow[]>('claimOutbox', { n, owner, leaseMs, nowMs } satisfies ClaimArgs)).map(toOutboxClaim);
-  }
-
-  settleOutbox(outboxId: string, owner: string, s: OutboxSettlement): Promise<boolean> {
-    return this.call('settleOutbox', { id: outboxId, owner, s });
   }
 
   async settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]> {

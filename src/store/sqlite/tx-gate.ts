@@ -30,7 +30,7 @@ const bindable = (v: unknown): unknown =>
  * longer than `timeoutMs` (main side hung or gone) is rolled back, and its later ops fail.
  */
 export class TxGate {
-  private open: { id: number; depth: number; timer: NodeJS.Timeout } | undefined;
+  private open: { id: number; timer: NodeJS.Timeout } | undefined;
   private readonly waiting: Msg[] = [];
   private readonly abandoned: number[] = [];
   /** The handlers' own SQL, prepared once; least recently used out first. */
@@ -80,7 +80,7 @@ export class TxGate {
 
   private begin(id: number): void {
     this.db.exec('BEGIN IMMEDIATE');
-    this.open = { id, depth: 0, timer: setTimeout(() => this.abandon(id), this.timeoutMs) };
+    this.open = { id, timer: setTimeout(() => this.abandon(id), this.timeoutMs) };
   }
 
   private abandon(id: number): void {
@@ -103,8 +103,7 @@ export class TxGate {
   }
 
   private runInTx(txId: number, op: string, arg: unknown): unknown {
-    const t = this.open;
-    if (t?.id !== txId) {
+    if (this.open?.id !== txId) {
       throw new Error(this.abandoned.includes(txId)
         ? `SQLite transaction was rolled back: it stayed open longer than ${this.timeoutMs} ms`
         : 'SQLite transaction is not open');
@@ -113,13 +112,6 @@ export class TxGate {
       case 'commit': return this.end(true);
       case 'rollback': return this.end(false);
       case 'query': return this.query(arg as UserQuery);
-      // Savepoints are named by depth: the main side runs them strictly nested.
-      case 'savepoint': return this.db.exec(`SAVEPOINT sp${++t.depth}`);
-      case 'release': return this.db.exec(`RELEASE sp${t.depth--}`);
-      case 'rollbackTo': {
-        const name = `sp${t.depth--}`;
-        return this.db.exec(`ROLLBACK TO ${name}; RELEASE ${name}`);
-      }
     }
     const run = this.inTx[op];
     if (!run) throw new Error(`unknown transaction op "${op}"`);

@@ -1,5 +1,5 @@
 import { bytes } from '../rows.js';
-import type { BatchOutcome, EventKey, NewEffect, ProcessedMarker, Row, Settlement, StoreTx } from '../work-port.js';
+import type { BatchOutcome, EventKey, ProcessedMarker, Row, StoreTx } from '../work-port.js';
 
 /** Posts one op to the writer thread: `inTx` ops carry this transaction's id, the others run on their own. */
 export type TxSend = <T>(op: string, arg: unknown, inTx: boolean) => Promise<T>;
@@ -17,7 +17,7 @@ function withBuffers<R extends Row>(row: R): R {
  * trip to this thread in between, so the transaction begins lazily: the batch protocol's reads
  * (`lockLeased`, `processed`) run on their own before it, and a `finishBatch` that finds no
  * transaction begun (no handler touched the database) is BEGIN … COMMIT in ONE message. Only a
- * handler's own SQL (or the per-event ops) begins it. Nothing is lost by reading first: the
+ * handler's own SQL (`query`) begins it. Nothing is lost by reading first: the
  * writes are guarded as ever (settles by lease owner, markers by their primary key), and a row
  * that changed hands in between is simply not settled, as if its lease had been lost later.
  */
@@ -42,35 +42,6 @@ export class SqliteTx implements StoreTx {
 
   async query<R extends Row = Row>(sql: string, params: readonly unknown[] = []): Promise<R[]> {
     return (await this.inTx<R[]>('query', { sql, params })).map(withBuffers);
-  }
-
-  async savepoint<T>(fn: () => Promise<T>): Promise<T> {
-    await this.inTx('savepoint');
-    let result: T;
-    try {
-      result = await fn();
-    } catch (err) {
-      await this.inTx('rollbackTo');
-      throw err;
-    }
-    await this.inTx('release');
-    return result;
-  }
-
-  isProcessed(key: EventKey, consumer: string): Promise<boolean> {
-    return this.inTx('isProcessed', { key, consumer });
-  }
-
-  markProcessed(key: EventKey, consumer: string, inboxId: string, handlerVersion: string | null, nowMs: number): Promise<void> {
-    return this.inTx('markProcessed', { key, consumer, inboxId, handlerVersion, nowMs });
-  }
-
-  addEffect(effect: NewEffect): Promise<void> {
-    return this.inTx('addEffect', effect);
-  }
-
-  settleInbox(inboxId: string, owner: string, s: Settlement): Promise<boolean> {
-    return this.inTx('settleInbox', { id: inboxId, owner, s });
   }
 
   lockLeased(inboxIds: readonly string[], owner: string): Promise<string[]> {

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { effectSettlementColumns, eventListLimit, outboxSettlementColumns, settlementColumns } from '../rows.js';
-import type { BatchOutcome, EffectSettlement, EventFilter, EventKey, NewEffect, OutboxSettle, OutboxSettlement, ProcessedMarker, Settlement } from '../work-port.js';
+import type { BatchOutcome, EffectSettlement, EventFilter, EventKey, OutboxSettle, ProcessedMarker } from '../work-port.js';
 import * as W from './work-sql.js';
 
 /** A writer-thread operation: one message in, one structured-clonable answer out. */
@@ -73,8 +73,6 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
       void st(W.EXTEND_INBOX_LEASES).run({ ids: JSON.stringify(a.ids), owner: a.owner, leaseUntil: a.leaseUntilMs }),
     settleEffect: (a: Guarded<EffectSettlement>) =>
       st(W.SETTLE_EFFECT).run({ id: a.id, owner: a.owner, ...effectSettlementColumns(a.s) }).changes === 1,
-    settleOutbox: (a: Guarded<OutboxSettlement>) =>
-      st(W.SETTLE_OUTBOX).run({ id: a.id, owner: a.owner, ...outboxSettlementColumns(a.s) }).changes === 1,
     // One transaction (one fsync) for a relay claim, not one per row.
     settleOutboxBatch: (a: { owner: string; settles: OutboxSettle[] }) => settleOutboxBatch.immediate(a),
     lockLeased,
@@ -94,13 +92,6 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
   };
 
   const inTx: Ops = {
-    isProcessed: (a: { key: EventKey; consumer: string }) =>
-      st(W.IS_PROCESSED).get(a.key.provider, a.key.endpointId, a.key.providerEventId, a.consumer) !== undefined,
-    markProcessed: (a: { key: EventKey; consumer: string; inboxId: string; handlerVersion: string | null; nowMs: number }) =>
-      void st(W.MARK_PROCESSED).run(a.key.provider, a.key.endpointId, a.key.providerEventId, a.consumer, a.inboxId, a.handlerVersion, a.nowMs),
-    addEffect: (e: NewEffect) => void st(W.ADD_EFFECT).run(e),
-    settleInbox: (a: Guarded<Settlement>) =>
-      st(W.SETTLE_INBOX).run({ id: a.id, owner: a.owner, ...settlementColumns(a.s) }).changes === 1,
     lockLeased,
     processed,
     finishBatch,

@@ -42,10 +42,7 @@ export const SETTLE_INBOX = `
     handler_version = COALESCE(@handlerVersion, handler_version), processed_at = COALESCE(@processedAtMs, processed_at)
   WHERE inbox_id = @id AND lease_owner = @owner AND status = 'PROCESSING'`;
 
-// ── the handler transaction's bookkeeping ──────────────────────────────────────────────────
-
-export const IS_PROCESSED = `
-  SELECT 1 FROM processed_events WHERE provider = ? AND endpoint_id = ? AND provider_event_id = ? AND consumer = ?`;
+// ── the batch protocol (StoreTx lockLeased, processed, finishBatch) ────────────────────────
 
 /** No ON CONFLICT: a second row for the same (event, consumer) must fail (the PK is the guard). */
 export const MARK_PROCESSED = `
