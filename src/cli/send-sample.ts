@@ -8,7 +8,8 @@ export async function runSendSample(configFile: string, endpointId: string, base
   const config = loadConfigFile(configFile);
   const ep = config.endpoints.find((e) => e.id === endpointId);
   if (!ep) throw new ConfigError('endpoints', `no endpoint with id "${endpointId}" (have: ${config.endpoints.map((e) => e.id).join(', ')})`);
-  const secret = resolveSecret(ep.secrets[0]!.ref);
+  // An unsigned endpoint (Mollie classic) has no secret: its sample goes out as is.
+  const secret = ep.secrets[0] ? resolveSecret(ep.secrets[0].ref) : '';
   const sample = ep.adapter.sample(randomBytes(6).toString('hex'));
   const body = ep.adapter.signBody ? ep.adapter.signBody(sample.body, secret) : sample.body;
   const headers = { ...sample.headers, ...ep.adapter.sign(body, secret, sample.signOptions) };

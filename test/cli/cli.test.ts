@@ -71,11 +71,12 @@ describe('webhook-inbox CLI', () => {
         { id: 'checkout', provider: 'checkout', secrets: secret('checkout-secret') },
         { id: 'gitlab', provider: 'gitlab', secrets: secret('gitlab-token') },
         { id: 'mollie', provider: 'mollie', secrets: secret('mollie-secret') },
+        { id: 'mollie-classic', provider: 'mollie', options: { mode: 'classic' } },
       ],
     });
     const server = await spawnServer(file, doc);
     try {
-      for (const ep of ['stripe', 'gh', 'sw', 'shopify', 'twilio', 'square', 'paddle', 'razorpay', 'checkout', 'gitlab', 'mollie']) {
+      for (const ep of ['stripe', 'gh', 'sw', 'shopify', 'twilio', 'square', 'paddle', 'razorpay', 'checkout', 'gitlab', 'mollie', 'mollie-classic']) {
         const r = run(['send-sample', '--config', file, '--endpoint', ep, '--url', server.url]);
         expect(r.out, `${ep}: ${r.err}`).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
       }
