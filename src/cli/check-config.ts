@@ -15,7 +15,9 @@ export async function runCheckConfig(configFile: string): Promise<number> {
   }
   console.log(`config OK: ${config.endpoints.length} endpoint(s), ${config.destinations.length} destination(s), database ${config.database.split(':')[0]}`);
   for (const ep of config.endpoints) {
-    console.log(`  ${ep.id}: ${ep.provider}, ${ep.secrets.length} secret version(s), tolerance ${ep.toleranceSeconds ?? 'none signed'}, max body ${ep.maxBodyBytes} B`);
+    const trust = ep.adapter.unsigned ? 'UNSIGNED (notices stored as fetch-required)' : `${ep.secrets.length} secret version(s)`;
+    const limit = ep.rateLimit ? `, rate limit ${ep.rateLimit.perSecond}/s burst ${ep.rateLimit.burst}` : '';
+    console.log(`  ${ep.id}: ${ep.provider}, ${trust}, tolerance ${ep.toleranceSeconds ?? 'none signed'}, max body ${ep.maxBodyBytes} B${limit}`);
   }
   return 0;
 }

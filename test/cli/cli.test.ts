@@ -44,6 +44,13 @@ describe('webhook-inbox CLI', () => {
     const good = join(dir, 'good.yaml');
     writeFileSync(good, stringify(configDoc('sqlite:./x.db')));
     expect(run(['check-config', '--config', good]).code).toBe(0);
+    // An unsigned endpoint is called out as such, with the rate limit that guards it.
+    const unsigned = join(dir, 'unsigned.yaml');
+    writeFileSync(unsigned, stringify(configDoc('sqlite:./x.db', { endpoints: [{ id: 'm', provider: 'mollie', options: { mode: 'classic' } }] })));
+    const u = run(['check-config', '--config', unsigned]);
+    expect(u.code).toBe(0);
+    expect(u.out).toContain('m: mollie, UNSIGNED (notices stored as fetch-required)');
+    expect(u.out).toContain('rate limit 50/s burst 200');
   });
 
   it('migrate applies the schema once', () => {
