@@ -199,7 +199,7 @@ export class Ingress {
       providerCreatedAtMs: env.providerCreatedAtMs,
       receivedAtMs,
       payloadHash: sha256(bytes),
-      matchedSecretVersion: secretVersion,
+      matchedSecretVersion: env.secretVersion ?? secretVersion,
       payload: cipher.seal(bytes, binding),
       topic: `${config.provider}.${env.eventType}`,
       relay: ep.relayed(env.eventType),

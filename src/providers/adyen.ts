@@ -50,6 +50,8 @@ interface ParsedItem {
   readonly signedString: string;
   readonly signature: Buffer;
   readonly eventDate: unknown;
+  /** The trusted key version that verified this item (set by verify). */
+  version?: string;
 }
 
 interface AdyenSignature extends SignatureMetadata {
@@ -281,12 +283,16 @@ export const createAdyen: AdapterFactory = (options, path) => {
     return platform;
   }
 
-  /** Every item must verify; the matched key reported is the LAST-listed one any item needed (see docs). */
+  /**
+   * Every item must verify. Each row records its own item's version; the one reported for the
+   * request (metrics) is the LAST-listed version any item needed (see docs).
+   */
   function verifyItems(items: readonly ParsedItem[], keys: readonly TrustedKey[], nowMs: number): TrustedKey | null {
     let reported = -1;
     for (const it of items) {
       const k = matchHmac('sha256', [it.signedString], [it.signature], keys, nowMs);
       if (k === null) return null;
+      it.version = k.version;
       reported = Math.max(reported, keys.indexOf(k));
     }
     return keys[reported] ?? null;
@@ -337,6 +343,7 @@ export const createAdyen: AdapterFactory = (options, path) => {
           objectVersion: isoTimestamp(it.eventDate),
           providerCreatedAtMs: typeof it.eventDate === 'string' ? toEpochMs(it.eventDate) : null,
           payload: body.subarray(r.start, r.end),
+          secretVersion: it.version,
         });
       });
     },

@@ -107,6 +107,8 @@ export interface Envelope {
   readonly providerCreatedAtMs: number | null;
   /** The exact bytes stored for this event when a delivery holds several (a slice of the raw body); default: the whole body. */
   readonly payload?: Buffer;
+  /** The secret version that verified THIS event, when a delivery's events are signed one by one (Adyen); default: verify's. */
+  readonly secretVersion?: string;
   /**
    * An unsigned "go fetch" notice (Mollie classic): stored with verification `fetch-required`, and
    * a notice whose `coalesceKey` (the resource id) matches a row still PENDING is answered as that

@@ -234,6 +234,10 @@ describe('adyen: verification (every item, in the body)', () => {
     expect(versionOf(delivery([b]).body, rotation)).toBe('v1');
     expect(versionOf(delivery([a, b]).body, rotation)).toBe('v1');
     expect(versionOf(delivery([b, a]).body, rotation)).toBe('v1');
+    // …while each item's row records the version that verified that item.
+    const mixed = delivery([a, b]).body;
+    const { meta } = check(mixed, rotation);
+    expect(adapter.envelopes!(mixed, view([]), meta).map((e) => e.secretVersion)).toEqual(['v2', 'v1']);
     expect(versionOf(delivery([a, b]).body, keys(['v2', KEY_V2]))).toBeNull();
     // A retired version never verifies.
     expect(versionOf(delivery([b]).body, keys(['v2', KEY_V2], ['v1', KEY_V1, NOW]))).toBeNull();
@@ -398,9 +402,9 @@ describe('adyen: envelopes (verified items → logical events)', () => {
     expect(version).toBe('v2');
     const envs = adapter.envelopes!(body, view([]), meta);
     expect(envs.map(({ payload, ...e }) => e)).toEqual([
-      { eventId: `${payment}:AUTHORISATION:true`, eventType: 'AUTHORISATION', objectId: payment, objectVersion: '2024-03-01T09:00:00.000Z', providerCreatedAtMs: Date.parse('2024-03-01T09:00:00Z') },
-      { eventId: 'REFUND0000000001:REFUND:true', eventType: 'REFUND', objectId: payment, objectVersion: '2024-03-02T09:00:00.000Z', providerCreatedAtMs: Date.parse('2024-03-02T09:00:00Z') },
-      { eventId: 'REFUND0000000002:REFUND:false', eventType: 'REFUND', objectId: payment, objectVersion: null, providerCreatedAtMs: null },
+      { eventId: `${payment}:AUTHORISATION:true`, eventType: 'AUTHORISATION', objectId: payment, objectVersion: '2024-03-01T09:00:00.000Z', providerCreatedAtMs: Date.parse('2024-03-01T09:00:00Z'), secretVersion: 'v2' },
+      { eventId: 'REFUND0000000001:REFUND:true', eventType: 'REFUND', objectId: payment, objectVersion: '2024-03-02T09:00:00.000Z', providerCreatedAtMs: Date.parse('2024-03-02T09:00:00Z'), secretVersion: 'v2' },
+      { eventId: 'REFUND0000000002:REFUND:false', eventType: 'REFUND', objectId: payment, objectVersion: null, providerCreatedAtMs: null, secretVersion: 'v2' },
     ]);
     envs.forEach((e, i) => {
       expect(e.payload!.equals(Buffer.from(elements[i]!, 'utf8'))).toBe(true);
@@ -711,6 +715,14 @@ describeEachStore('adyen over HTTP', (kind) => {
     const d = threeItems('v1');
     await expectAccepted(d.body, 3);
     for (const k of d.keys) expect((await rowsFor(ENDPOINT, k))[0]!.matchedSecretVersion).toBe('v1');
+  });
+
+  it('secret rotation: one delivery mixing items signed with v2 and v1 → each row records its own item\'s version', async () => {
+    const fresh = sdkSigned(item({ pspReference: psp() }), KEY_V2);
+    const queued = sdkSigned(item({ pspReference: psp() }), KEY_V1);
+    await expectAccepted(delivery([fresh, queued]).body, 2);
+    expect((await rowsFor(ENDPOINT, `${fresh.pspReference}:AUTHORISATION:true`))[0]!.matchedSecretVersion).toBe('v2');
+    expect((await rowsFor(ENDPOINT, `${queued.pspReference}:AUTHORISATION:true`))[0]!.matchedSecretVersion).toBe('v1');
   });
 
   it('two partial refunds of one payment (distinct pspReferences, same originalReference) → two rows, same object', async () => {
