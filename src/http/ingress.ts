@@ -127,6 +127,12 @@ export class Ingress {
     // 3. The exact raw bytes, bounded.
     const { body, reserved } = await readBody(req, config.maxBodyBytes, this.deps.budget, declared);
     try {
+      // An unsigned reachability probe (Slack ssl_check) gets its fixed empty answer; nothing is kept.
+      const probe = adapter.probe?.(view, body);
+      if (probe) {
+        sendReply(res, probe);
+        return { status: probe.status, outcome: 'handshake', reason: 'probe' };
+      }
       // 4. Signature metadata from headers only.
       const meta = adapter.parseSignature(view);
       // 5. Verify the raw bytes against every trusted, non-retired secret version.

@@ -30,6 +30,13 @@ export interface ProviderAdapter {
   /** Turns one configured secret string into key bytes. Throws Error(message) on a bad format. */
   prepareSecret(value: string): Buffer;
   /**
+   * Optional, BEFORE verification: a provider's unsigned reachability probe (Slack's `ssl_check=1`,
+   * which Slack sends without a signature), answered with a fixed empty reply and no row. It must
+   * decide from the request's shape alone, act on and keep nothing, and return null for anything
+   * else — which then goes through verification as usual.
+   */
+  probe?(req: RequestView, body: Buffer): Reply | null;
+  /**
    * Step 4: signature metadata from HEADERS ONLY (the body is opaque bytes here).
    * Throws IngressError missing_signature / malformed_signature / ambiguous_signature.
    */

@@ -150,6 +150,15 @@ const adapter: ProviderAdapter = {
     const m = meta as SlackSignature;
     return matchHmac('sha256', [`${VERSION}:${m.ts}:`, body], [m.digest], keys, nowMs);
   },
+  probe(req, body): Reply | null {
+    // Slack's slash-command SSL check arrives WITHOUT signature headers (bolt-js #1397): answer it,
+    // but only in its exact shape — no signature header, a tiny form of ssl_check=1 and at most a token.
+    if (req.mediaType !== FORM_TYPE || body.length > 256 || req.all(SIGNATURE).length > 0 || body.indexOf(SSL_CHECK) < 0) return null;
+    const form = new URLSearchParams(body.toString('utf8'));
+    if (form.getAll('ssl_check').length !== 1 || form.get('ssl_check') !== '1') return null;
+    for (const k of form.keys()) if (k !== 'ssl_check' && k !== 'token') return null;
+    return { status: 200, contentType: 'text/plain', body: '' };
+  },
   handshake(body, req): Reply | null {
     if (req.mediaType === JSON_TYPE) {
       if (body.indexOf(URL_VERIFICATION) < 0) return null; // the common case: no second parse

@@ -405,14 +405,31 @@ describeEachStore('slack over HTTP', (kind) => {
       expect(await rowsFor(`command:${trigger}`)).toHaveLength(0);
     });
 
-    it('ssl_check: signed → empty 200 and no row; unsigned (as Slack may send it) → 401', async () => {
+    it('ssl_check: signed → empty 200; unsigned, as Slack sends it (bolt-js #1397) → empty 200; neither stores anything', async () => {
       const before = await app.store.countRows();
       const body = Buffer.from('ssl_check=1&token=gIkuvaNzQIHg97ATvDxqgjtO');
       const r = await send(body, signed(body, 'application/x-www-form-urlencoded'));
       expect(r.status).toBe(200);
       expect(r.text).toBe('');
       const unsigned = await send(body, { 'content-type': 'application/x-www-form-urlencoded' });
-      expect(unsigned.status).toBe(401);
+      expect(unsigned.status).toBe(200);
+      expect(unsigned.text).toBe('');
+      expect(await app.store.countRows()).toEqual(before);
+    });
+
+    it('the unsigned probe is only its exact shape: a smuggled command, another value, a bad signature → verified as usual (401)', async () => {
+      const before = await app.store.countRows();
+      const form = { 'content-type': 'application/x-www-form-urlencoded' };
+      for (const body of ['ssl_check=1&command=%2Fdeploy&trigger_id=1.2.3&text=prod', 'ssl_check=true', 'ssl_check=1&ssl_check=1', `ssl_check=1&token=${'x'.repeat(300)}`]) {
+        const r = await send(Buffer.from(body), form);
+        expect(r.status, body).toBe(401);
+        expect(r.json().error, body).toBe('missing_signature');
+      }
+      // With a signature header it is never a probe: a wrong signature is refused.
+      const body = Buffer.from('ssl_check=1&token=x');
+      const r = await send(body, { ...form, 'x-slack-request-timestamp': String(now()), 'x-slack-signature': `v0=${'0'.repeat(64)}` });
+      expect(r.status).toBe(401);
+      expect(r.json().error).toBe('invalid_signature');
       expect(await app.store.countRows()).toEqual(before);
     });
   });
