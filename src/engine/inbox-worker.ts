@@ -64,6 +64,31 @@ const markerSet = (markers: readonly ProcessedMarker[]) => new Set(markers.map((
  */
 const parseJson = (raw: Buffer): unknown => JSON.parse(raw.toString('utf8'));
 
+/**
+ * PostgreSQL caches 64 subtransactions per backend; past that every snapshot in the database
+ * pays for pg_subtrans lookups. Each handler may open a savepoint (a subtransaction), so one
+ * settle transaction runs at most this many handlers; a larger batch settles in several.
+ */
+const MAX_HANDLERS_PER_TX = 64;
+
+/** Consecutive runs of plans whose handlers add up to at most `max` (an event is never split). */
+export function chunkByHandlers<P extends { readonly handlers: readonly unknown[] }>(plans: readonly P[], max: number): P[][] {
+  const chunks: P[][] = [];
+  let current: P[] = [];
+  let n = 0;
+  for (const p of plans) {
+    if (current.length > 0 && n + p.handlers.length > max) {
+      chunks.push(current);
+      current = [];
+      n = 0;
+    }
+    current.push(p);
+    n += p.handlers.length;
+  }
+  if (current.length > 0) chunks.push(current);
+  return chunks;
+}
+
 export class InboxWorker {
   private readonly now: () => number;
   private claims = 0;
@@ -91,9 +116,11 @@ export class InboxWorker {
       await this.deliverDirect(plans);
       if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
       let effects = 0;
-      await this.d.store.transaction(async (tx) => {
-        effects = await this.settleBatch(tx, owner, plans);
-      });
+      for (const chunk of this.d.store.kind === 'postgres' ? chunkByHandlers(plans, MAX_HANDLERS_PER_TX) : [plans]) {
+        await this.d.store.transaction(async (tx) => {
+          effects += await this.settleBatch(tx, owner, chunk);
+        });
+      }
       failpoint('worker.after-commit');
       this.record(plans);
       if (effects > 0) this.d.onEffects();

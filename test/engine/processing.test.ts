@@ -2,6 +2,7 @@ import pino from 'pino';
 import { afterEach, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
 import { startWorkers } from '../../src/workers.js';
+import { chunkByHandlers } from '../../src/engine/inbox-worker.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { NeedsDecisionError } from '../../src/engine/failure.js';
 import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
@@ -195,6 +196,31 @@ describeEachStore('processing engine', (kind) => {
     expect(await countPaid()).toBe(1);
   });
 
+  it.runIf(kind === 'postgres')('PostgreSQL: a batch whose handlers exceed 64 settles in several transactions (the subtransaction cache holds 64)', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    const inboxIds: string[] = [];
+    for (let i = 0; i < 100; i++) inboxIds.push((await send(`evt_many_${i}`)).json().inbox_id);
+    const txOf = new Map<string, string>();
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      // Each handler that queries opens a savepoint: one subtransaction of the settle transaction.
+      const [row] = await ctx.tx.query<{ x: string }>('SELECT txid_current()::text AS x');
+      txOf.set(event.providerEventId, row!.x);
+    });
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 100, concurrency: 100 }, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      for (const id of inboxIds) await waitFor(async () => (await app!.store.getEvent(id))?.status === 'PROCESSED', 10_000, 'PROCESSED');
+    } finally {
+      await workers.stop();
+    }
+    const perTx = new Map<string, number>();
+    for (const x of txOf.values()) perTx.set(x, (perTx.get(x) ?? 0) + 1);
+    // All 100 were claimed together; no transaction ran more than 64 handlers.
+    expect(txOf.size).toBe(100);
+    expect(perTx.size).toBeGreaterThanOrEqual(2);
+    expect(Math.max(...perTx.values())).toBeLessThanOrEqual(64);
+  });
+
   it('in one batch, failing handlers roll back only their own writes: the other events commit at their first attempt', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     await userTable();
@@ -226,6 +252,15 @@ describeEachStore('processing engine', (kind) => {
     const rows = await app.store.transaction((tx) => tx.query<{ event_id: string; amount: number | string }>('SELECT event_id, amount FROM paid_orders ORDER BY event_id'));
     expect(rows.map((r) => [r.event_id, Number(r.amount)])).toEqual(ids.map((id) => [id, Number(id.slice(-1)) % 2 === 1 ? 2 : 1]));
   });
+});
+
+it('chunkByHandlers: consecutive runs of at most max handlers, an event never split', () => {
+  const plans = (...counts: number[]) => counts.map((n, i) => ({ i, handlers: Array.from({ length: n }) }));
+  const shape = (chunks: { i: number }[][]) => chunks.map((c) => c.map((p) => p.i));
+  expect(shape(chunkByHandlers(plans(1, 1, 1, 1, 1), 2))).toEqual([[0, 1], [2, 3], [4]]);
+  expect(shape(chunkByHandlers(plans(0, 0, 3, 1), 3))).toEqual([[0, 1, 2], [3]]);
+  expect(shape(chunkByHandlers(plans(5, 1), 3))).toEqual([[0], [1]]); // an event with more than max stays whole
+  expect(chunkByHandlers([], 3)).toEqual([]);
 });
 
 it('config: a route to an unknown destination names its path', async () => {
