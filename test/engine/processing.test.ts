@@ -196,14 +196,15 @@ describeEachStore('processing engine', (kind) => {
     expect(await countPaid()).toBe(1);
   });
 
-  it.runIf(kind === 'postgres')('PostgreSQL: a batch whose handlers exceed 64 settles in several transactions (the subtransaction cache holds 64)', async () => {
+  it('a batch of 100 events whose handlers all query: every event PROCESSED; on PostgreSQL no settle transaction runs more than 64 handlers (its subtransaction cache)', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     const inboxIds: string[] = [];
     for (let i = 0; i < 100; i++) inboxIds.push((await send(`evt_many_${i}`)).json().inbox_id);
     const txOf = new Map<string, string>();
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
       // Each handler that queries opens a savepoint: one subtransaction of the settle transaction.
-      const [row] = await ctx.tx.query<{ x: string }>('SELECT txid_current()::text AS x');
+      // (SQLite has no subtransaction cache, so its batch settles in one transaction.)
+      const [row] = await ctx.tx.query<{ x: string }>(kind === 'postgres' ? 'SELECT txid_current()::text AS x' : "SELECT 'one' AS x");
       txOf.set(event.providerEventId, row!.x);
     });
     const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 100, concurrency: 100 }, endpoints: [endpoint()] }));
@@ -213,12 +214,14 @@ describeEachStore('processing engine', (kind) => {
     } finally {
       await workers.stop();
     }
-    const perTx = new Map<string, number>();
-    for (const x of txOf.values()) perTx.set(x, (perTx.get(x) ?? 0) + 1);
-    // All 100 were claimed together; no transaction ran more than 64 handlers.
     expect(txOf.size).toBe(100);
-    expect(perTx.size).toBeGreaterThanOrEqual(2);
-    expect(Math.max(...perTx.values())).toBeLessThanOrEqual(64);
+    if (kind === 'postgres') {
+      const perTx = new Map<string, number>();
+      for (const x of txOf.values()) perTx.set(x, (perTx.get(x) ?? 0) + 1);
+      // All 100 were claimed together; no transaction ran more than 64 handlers.
+      expect(perTx.size).toBeGreaterThanOrEqual(2);
+      expect(Math.max(...perTx.values())).toBeLessThanOrEqual(64);
+    }
   });
 
   it('in one batch, failing handlers roll back only their own writes: the other events commit at their first attempt', async () => {
