@@ -27,7 +27,8 @@ export function payloadAad(b: PayloadBinding): Buffer {
   return Buffer.from(JSON.stringify(['webhook-inbox/payload/v1', b.provider, b.endpointId, b.providerEventId]));
 }
 
-export function sha256(data: Buffer): Buffer {
+/** SHA-256 of bytes, or of a string's UTF-8 bytes. */
+export function sha256(data: Buffer | string): Buffer {
   return createHash('sha256').update(data).digest();
 }
 

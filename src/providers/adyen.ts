@@ -1,5 +1,5 @@
+import { sha256 } from '../crypto/payload-cipher.js';
 import { DAY } from './contract.js';
-import { createHash } from 'node:crypto';
 import { decodeBase64, decodeHex, digestsEqual, hmac, matchHmac, type TrustedKey } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
 import { asArray, asObject, child, optEnum, type Obj } from '../config/read.js';
@@ -80,7 +80,6 @@ const REPLY: Reply = { status: 200, contentType: 'text/plain', body: '[accepted]
 const MIN_KEY_BYTES = 16;
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
-const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest();
 
 const isObject = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
 

@@ -1,6 +1,6 @@
+import { sha256 } from '../crypto/payload-cipher.js';
 import { HOUR } from './contract.js';
 import { digestHeader, utf8Secret } from './signature.js';
-import { createHash } from 'node:crypto';
 import { hmac, matchHmac, digestsEqual } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
 import { asObject, child, type Obj } from '../config/read.js';
@@ -26,7 +26,6 @@ interface CheckoutSignature extends SignatureMetadata {
 
 const HEADER = 'cko-signature';
 
-const sha256 = (s: string) => createHash('sha256').update(s, 'utf8').digest();
 
 /** The accepted Authorization values, resolved at config load (a missing one is a config error). */
 function authorizationValues(o: Obj, path: string): string[] {

@@ -1,5 +1,6 @@
+import { sha256 } from '../crypto/payload-cipher.js';
 import { DAY } from './contract.js';
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { digestsEqual } from '../crypto/hmac.js';
 import { asObject, optEnum } from '../config/read.js';
 import { IngressError } from '../errors.js';
@@ -41,7 +42,6 @@ const SIGNING_PREFIX = 'whsec_';
  */
 const TOKEN_TAG = Buffer.from('gitlab-x-token-sha256:', 'latin1');
 
-const sha256 = (b: Buffer) => createHash('sha256').update(b).digest();
 
 function isTokenKey(key: Buffer): boolean {
   return key.length === TOKEN_TAG.length + 32 && key.subarray(0, TOKEN_TAG.length).equals(TOKEN_TAG);

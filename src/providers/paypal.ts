@@ -1,5 +1,6 @@
+import { sha256 } from '../crypto/payload-cipher.js';
 import { DAY } from './contract.js';
-import { X509Certificate, createHash, createPrivateKey, randomUUID, sign as rsaSign, verify as rsaVerify, type KeyObject } from 'node:crypto';
+import { X509Certificate, createPrivateKey, randomUUID, sign as rsaSign, verify as rsaVerify, type KeyObject } from 'node:crypto';
 import { request, type Dispatcher } from 'undici';
 import { crc32 } from 'node:zlib';
 import { decodeBase64, type TrustedKey } from '../crypto/hmac.js';
@@ -282,7 +283,7 @@ class TransmissionLedger {
   private readonly seen = new Map<string, string>();
   /** True when this transmission id is new or was seen with these same bytes. */
   admit(transmissionId: string, body: Buffer): boolean {
-    const digest = createHash('sha256').update(body).digest('base64');
+    const digest = sha256(body).toString('base64');
     const prior = this.seen.get(transmissionId);
     if (prior !== undefined) return prior === digest;
     if (this.seen.size >= MAX_REMEMBERED_TRANSMISSIONS) this.seen.delete(this.seen.keys().next().value!);

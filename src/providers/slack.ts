@@ -1,5 +1,5 @@
+import { sha256 } from '../crypto/payload-cipher.js';
 import { MINUTE } from './contract.js';
-import { createHash } from 'node:crypto';
 import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import { formObject, isJsonBytes } from './form.js';
@@ -52,7 +52,6 @@ function parseSignature(req: RequestView): SlackSignature {
   return { timestamp, ts: ts!, digest };
 }
 
-const sha256Hex = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 /** A Slack `ts` ("1515449522.000016", Unix seconds with a fraction) → Unix ms. */
 function slackTsMs(v: unknown): number | null {
@@ -112,7 +111,7 @@ function formEnvelope(body: Buffer, meta: SlackSignature) {
     const trigger = idString(p.trigger_id);
     const actionTs = idString(p.action_ts) ?? idString(pathValue(p, 'actions.0.action_ts'));
     return envelope({
-      eventId: INTERACTION_PREFIX + (trigger ?? `sha256:${sha256Hex(body)}`),
+      eventId: INTERACTION_PREFIX + (trigger ?? `sha256:${sha256(body).toString('hex')}`),
       eventType,
       objectId: idString(pathValue(p, 'channel.id')) ?? idString(pathValue(p, 'container.channel_id')) ?? idString(pathValue(p, 'view.id')),
       objectVersion: actionTs,

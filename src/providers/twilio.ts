@@ -1,5 +1,5 @@
+import { sha256 } from '../crypto/payload-cipher.js';
 import { MINUTE } from './contract.js';
-import { createHash } from 'node:crypto';
 import { parse as parseQueryString } from 'node:querystring';
 import { hmac, matchHmac, digestsEqual, decodeBase64, decodeHex } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
@@ -79,7 +79,7 @@ export function twilioSignature(token: string | Buffer, url: string, params: For
   return hmac(algorithm, key, [url, params ? signedParams(params) : '']).toString('base64');
 }
 
-export const sha256Hex = (body: Buffer): string => createHash('sha256').update(body).digest('hex');
+export const sha256Hex = (body: Buffer): string => sha256(body).toString('hex');
 
 /** `url` without its port, and with the scheme's default port when it has none (twilio-node removePort/addPort). */
 export function portVariants(url: string): string[] {
@@ -308,7 +308,7 @@ export const createTwilio: AdapterFactory = (options, path) => {
     },
     verify(meta, body, keys, nowMs) {
       const m = meta as TwilioSignature;
-      if (m.bodySha256 && !digestsEqual(createHash('sha256').update(body).digest(), m.bodySha256)) return null;
+      if (m.bodySha256 && !digestsEqual(sha256(body), m.bodySha256)) return null;
       const params = m.bodySha256 ? '' : signedParams(formParams(body));
       for (const url of m.urls) {
         const k = matchHmac(m.algorithm, [url, params], [m.digest], keys, nowMs);
@@ -332,7 +332,7 @@ export const createTwilio: AdapterFactory = (options, path) => {
       return { [HEADER]: twilioSignature(secret, publicUrl, formParams(body)) };
     },
     sample(seq) {
-      const hex = createHash('sha256').update(seq).digest('hex');
+      const hex = sha256(seq).toString('hex');
       const sid = `SM${hex.slice(0, 32)}`;
       const body = [
         'ApiVersion=2010-04-01', `MessageStatus=delivered`, `SmsSid=${sid}`, 'SmsStatus=delivered', 'To=%2B15558675310',
