@@ -1,9 +1,9 @@
 import { DAY } from './contract.js';
-import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
+import { hmac, matchHmac } from '../crypto/hmac.js';
 import { asObject } from '../config/read.js';
-import { IngressError } from '../errors.js';
+import { timestampedDigests } from './signature.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
-import { parseUnixSeconds, jsonEnvelope } from './json.js';
+import { jsonEnvelope } from './json.js';
 
 /**
  * Paddle Billing: `Paddle-Signature: ts=<unix>;h1=<hex>[;h1=<hex>…]`, HMAC-SHA256 (hex) over
@@ -26,28 +26,8 @@ interface PaddleSignature extends SignatureMetadata {
 const HEADER = 'paddle-signature';
 
 function parseSignature(req: RequestView): PaddleSignature {
-  const header = req.single(HEADER);
-  if (header === undefined || header.trim() === '') throw new IngressError('missing_signature', `${HEADER} header is absent`);
-  let ts: string | undefined;
-  const h1: Buffer[] = [];
-  for (const item of header.split(';')) {
-    const eq = item.indexOf('=');
-    if (eq <= 0) throw new IngressError('malformed_signature', `${HEADER} has an item without "="`);
-    const k = item.slice(0, eq).trim();
-    const v = item.slice(eq + 1).trim();
-    if (k === 'ts') {
-      if (ts !== undefined) throw new IngressError('ambiguous_signature', `${HEADER} carries two timestamps`);
-      ts = v;
-    } else if (k === 'h1') {
-      const d = decodeHex(v);
-      if (d === null || d.length !== 32) throw new IngressError('malformed_signature', 'h1 is not a 64-digit hex digest');
-      h1.push(d);
-    }
-  }
-  const timestamp = parseUnixSeconds(ts);
-  if (timestamp === null) throw new IngressError('malformed_signature', `${HEADER} has no valid ts=`);
-  if (h1.length === 0) throw new IngressError('missing_signature', `${HEADER} has no h1 signature`);
-  return { timestamp, ts: ts!, h1 };
+  const { timestamp, ts, digests } = timestampedDigests(req, HEADER, ';', 'ts', 'h1');
+  return { timestamp, ts, h1: digests };
 }
 
 const adapter: ProviderAdapter = {

@@ -1,6 +1,7 @@
-import { decodeDigest } from '../crypto/hmac.js';
+import { decodeDigest, decodeHex } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { RequestView } from './contract.js';
+import { parseUnixSeconds } from './json.js';
 
 /**
  * Shared mechanics of the simple schemes: one header carrying one digest of the raw body,
@@ -42,4 +43,37 @@ export function digestHeader(req: RequestView, name: string, encoding: 'hex' | '
     throw new IngressError('malformed_signature', `${label} is not a ${encoding === 'hex' ? `${bytes * 2}-digit hex` : 'base64'} ${bytes}-byte digest`);
   }
   return digest;
+}
+
+/**
+ * A header of `key=value` items holding one signed timestamp and one or more hex SHA-256 digests
+ * (Stripe `t=…,v1=…[,v1=…]`, Paddle `ts=…;h1=…[;h1=…]`): two timestamps → 400 ambiguous_signature;
+ * an item without `=`, a bad digest or no valid timestamp → 401 malformed_signature; no digest →
+ * 401 missing_signature. Items of other schemes are ignored. `ts` is the timestamp as it arrived.
+ */
+export function timestampedDigests(
+  req: RequestView, name: string, separator: string, tsKey: string, sigKey: string,
+): { timestamp: number; ts: string; digests: Buffer[] } {
+  const header = req.single(name);
+  if (header === undefined || header.trim() === '') throw new IngressError('missing_signature', `${name} header is absent`);
+  let ts: string | undefined;
+  const digests: Buffer[] = [];
+  for (const item of header.split(separator)) {
+    const eq = item.indexOf('=');
+    if (eq <= 0) throw new IngressError('malformed_signature', `${name} has an item without "="`);
+    const k = item.slice(0, eq).trim();
+    const v = item.slice(eq + 1).trim();
+    if (k === tsKey) {
+      if (ts !== undefined) throw new IngressError('ambiguous_signature', `${name} carries two timestamps`);
+      ts = v;
+    } else if (k === sigKey) {
+      const d = decodeHex(v);
+      if (d === null || d.length !== 32) throw new IngressError('malformed_signature', `${sigKey} is not a 64-digit hex digest`);
+      digests.push(d);
+    }
+  }
+  const timestamp = parseUnixSeconds(ts);
+  if (timestamp === null) throw new IngressError('malformed_signature', `${name} has no valid ${tsKey}=`);
+  if (digests.length === 0) throw new IngressError('missing_signature', `${name} has no ${sigKey} signature`);
+  return { timestamp, ts: ts!, digests };
 }

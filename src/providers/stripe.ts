@@ -1,8 +1,8 @@
 import { DAY } from './contract.js';
-import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
-import { IngressError } from '../errors.js';
+import { hmac, matchHmac } from '../crypto/hmac.js';
+import { timestampedDigests } from './signature.js';
 import type { AdapterFactory, ProviderAdapter, SignatureMetadata } from './contract.js';
-import { parseUnixSeconds, jsonEnvelope } from './json.js';
+import { jsonEnvelope } from './json.js';
 
 /**
  * Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…][,v0=…]`, HMAC-SHA256 over
@@ -17,28 +17,8 @@ interface StripeSignature extends SignatureMetadata {
 const HEADER = 'stripe-signature';
 
 function parseSignature(req: Parameters<ProviderAdapter['parseSignature']>[0]): StripeSignature {
-  const header = req.single(HEADER);
-  if (header === undefined || header.trim() === '') throw new IngressError('missing_signature', `${HEADER} header is absent`);
-  let t: string | undefined;
-  const v1: Buffer[] = [];
-  for (const item of header.split(',')) {
-    const eq = item.indexOf('=');
-    if (eq <= 0) throw new IngressError('malformed_signature', `${HEADER} has an item without "="`);
-    const k = item.slice(0, eq).trim();
-    const v = item.slice(eq + 1).trim();
-    if (k === 't') {
-      if (t !== undefined) throw new IngressError('ambiguous_signature', `${HEADER} carries two timestamps`);
-      t = v;
-    } else if (k === 'v1') {
-      const d = decodeHex(v);
-      if (d === null || d.length !== 32) throw new IngressError('malformed_signature', 'v1 is not a 64-digit hex digest');
-      v1.push(d);
-    }
-  }
-  const timestamp = parseUnixSeconds(t);
-  if (timestamp === null) throw new IngressError('malformed_signature', `${HEADER} has no valid t=`);
-  if (v1.length === 0) throw new IngressError('missing_signature', `${HEADER} has no v1 signature`);
-  return { timestamp, v1 };
+  const { timestamp, digests } = timestampedDigests(req, HEADER, ',', 't', 'v1');
+  return { timestamp, v1: digests };
 }
 
 const adapter: ProviderAdapter = {
