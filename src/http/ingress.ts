@@ -168,7 +168,7 @@ export class Ingress {
           return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
         }
         const r = await this.deps.committer.submit(this.record(config, ep, single, body, matched.version, receivedAtMs, cipher));
-        sendJson(res, 200, `{"inbox_id":"${r.inboxId}","duplicate":${r.duplicate}}`);
+        sendJson(res, 200, acceptedJson(r.inboxId, r.duplicate));
         return { status: 200, outcome: r.duplicate ? 'duplicate' : 'accepted', inboxId: r.inboxId };
       }
       // Several events (the events of one delivery usually share a group-commit batch); all must commit before the answer.
@@ -215,12 +215,13 @@ export class Ingress {
 }
 
 const IGNORED_REPLY = `{"inbox_id":null,"duplicate":false,"ignored":"unsupported_event_type"}`;
+const acceptedJson = (inboxId: string | null, duplicate: boolean) => `{"inbox_id":"${inboxId}","duplicate":${duplicate}}`;
 
 /** `{"inbox_id","duplicate"}` for one event; `{"events": [{"event_id","inbox_id","duplicate"[,"ignored"]}…]}` for several. */
 function defaultReply(events: readonly AcceptedEvent[]): string {
   if (events.length === 1) {
     const e = events[0]!;
-    return e.ignored ? IGNORED_REPLY : `{"inbox_id":"${e.inboxId}","duplicate":${e.duplicate}}`;
+    return e.ignored ? IGNORED_REPLY : acceptedJson(e.inboxId, e.duplicate);
   }
   return JSON.stringify({
     events: events.map((e) => (e.ignored

@@ -31,7 +31,6 @@ const COLS = 18;
 /** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-/** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch. */
 /** One record's parameters for SQL.acceptStatement, in COLS order. */
 function acceptValues(r: AcceptRecord): unknown[] {
   return [r.inboxId, r.payloadId, r.outboxId, r.provider, r.endpointId, r.providerEventId, r.eventType,
@@ -39,6 +38,7 @@ function acceptValues(r: AcceptRecord): unknown[] {
     r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay];
 }
 
+/** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch. */
 export class PostgresStore implements InboxStore {
   readonly kind = 'postgres' as const;
   /** Ingress: accepts, readiness, reads. */
