@@ -5,6 +5,7 @@ import { parseConfig } from '../../src/config/schema.js';
 import { ConfigError } from '../../src/errors.js';
 import type { ProviderAdapter } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
+import { configDoc } from '../helpers/app.js';
 import { expectedFirst, reasonOf, thrownBy, trustedKeys, verifyWith, view } from '../helpers/adapter.js';
 
 const PATH = 'endpoints[3].options';
@@ -129,14 +130,12 @@ describe('generic-hmac: configuration is validated and errors name the path', ()
   });
 
   it('through the config loader the full endpoint path is named', () => {
-    const doc = {
-      database: 'sqlite::memory:',
-      payloadKeys: { current: 'k1', keys: { k1: Buffer.alloc(32, 7).toString('base64') } },
+    const doc = configDoc('sqlite::memory:', {
       endpoints: [
         { id: 'ok', provider: 'github', secrets: [{ version: 'v1', value: 'x' }] },
         { id: 'rzp', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 'x' }], options: { signatureHeader: 'x-razorpay-signature', idHeader: 'x-razorpay-event-id' } },
       ],
-    };
+    });
     expect(configPath(() => parseConfig(doc, {}))).toBe('endpoints[1].options.idHeader');
     expect(() => parseConfig(doc, {})).toThrow(/must be signed/);
   });

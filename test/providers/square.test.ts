@@ -6,7 +6,7 @@ import { ConfigError } from '../../src/errors.js';
 import type { ProviderAdapter } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
 import { expectedFirst, reasonOf, thrownBy, trustedKeys, verifyWith, view } from '../helpers/adapter.js';
-import { startTestApp, type TestApp } from '../helpers/app.js';
+import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
 
@@ -118,14 +118,12 @@ describe('square: the notification URL is configuration (options.publicUrl), sig
   });
 
   it('through the config loader the full endpoint path is named', () => {
-    const doc = {
-      database: 'sqlite::memory:',
-      payloadKeys: { current: 'k1', keys: { k1: Buffer.alloc(32, 7).toString('base64') } },
+    const doc = configDoc('sqlite::memory:', {
       endpoints: [
         { id: 'ok', provider: 'github', secrets: [{ version: 'v1', value: 'x' }] },
         { id: 'sq', provider: 'square', secrets: [{ version: 'v1', value: 'x' }] },
       ],
-    };
+    });
     expect(configPath(() => parseConfig(doc, {}))).toBe('endpoints[1].options.publicUrl');
     const ok = { ...doc, endpoints: [{ id: 'sq', provider: 'square', secrets: [{ version: 'v1', value: 'x' }], options: { publicUrl: URL_ } }] };
     expect(parseConfig(ok, {}).endpoints[0]!.toleranceSeconds).toBeNull();
