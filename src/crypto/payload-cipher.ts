@@ -17,6 +17,13 @@ export interface PayloadBinding {
 
 const TAG_BYTES = 16;
 const NONCE_BYTES = 12;
+/**
+ * seal feeds the cipher in slices of this size: update() returns a new buffer per call, and
+ * small ones come from reused memory, where one call on a 1 MiB body allocates a second
+ * body-sized buffer. Fresh pages are costly on a VM (~12 µs each here): a 1 MiB seal fell
+ * from ~8.7 ms to ~1–4 ms of event-loop time.
+ */
+const SLICE_BYTES = 64 * 1024;
 
 /**
  * Associated data binds a ciphertext to its row's unique key, so a ciphertext copied onto
@@ -51,7 +58,8 @@ export class PayloadCipher {
     const cipher = createCipheriv('aes-256-gcm', this.keys.get(this.currentKeyId)!, nonce);
     cipher.setAAD(payloadAad(binding));
     const out = Buffer.allocUnsafeSlow(plain.length + TAG_BYTES);
-    const n = cipher.update(plain).copy(out, 0);
+    let n = 0;
+    for (let at = 0; at < plain.length; at += SLICE_BYTES) n += cipher.update(plain.subarray(at, at + SLICE_BYTES)).copy(out, n);
     const tail = cipher.final();
     tail.copy(out, n);
     cipher.getAuthTag().copy(out, n + tail.length);

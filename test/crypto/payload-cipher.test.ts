@@ -1,5 +1,6 @@
+import { createDecipheriv, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { PayloadCipher } from '../../src/crypto/payload-cipher.js';
+import { PayloadCipher, payloadAad } from '../../src/crypto/payload-cipher.js';
 import { uuidv7 } from '../../src/crypto/ids.js';
 
 const k1 = Buffer.alloc(32, 1);
@@ -14,6 +15,21 @@ describe('payload encryption', () => {
     expect(sealed.keyId).toBe('k1');
     expect(sealed.ciphertext.includes(raw)).toBe(false);
     expect(c.open(sealed, bind('a')).equals(raw)).toBe(true);
+  });
+
+  it('seals large bodies in slices as one standard AES-256-GCM message (ciphertext ‖ 16-byte tag)', () => {
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1');
+    // Sizes around the 64 KiB slice edges and a 1 MiB body; each decrypted in ONE call by plain node:crypto.
+    for (const size of [0, 65_535, 65_536, 65_537, 200_003, 1024 * 1024]) {
+      const raw = randomBytes(size);
+      const sealed = c.seal(raw, bind('big'));
+      expect(sealed.ciphertext.length).toBe(size + 16);
+      const d = createDecipheriv('aes-256-gcm', k1, sealed.nonce);
+      d.setAAD(payloadAad(bind('big')));
+      d.setAuthTag(sealed.ciphertext.subarray(size));
+      expect(Buffer.concat([d.update(sealed.ciphertext.subarray(0, size)), d.final()]).equals(raw)).toBe(true);
+      expect(c.open(sealed, bind('big')).equals(raw)).toBe(true);
+    }
   });
 
   it('refuses a ciphertext moved to another row (associated data binds the unique key)', () => {
