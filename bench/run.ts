@@ -323,7 +323,11 @@ export interface Usage {
   otherThreadCpuPct: number;
   machineBusyPct: number;
   windowS: number;
-  commit?: { meanBatch: number; meanCommitMs: number; batches: number };
+  commit?: {
+    meanBatch: number; meanCommitMs: number; batches: number;
+    /** The server's event-loop delay over the step (webhook_event_loop_delay_seconds; NaN from a build without it). */
+    loopP99Ms: number; loopMaxMs: number;
+  };
 }
 
 interface StepRecord<R extends LoadResult> {
@@ -338,7 +342,10 @@ export async function scrapeCommitStats(url: string): Promise<Usage['commit']> {
     const text = await (await fetch(`${url}/metrics`)).text();
     const v = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
     const batches = v('webhook_commit_batch_size_count');
-    return { batches, meanBatch: v('webhook_commit_batch_size_sum') / batches, meanCommitMs: (v('webhook_db_commit_latency_seconds_sum') / v('webhook_db_commit_latency_seconds_count')) * 1000 };
+    return {
+      batches, meanBatch: v('webhook_commit_batch_size_sum') / batches, meanCommitMs: (v('webhook_db_commit_latency_seconds_sum') / v('webhook_db_commit_latency_seconds_count')) * 1000,
+      loopP99Ms: v('webhook_event_loop_delay_seconds\\{stat="p99"\\}') * 1000, loopMaxMs: v('webhook_event_loop_delay_seconds\\{stat="max"\\}') * 1000,
+    };
   } catch {
     return undefined;
   }
@@ -458,7 +465,13 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
     }, 50);
 
     const cpu = cpuSampler(srv.pid);
-    const result = await runLoad<R>({ ...spec, url: srv.url } as RateSpec | FloodSpec, { windowStart: cpu.start, windowEnd: cpu.end })
+    // A scrape at the window's start resets the server's event-loop delay window (its end-of-step
+    // scrape then covers the measured window, not start-up and warm-up).
+    const windowStart = () => {
+      cpu.start();
+      if (ours) void fetch(`${srv.url}/metrics`).then((r) => r.text()).catch(() => undefined);
+    };
+    const result = await runLoad<R>({ ...spec, url: srv.url } as RateSpec | FloodSpec, { windowStart, windowEnd: cpu.end })
       .finally(() => clearInterval(sampler));
     if (!cpu.ended) cpu.end();
 
@@ -695,8 +708,9 @@ function renderReport(
       '"other CPU" = whole-box CPU not explained by server, PostgreSQL and loadgen (interference). "send lag" = how late the loadgen handed requests to the client (connection cap or loadgen lag; counted in latency).');
     const meanBody = [...ladder.values()].flat().map((s) => s.result.meanBodyBytes);
     if (meanBody.length) out.push(`Mean body size sent: ${f0(meanBody.reduce((a, b) => a + b, 0) / meanBody.length)} bytes. "dups acked" = duplicates answered \`"duplicate":true\` / duplicates sent.`);
-    const commits = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.commit).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.commit!.meanBatch)} req/batch, ${ms(s.usage.commit!.meanCommitMs)} ms/commit`));
-    if (commits.length) out.push(`Group commit (server /metrics, incl. warm-up): ${commits.join('; ')}.`);
+    const commits = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.commit).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.commit!.meanBatch)} req/batch, ${ms(s.usage.commit!.meanCommitMs)} ms/commit` +
+      (Number.isFinite(s.usage.commit!.loopMaxMs) ? `, loop delay p99 ${ms(s.usage.commit!.loopP99Ms)} / max ${ms(s.usage.commit!.loopMaxMs)} ms` : '')));
+    if (commits.length) out.push(`Group commit (server /metrics, incl. warm-up) and event-loop delay (measured window): ${commits.join('; ')}.`);
     out.push('');
 
     out.push('### Summary');

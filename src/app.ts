@@ -113,6 +113,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     close() {
       closing ??= (async () => {
         clearInterval(retry);
+        metrics.stop();
         // Stop accepting; requests already in the pipeline finish (their commits are answered);
         // connections that linger past the grace period (stalled senders) are cut.
         await new Promise<void>((resolve) => {

@@ -2,6 +2,8 @@
  * A minimal Prometheus registry: counters and histograms with label values joined into one
  * map key. Updating is a map lookup and an add — nothing on the hot path allocates beyond that.
  */
+import { eventLoopDelay } from './event-loop.js';
+
 type Labels = readonly string[];
 
 interface Metric {
@@ -109,8 +111,12 @@ const BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000];
 /** The ingress metrics of one server. */
 export function ingressMetrics() {
   const registry = new Registry();
+  const loop = eventLoopDelay();
   return {
     registry,
+    eventLoopDelay: registry.register(loop.gauge),
+    /** Ends the event-loop sampling (the app's close). */
+    stop: loop.stop,
     requests: registry.register(new Counter('webhook_requests_total', 'Webhook requests by endpoint and outcome.', ['endpoint', 'outcome'])),
     ackLatency: registry.register(new Histogram('webhook_ack_latency_seconds', 'Time from request start to the answer, by endpoint.', LATENCY_SECONDS, ['endpoint'])),
     commitLatency: registry.register(new Histogram('webhook_db_commit_latency_seconds', 'Duration of one group-commit transaction.', LATENCY_SECONDS)),

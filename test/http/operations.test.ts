@@ -125,4 +125,30 @@ describe('logs and metrics', () => {
       await t.stop();
     }
   });
+
+  it('/metrics shows how long the event loop was blocked since the previous scrape', async () => {
+    const t = await appWithLog({});
+    try {
+      const loopDelay = async () => {
+        const m = (await post(`${t.app.url}/metrics`, '', {}, 'GET')).text;
+        const stat = (s: string) => Number(new RegExp(`^webhook_event_loop_delay_seconds\\{stat="${s}"\\} (\\S+)$`, 'm').exec(m)?.[1]);
+        return { p50: stat('p50'), p99: stat('p99'), max: stat('max') };
+      };
+      await new Promise((r) => setTimeout(r, 50));
+      await loopDelay(); // starts a fresh window
+      await new Promise((r) => setTimeout(r, 50)); // (the first sample after a reset only sets its baseline)
+      // The app shares this process's loop: block it the way a 1 MiB JSON.parse would, only longer.
+      const until = performance.now() + 300;
+      while (performance.now() < until);
+      await new Promise((r) => setTimeout(r, 30));
+      const blocked = await loopDelay();
+      expect(blocked.max).toBeGreaterThanOrEqual(0.25);
+      expect(blocked.p50).toBeLessThanOrEqual(blocked.max);
+      await new Promise((r) => setTimeout(r, 50));
+      // The scrape reset the window: the 300 ms stall is no longer in it.
+      expect((await loopDelay()).max).toBeLessThan(0.25);
+    } finally {
+      await t.stop();
+    }
+  });
 });
