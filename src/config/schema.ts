@@ -15,6 +15,8 @@ export interface EndpointConfig {
   readonly id: string;
   readonly provider: string;
   readonly adapter: ProviderAdapter;
+  /** The adapter's `options` as configured: a thread that parses for this endpoint builds the same adapter from them. */
+  readonly adapterOptions?: Record<string, unknown>;
   readonly secrets: readonly SecretVersionConfig[];
   /** Allowed event-type globs; undefined = all. */
   readonly events: readonly string[] | undefined;
@@ -40,6 +42,11 @@ export interface Config {
     readonly keepAliveTimeoutMs: number;
     /** Body bytes held in memory across all in-flight requests; past it → 503 overloaded. */
     readonly maxInFlightBodyBytes: number;
+    /**
+     * Verified bodies of at least this many bytes are parsed and sealed on a helper thread, so a
+     * 1 MiB JSON.parse does not stall every other request on the event loop; 0 = never.
+     */
+    readonly offloadBodyBytes: number;
   };
   /**
    * maxInFlight: batches committing at once; undefined = the store's default (SQLite 1, its one
@@ -55,6 +62,8 @@ export interface Config {
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+/** Below this, the round trip to the parse thread costs more than the parse it saves. */
+export const DEFAULT_OFFLOAD_BODY_BYTES = 256 * 1024;
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const TOP_KEYS = ['listen', 'database', 'payloadKeys', 'endpoints', 'limits', 'groupCommit', 'log', 'destinations', 'workers', 'retry'] as const;
 const ENDPOINT_KEYS = ['id', 'provider', 'secrets', 'events', 'toleranceSeconds', 'maxBodyBytes', 'rateLimit', 'options', 'routes', 'retry'] as const;
@@ -104,7 +113,7 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
   }
   const routes = parseRoutes(o.routes, child(path, 'routes'), destinations);
   const retry = parseRetry(o.retry, child(path, 'retry')) ?? defaultRetry;
-  return { id, provider, adapter, secrets, events, toleranceSeconds, maxBodyBytes, rateLimit, routes, retry };
+  return { id, provider, adapter, adapterOptions: options, secrets, events, toleranceSeconds, maxBodyBytes, rateLimit, routes, retry };
 }
 
 /** Validates a parsed config document. `env` supplies DATABASE_URL (which overrides `database`). */
@@ -129,7 +138,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   if (!keys.has(current)) throw new ConfigError(child(kp, 'current'), `"${current}" is not one of payloadKeys.keys`);
 
   const limp = 'limits';
-  const lim = asObject(o.limits ?? {}, limp, ['maxHeaders', 'maxHeaderBytes', 'headersTimeoutMs', 'requestTimeoutMs', 'keepAliveTimeoutMs', 'maxInFlightBodyBytes']);
+  const lim = asObject(o.limits ?? {}, limp, ['maxHeaders', 'maxHeaderBytes', 'headersTimeoutMs', 'requestTimeoutMs', 'keepAliveTimeoutMs', 'maxInFlightBodyBytes', 'offloadBodyBytes']);
   const limits = {
     maxHeaders: optInt(lim, 'maxHeaders', limp, 8, 1000) ?? 100,
     maxHeaderBytes: optInt(lim, 'maxHeaderBytes', limp, 1024, 1024 * 1024) ?? 16 * 1024,
@@ -137,6 +146,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     requestTimeoutMs: optInt(lim, 'requestTimeoutMs', limp, 100, 600_000) ?? 30_000,
     keepAliveTimeoutMs: optInt(lim, 'keepAliveTimeoutMs', limp, 100, 600_000) ?? 65_000,
     maxInFlightBodyBytes: optInt(lim, 'maxInFlightBodyBytes', limp, 1024, 16 * 1024 ** 3) ?? 64 * 1024 * 1024,
+    offloadBodyBytes: optInt(lim, 'offloadBodyBytes', limp, 0, 64 * 1024 * 1024) ?? DEFAULT_OFFLOAD_BODY_BYTES,
   };
 
   const gp = 'groupCommit';

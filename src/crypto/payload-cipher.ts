@@ -15,6 +15,11 @@ export interface PayloadBinding {
   readonly providerEventId: string;
 }
 
+export interface PayloadKeyMaterial {
+  readonly keys: readonly (readonly [string, Uint8Array])[];
+  readonly current: string;
+}
+
 const TAG_BYTES = 16;
 const NONCE_BYTES = 12;
 /**
@@ -64,6 +69,16 @@ export class PayloadCipher {
     tail.copy(out, n);
     cipher.getAuthTag().copy(out, n + tail.length);
     return { keyId: this.currentKeyId, nonce, ciphertext: out };
+  }
+
+  /** The keys, for a thread that seals on this one's behalf (http/offload.ts): same process, never logged. */
+  keyMaterial(): PayloadKeyMaterial {
+    return { keys: [...this.keys], current: this.currentKeyId };
+  }
+
+  static fromKeyMaterial(m: PayloadKeyMaterial): PayloadCipher {
+    // Buffers arrive from another thread as plain Uint8Arrays.
+    return new PayloadCipher(new Map(m.keys.map(([id, k]) => [id, Buffer.from(k.buffer, k.byteOffset, k.byteLength)])), m.current);
   }
 
   has(keyId: string): boolean {

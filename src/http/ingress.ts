@@ -15,7 +15,8 @@ import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { readBody, declaredContentLength, type BodyBudget } from './body.js';
 import { eventMatcher } from './event-filter.js';
 import { TokenBucket } from './rate-limit.js';
-import { requestView } from './request-view.js';
+import type { Offloaded, OffloadLane } from './offload.js';
+import { requestSnapshot, viewOf } from './request-view.js';
 import { sendError, sendJson, sendReply } from './respond.js';
 
 export interface IngressDeps {
@@ -26,6 +27,8 @@ export interface IngressDeps {
   readonly budget: BodyBudget;
   readonly maxHeaders: number;
   readonly destinations: readonly DestinationConfig[];
+  /** Parses and seals large bodies off the event loop (limits.offloadBodyBytes); absent = never. */
+  readonly lane?: OffloadLane;
 }
 
 interface EndpointRuntime {
@@ -114,7 +117,8 @@ export class Ingress {
     }
     // 2. Bounds before reading any body byte.
     if (req.rawHeaders.length / 2 > this.deps.maxHeaders) throw new IngressError('too_many_headers', `more than ${this.deps.maxHeaders} headers`);
-    const view = requestView(req);
+    const snapshot = requestSnapshot(req);
+    const view = viewOf(snapshot);
     if (!adapter.contentTypes.includes(view.mediaType)) {
       throw new IngressError('unsupported_media_type', `expected ${adapter.contentTypes.join(' or ')}`);
     }
@@ -153,8 +157,13 @@ export class Ingress {
         sendReply(res, handshake);
         return { status: handshake.status, outcome: 'handshake' };
       }
-      // 7. Only now parse the verified body: one or more logical events.
-      const envelopes: readonly Envelope[] = adapter.envelopes ? adapter.envelopes(body, view, meta) : [adapter.envelope(body, view, meta)];
+      // 7. Only now parse the verified body: one or more logical events. A large one is parsed
+      // and sealed on the helper thread (after which `body` may be empty: its memory moved there).
+      const lane = this.deps.lane;
+      const sent = lane?.applies(adapter, body) ? lane.run(config, snapshot, meta, body, cipher) : null;
+      const offloaded = sent ? await sent : undefined;
+      const envelopes: readonly Envelope[] = offloaded ? [offloaded.envelope]
+        : adapter.envelopes ? adapter.envelopes(body, view, meta) : [adapter.envelope(body, view, meta)];
       if (envelopes.length === 0) throw new IngressError('malformed_payload', 'the delivery holds no event');
       verified.eventId = envelopes.length === 1 ? envelopes[0]!.eventId : `${envelopes[0]!.eventId} (+${envelopes.length - 1})`;
       verified.eventType = envelopes[0]!.eventType;
@@ -167,7 +176,7 @@ export class Ingress {
           sendJson(res, 200, IGNORED_REPLY);
           return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
         }
-        const r = await this.deps.committer.submit(this.record(config, ep, single, body, matched.version, receivedAtMs, cipher));
+        const r = await this.deps.committer.submit(this.record(config, ep, single, body, matched.version, receivedAtMs, cipher, offloaded));
         sendJson(res, 200, acceptedJson(r.inboxId, r.duplicate));
         return { status: 200, outcome: r.duplicate ? 'duplicate' : 'accepted', inboxId: r.inboxId };
       }
@@ -190,7 +199,9 @@ export class Ingress {
   }
 
   /** The row(s) to write for one verified event: its own ids, its exact bytes sealed under its key. */
-  private record(config: EndpointConfig, ep: EndpointRuntime, env: Envelope, body: Buffer, secretVersion: string, receivedAtMs: number, cipher: PayloadCipher): AcceptRecord {
+  private record(
+    config: EndpointConfig, ep: EndpointRuntime, env: Envelope, body: Buffer, secretVersion: string, receivedAtMs: number, cipher: PayloadCipher, offloaded?: Offloaded,
+  ): AcceptRecord {
     if (config.adapter.unsigned && !env.notice) throw new Error(`adapter ${config.provider} is unsigned but produced a non-notice event`);
     const binding = { provider: config.provider, endpointId: config.id, providerEventId: env.eventId };
     const bytes = env.payload ?? body;
@@ -204,9 +215,9 @@ export class Ingress {
       objectVersion: env.objectVersion,
       providerCreatedAtMs: env.providerCreatedAtMs,
       receivedAtMs,
-      payloadHash: sha256(bytes),
+      payloadHash: offloaded?.payloadHash ?? sha256(bytes),
       matchedSecretVersion: env.secretVersion ?? secretVersion,
-      payload: cipher.seal(bytes, binding),
+      payload: offloaded?.payload ?? cipher.seal(bytes, binding),
       topic: `${config.provider}.${env.eventType}`,
       relay: ep.relayed(env.eventType),
       coalesceKey: env.notice?.coalesceKey,

@@ -2,25 +2,40 @@ import type { IncomingMessage } from 'node:http';
 import { IngressError } from '../errors.js';
 import type { RequestView } from '../providers/contract.js';
 
+/** A request's headers and target as plain data: what a view is built from, on any thread. */
+export interface RequestSnapshot {
+  /** Every header as it arrived (`headersDistinct`): repeated ones are never comma-joined. */
+  readonly headers: Readonly<Record<string, readonly string[] | undefined>>;
+  readonly contentType: string | undefined;
+  readonly target: string;
+}
+
+export function requestSnapshot(req: IncomingMessage): RequestSnapshot {
+  return { headers: req.headersDistinct, contentType: req.headers['content-type'], target: req.url ?? '/' };
+}
+
 /**
  * The adapter's view of a request. Repeated headers are seen as they arrived
  * (`headersDistinct`), never comma-joined, so a second signature header cannot hide.
  */
 export function requestView(req: IncomingMessage): RequestView {
-  const distinct = req.headersDistinct;
-  const ct = req.headers['content-type'];
+  return viewOf(requestSnapshot(req));
+}
+
+export function viewOf(s: RequestSnapshot): RequestView {
+  const ct = s.contentType;
   const semi = ct === undefined ? -1 : ct.indexOf(';');
   return {
     single(name) {
-      const values = distinct[name];
+      const values = s.headers[name];
       if (values === undefined) return undefined;
       if (values.length > 1) throw new IngressError('ambiguous_signature', `header ${name} appears ${values.length} times`);
       return values[0];
     },
     all(name) {
-      return distinct[name] ?? [];
+      return s.headers[name] ?? [];
     },
     mediaType: ct === undefined ? '' : (semi < 0 ? ct : ct.slice(0, semi)).trim().toLowerCase(),
-    target: req.url ?? '/',
+    target: s.target,
   };
 }

@@ -1,7 +1,8 @@
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { StorageUnavailableError } from '../../errors.js';
+import { ownsItsMemory, startWorker } from '../../threads.js';
 import { acceptUnique } from '../dedupe.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
@@ -31,27 +32,10 @@ export function parseSqliteUrl(url: string): WorkerInit {
   return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', 2000), txTimeoutMs: num('txTimeoutMs', 10_000), durableEngineCommits: true };
 }
 
-// Built code (dist/) runs the plain JavaScript worker. Under the TypeScript test runner this
-// file is .ts and so is the worker: the thread then registers tsx before importing it.
-const fromSource = import.meta.url.endsWith('.ts');
-const workerUrl = new URL(fromSource ? './worker.ts' : './worker.js', import.meta.url);
-function newWorker(workerData: WorkerInit): Worker {
-  if (!fromSource) return new Worker(workerUrl, { workerData });
-  const boot = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(workerUrl.href)}); })`;
-  return new Worker(boot, { eval: true, workerData });
-}
-
-/**
- * Ciphertexts that own their whole ArrayBuffer are moved to the writer thread instead of
- * copied (a pooled buffer shares its memory with others and must never be transferred).
- * After the call the sender's views of them are empty — nothing reads them again.
- */
+/** Ciphertexts that own their memory are moved to the writer thread instead of copied; nothing reads them again. */
 function ownedBuffers(records: readonly AcceptRecord[]): ArrayBuffer[] {
   const out: ArrayBuffer[] = [];
-  for (const r of records) {
-    const c = r.payload.ciphertext;
-    if (c.byteOffset === 0 && c.buffer.byteLength === c.byteLength && c.buffer instanceof ArrayBuffer) out.push(c.buffer);
-  }
+  for (const r of records) if (ownsItsMemory(r.payload.ciphertext)) out.push(r.payload.ciphertext.buffer as ArrayBuffer);
   return out;
 }
 
@@ -77,7 +61,7 @@ export class SqliteStore implements InboxStore {
   }
 
   private spawn(): void {
-    const w = newWorker(this.init);
+    const w = startWorker(import.meta.url, 'worker', this.init);
     w.on('message', (m: { id: number; ok: boolean; result?: unknown; message?: string; code?: string }) => {
       const p = this.pending.get(m.id);
       if (!p) return;

@@ -1,0 +1,46 @@
+/**
+ * The parse-and-seal thread (offload.ts is its main side). It only ever sees bodies whose
+ * signature and freshness the main thread has already checked: it runs step 7 of the ingress
+ * pipeline (the adapter's `envelope`) and the sealing of step 8 for one large body at a time.
+ */
+import { parentPort } from 'node:worker_threads';
+import { PayloadCipher, sha256, type PayloadKeyMaterial } from '../crypto/payload-cipher.js';
+import { IngressError } from '../errors.js';
+import type { ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
+import { PROVIDERS } from '../providers/registry.js';
+import { viewOf, type RequestSnapshot } from './request-view.js';
+
+export interface OffloadRequest {
+  readonly id: number;
+  readonly provider: string;
+  readonly options: Record<string, unknown> | undefined;
+  readonly endpointId: string;
+  readonly snapshot: RequestSnapshot;
+  readonly meta: SignatureMetadata;
+  readonly body: Uint8Array;
+  readonly keys: PayloadKeyMaterial;
+}
+
+const adapters = new Map<string, ProviderAdapter>();
+function adapterFor(provider: string, options: Record<string, unknown> | undefined): ProviderAdapter {
+  const key = `${provider}\u0000${JSON.stringify(options ?? null)}`;
+  let a = adapters.get(key);
+  if (!a) adapters.set(key, (a = PROVIDERS[provider]!(options, 'options')));
+  return a;
+}
+
+parentPort!.on('message', (m: OffloadRequest) => {
+  try {
+    const body = Buffer.from(m.body.buffer, m.body.byteOffset, m.body.byteLength);
+    const { payload, ...envelope } = adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta);
+    const bytes = payload ?? body;
+    const sealed = PayloadCipher.fromKeyMaterial(m.keys).seal(bytes, { provider: m.provider, endpointId: m.endpointId, providerEventId: envelope.eventId });
+    // seal() gives the ciphertext its own memory: it moves back without a copy.
+    parentPort!.postMessage({ id: m.id, ok: true, envelope, payloadHash: sha256(bytes), sealed }, [sealed.ciphertext.buffer as ArrayBuffer]);
+  } catch (err) {
+    const e = err as Error;
+    parentPort!.postMessage(err instanceof IngressError
+      ? { id: m.id, ok: false, reason: err.reason, detail: err.detail }
+      : { id: m.id, ok: false, message: e?.message ?? String(err) });
+  }
+});

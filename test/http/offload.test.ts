@@ -1,0 +1,72 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sha256 } from '../../src/crypto/payload-cipher.js';
+import { startTestApp, type TestApp } from '../helpers/app.js';
+import { stripeHeaders } from '../helpers/events.js';
+import { post } from '../helpers/http.js';
+import { describeEachStore } from '../helpers/stores.js';
+import { CASES } from './cases/index.js';
+import type { Case, Made } from './cases/types.js';
+
+/**
+ * Large verified bodies are parsed and sealed on a helper thread (limits.offloadBodyBytes).
+ * Here the threshold is 1 byte, so every adapter whose envelope can move there goes through
+ * it: the stored row, hash and bytes must be exactly what the event-loop path stores, and a
+ * parse failure there must answer as it does on the event loop.
+ */
+const RICH = 'Zoë 😀 東京 — naïve ü 𝄞';
+const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+function signed(c: Case, m: Made): Record<string, string> {
+  return { ...m.headers, ...c.adapter.sign(m.body, c.secrets.v2, { ...m.signOpts, timestamp: nowSeconds() }) };
+}
+
+describeEachStore('large bodies parsed and sealed off the event loop', (kind) => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp(kind, { endpoints: CASES.map((c) => c.config), limits: { offloadBodyBytes: 1 } });
+  });
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  it.each(CASES)('$name: accepted with the same row, hash and exact stored bytes; a retry is a duplicate', async (c) => {
+    const m = c.make(RICH);
+    const headers = signed(c, m);
+    const r = await post(`${app.url}/webhooks/${c.endpoint}`, m.body, headers);
+    expect(r.status, r.text).toBe(200);
+    expect(r.json()).toEqual({ inbox_id: expect.any(String), duplicate: false });
+    const row = (await app.store.getInbox(r.json().inbox_id))!;
+    expect(row).toMatchObject({ provider: c.name, endpointId: c.endpoint, providerEventId: m.key, eventType: m.type, matchedSecretVersion: 'v2' });
+    expect(row.payloadHash.equals(sha256(m.body))).toBe(true);
+    const sealed = await app.store.getPayload(row.rawPayloadRef!);
+    expect(app.keyring.cipher!.open(sealed!, { provider: c.name, endpointId: c.endpoint, providerEventId: m.key }).equals(m.body)).toBe(true);
+    const again = await post(`${app.url}/webhooks/${c.endpoint}`, m.body, headers);
+    expect(again.json()).toEqual({ inbox_id: row.inboxId, duplicate: true });
+  });
+
+  describe('a verified body that does not parse answers as on the event loop, and nothing is stored', () => {
+    it.each([
+      ['not JSON', 'malformed_payload', Buffer.from('{"id": "evt_broken", ')],
+      ['no event id', 'missing_event_id', Buffer.from(JSON.stringify({ object: 'event', type: 'payment_intent.succeeded', pad: 'x'.repeat(300_000) }))],
+    ])('%s → 400 %s', async (_name, reason, body) => {
+      const before = await app.store.countRows();
+      const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body, CASES.find((c) => c.name === 'stripe')!.secrets.v2));
+      expect(r.status, r.text).toBe(400);
+      expect(r.json().error).toBe(reason);
+      expect(await app.store.countRows()).toEqual(before);
+    });
+  });
+
+  it('a 900 KiB event and small ones sent together are all stored exactly', async () => {
+    const stripe = CASES.find((c) => c.name === 'stripe')!;
+    const bodies = [stripe.make('x'.repeat(900 * 1024)), ...Array.from({ length: 20 }, () => stripe.make(RICH))];
+    const answers = await Promise.all(bodies.map((m) => post(`${app.url}/webhooks/stripe`, m.body, signed(stripe, m))));
+    for (const [i, r] of answers.entries()) {
+      expect(r.status, r.text).toBe(200);
+      const row = (await app.store.getInbox(r.json().inbox_id))!;
+      expect(row.providerEventId).toBe(bodies[i]!.key);
+      const sealed = await app.store.getPayload(row.rawPayloadRef!);
+      expect(app.keyring.cipher!.open(sealed!, { provider: 'stripe', endpointId: stripe.endpoint, providerEventId: bodies[i]!.key }).equals(bodies[i]!.body)).toBe(true);
+    }
+  });
+});
