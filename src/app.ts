@@ -5,7 +5,7 @@ import type { Config } from './config/schema.js';
 import { KeyRing } from './crypto/keyring.js';
 import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
-import { OffloadLane } from './http/offload.js';
+import { OffloadLane, offloadThreshold } from './http/offload.js';
 import { createHttpServer } from './http/server.js';
 import { createLogger } from './log.js';
 import { ingressMetrics, type IngressMetrics } from './metrics/registry.js';
@@ -66,7 +66,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env: opts.env });
   const workersRun = opts.workers ?? config.workers.enabled;
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes);
-  const lane = config.limits.offloadBodyBytes > 0 ? new OffloadLane(config.limits.offloadBodyBytes) : undefined;
+  const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
+  const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes) : undefined;
   const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane });
   const server = createHttpServer(config, ingress, {
     metrics: async () => {

@@ -44,9 +44,10 @@ export interface Config {
     readonly maxInFlightBodyBytes: number;
     /**
      * Verified bodies of at least this many bytes are parsed and sealed on a helper thread, so a
-     * 1 MiB JSON.parse does not stall every other request on the event loop; 0 = never.
+     * 1 MiB JSON.parse does not stall every other request on the event loop; 0 = never;
+     * undefined = the default for the process (http/offload.ts offloadThreshold).
      */
-    readonly offloadBodyBytes: number;
+    readonly offloadBodyBytes: number | undefined;
   };
   /**
    * maxInFlight: batches committing at once; undefined = the store's default (SQLite 1, its one
@@ -62,8 +63,6 @@ export interface Config {
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
-/** Below this, the round trip to the parse thread costs more than the parse it saves. */
-export const DEFAULT_OFFLOAD_BODY_BYTES = 256 * 1024;
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const TOP_KEYS = ['listen', 'database', 'payloadKeys', 'endpoints', 'limits', 'groupCommit', 'log', 'destinations', 'workers', 'retry'] as const;
 const ENDPOINT_KEYS = ['id', 'provider', 'secrets', 'events', 'toleranceSeconds', 'maxBodyBytes', 'rateLimit', 'options', 'routes', 'retry'] as const;
@@ -146,7 +145,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     requestTimeoutMs: optInt(lim, 'requestTimeoutMs', limp, 100, 600_000) ?? 30_000,
     keepAliveTimeoutMs: optInt(lim, 'keepAliveTimeoutMs', limp, 100, 600_000) ?? 65_000,
     maxInFlightBodyBytes: optInt(lim, 'maxInFlightBodyBytes', limp, 1024, 16 * 1024 ** 3) ?? 64 * 1024 * 1024,
-    offloadBodyBytes: optInt(lim, 'offloadBodyBytes', limp, 0, 64 * 1024 * 1024) ?? DEFAULT_OFFLOAD_BODY_BYTES,
+    offloadBodyBytes: optInt(lim, 'offloadBodyBytes', limp, 0, 64 * 1024 * 1024),
   };
 
   const gp = 'groupCommit';

@@ -20,6 +20,20 @@ type Reply =
 
 const buf = (u: Uint8Array) => Buffer.from(u.buffer, u.byteOffset, u.byteLength);
 
+/** Below this, the round trip to the helper thread costs more than the parse it saves. */
+export const DEFAULT_OFFLOAD_BODY_BYTES = 256 * 1024;
+
+/**
+ * limits.offloadBodyBytes, or its default: on in a process that only receives (`serve` with
+ * `workers.enabled: false`, beside a `webhook-inbox work` process), off where the workers share
+ * the process. Measured on 2 cores (bench/RESULTS.md, 2026-11-30): receiving alone, the helper
+ * thread took ingress p99 at 2,000 req/s from 52–125 ms to 34–56 ms; with the workers in the
+ * same process it made it worse (a third busy thread beside the event loop and the SQLite writer).
+ */
+export function offloadThreshold(configured: number | undefined, workersInProcess: boolean): number {
+  return configured ?? (workersInProcess ? 0 : DEFAULT_OFFLOAD_BODY_BYTES);
+}
+
 /**
  * One helper thread that parses and seals large verified bodies, so the event loop never holds
  * a 1 MiB JSON.parse, its 1 MiB strings and their garbage while every other request waits

@@ -22,18 +22,21 @@ export function requestView(req: IncomingMessage): RequestView {
   return viewOf(requestSnapshot(req));
 }
 
+/** Own keys only: a snapshot cloned to another thread is a plain object ("constructor" is inherited). */
+const own = (h: RequestSnapshot['headers'], name: string) => (Object.hasOwn(h, name) ? h[name] : undefined);
+
 export function viewOf(s: RequestSnapshot): RequestView {
   const ct = s.contentType;
   const semi = ct === undefined ? -1 : ct.indexOf(';');
   return {
     single(name) {
-      const values = s.headers[name];
+      const values = own(s.headers, name);
       if (values === undefined) return undefined;
       if (values.length > 1) throw new IngressError('ambiguous_signature', `header ${name} appears ${values.length} times`);
       return values[0];
     },
     all(name) {
-      return s.headers[name] ?? [];
+      return own(s.headers, name) ?? [];
     },
     mediaType: ct === undefined ? '' : (semi < 0 ? ct : ct.slice(0, semi)).trim().toLowerCase(),
     target: s.target,

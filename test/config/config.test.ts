@@ -55,7 +55,7 @@ describe('config validation names the bad path', () => {
     const c = parseConfig(withEndpoint(stripeEp()), {});
     expect(c.endpoints[0]).toMatchObject({ maxBodyBytes: 1048576, toleranceSeconds: 300, events: undefined, rateLimit: undefined });
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
-    expect(c.limits.offloadBodyBytes).toBe(256 * 1024);
+    expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
     // GitHub caps payloads at 25 MB and never retries: its adapter default follows that cap.
     const gh = parseConfig(withEndpoint({ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 's' }] }), {});
     expect(gh.endpoints[0]!.maxBodyBytes).toBe(25 * 1024 * 1024);

@@ -4,6 +4,8 @@ import { startTestApp, type TestApp } from '../helpers/app.js';
 import { stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
+import { offloadThreshold } from '../../src/http/offload.js';
+import { viewOf } from '../../src/http/request-view.js';
 import { CASES } from './cases/index.js';
 import type { Case, Made } from './cases/types.js';
 
@@ -68,5 +70,27 @@ describeEachStore('large bodies parsed and sealed off the event loop', (kind) =>
       const sealed = await app.store.getPayload(row.rawPayloadRef!);
       expect(app.keyring.cipher!.open(sealed!, { provider: 'stripe', endpointId: stripe.endpoint, providerEventId: bodies[i]!.key }).equals(bodies[i]!.body)).toBe(true);
     }
+  });
+});
+
+describe('a request snapshot cloned to the helper thread', () => {
+  it('answers headers as the original view does, and never an inherited property', () => {
+    const headers = Object.assign(Object.create(null), { 'stripe-signature': ['t=1,v1=ab'], 'x-dup': ['a', 'b'] }) as Record<string, string[]>;
+    const view = viewOf(structuredClone({ headers, contentType: 'application/json; charset=utf-8', target: '/webhooks/x?a=1' }));
+    expect(view.single('stripe-signature')).toBe('t=1,v1=ab');
+    expect(() => view.single('x-dup')).toThrow(/appears 2 times/);
+    expect(view.single('constructor')).toBeUndefined();
+    expect(view.all('__proto__')).toEqual([]);
+    expect(view.mediaType).toBe('application/json');
+    expect(view.target).toBe('/webhooks/x?a=1');
+  });
+});
+
+describe('offloadThreshold', () => {
+  it('by default offloads only where the workers do not share the process; a configured value always wins', () => {
+    expect(offloadThreshold(undefined, false)).toBe(256 * 1024);
+    expect(offloadThreshold(undefined, true)).toBe(0);
+    expect(offloadThreshold(0, false)).toBe(0);
+    expect(offloadThreshold(4096, true)).toBe(4096);
   });
 });
