@@ -4,7 +4,11 @@ import { startTestApp, type TestApp } from '../helpers/app.js';
 import { stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
-import { offloadThreshold } from '../../src/http/offload.js';
+import { OffloadLane, offloadThreshold } from '../../src/http/offload.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { PayloadCipher } from '../../src/crypto/payload-cipher.js';
+import { configDoc } from '../helpers/app.js';
+import { stripeEvent } from '../helpers/events.js';
 import { viewOf } from '../../src/http/request-view.js';
 import { CASES } from './cases/index.js';
 import type { Case, Made } from './cases/types.js';
@@ -92,5 +96,28 @@ describe('offloadThreshold', () => {
     expect(offloadThreshold(undefined, true)).toBe(0);
     expect(offloadThreshold(0, false)).toBe(0);
     expect(offloadThreshold(4096, true)).toBe(4096);
+  });
+});
+
+describe('the helper thread dying', () => {
+  it('fails the requests it held (→ 503, nothing accepted) and the next large body starts a new thread', async () => {
+    const endpoint = parseConfig(configDoc('sqlite::memory:'), {}).endpoints[0]!;
+    const cipher = new PayloadCipher(new Map([['k1', Buffer.alloc(32, 3)]]), 'k1');
+    const snapshot = { headers: {}, contentType: 'application/json', target: '/webhooks/stripe' };
+    const lane = new OffloadLane(1);
+    try {
+      const first = await lane.run(endpoint, snapshot, { timestamp: null }, stripeEvent('evt_first'), cipher)!;
+      expect(first.envelope.eventId).toBe('evt_first');
+      const thread = (lane as unknown as { worker: { terminate(): Promise<number> } }).worker;
+      const dying = thread.terminate();
+      // Sent to a thread that is stopping: never answered, failed when the thread exits.
+      await expect(lane.run(endpoint, snapshot, { timestamp: null }, stripeEvent('evt_lost'), cipher)).rejects.toThrow(/parse thread stopped/);
+      await dying;
+      const next = await lane.run(endpoint, snapshot, { timestamp: null }, stripeEvent('evt_next'), cipher)!;
+      expect(next.envelope.eventId).toBe('evt_next');
+      expect(cipher.open(next.payload, { provider: 'stripe', endpointId: endpoint.id, providerEventId: 'evt_next' }).equals(stripeEvent('evt_next'))).toBe(true);
+    } finally {
+      await lane.close();
+    }
   });
 });
