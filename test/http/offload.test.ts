@@ -1,17 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sha256 } from '../../src/crypto/payload-cipher.js';
-import { startTestApp, type TestApp } from '../helpers/app.js';
-import { stripeHeaders } from '../helpers/events.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
+import { OffloadLane, offloadThreshold } from '../../src/http/offload.js';
+import { viewOf } from '../../src/http/request-view.js';
+import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
-import { OffloadLane, offloadThreshold } from '../../src/http/offload.js';
-import { parseConfig } from '../../src/config/schema.js';
-import { PayloadCipher } from '../../src/crypto/payload-cipher.js';
-import { configDoc } from '../helpers/app.js';
-import { stripeEvent } from '../helpers/events.js';
-import { viewOf } from '../../src/http/request-view.js';
 import { CASES } from './cases/index.js';
-import type { Case, Made } from './cases/types.js';
+import { RICH, signed } from './cases/types.js';
 
 /**
  * Large verified bodies are parsed and sealed on a helper thread (limits.offloadBodyBytes).
@@ -19,12 +16,6 @@ import type { Case, Made } from './cases/types.js';
  * it: the stored row, hash and bytes must be exactly what the event-loop path stores, and a
  * parse failure there must answer as it does on the event loop.
  */
-const RICH = 'Zoë 😀 東京 — naïve ü 𝄞';
-const nowSeconds = () => Math.floor(Date.now() / 1000);
-
-function signed(c: Case, m: Made): Record<string, string> {
-  return { ...m.headers, ...c.adapter.sign(m.body, c.secrets.v2, { ...m.signOpts, timestamp: nowSeconds() }) };
-}
 
 describeEachStore('large bodies parsed and sealed off the event loop', (kind) => {
   let app: TestApp;

@@ -1,5 +1,6 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sha256 } from '../../src/crypto/payload-cipher.js';
 import type { InboxRow } from '../../src/store/port.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { post, rawExchange, statusOf } from '../helpers/http.js';
@@ -9,7 +10,7 @@ import { genericHmacCase } from './cases/generic-hmac.js';
 import { GITHUB_HOOK_ID, githubCase } from './cases/github.js';
 import { standardWebhooksCase } from './cases/standard-webhooks.js';
 import { STRIPE_FILTERED_ENDPOINT, stripeCase } from './cases/stripe.js';
-import { uid, type Case, type Made, type Version } from './cases/types.js';
+import { nowSeconds, RICH, signed, uid, type Case, type Made } from './cases/types.js';
 
 /**
  * Signature verification from raw HTTP bytes inward, on every adapter and every store. Each
@@ -25,16 +26,6 @@ const SIGNED_ID = CASES.filter((c) => c.changeId(c.make(), {}) !== null);
 const JSON_CASES = CASES.filter((c) => c.json);
 const TIMED = CASES.filter((c) => c.tolerance !== null);
 
-const nowSeconds = () => Math.floor(Date.now() / 1000);
-const sha256 = (b: Buffer) => createHash('sha256').update(b).digest();
-
-/** Unsigned + signature headers, signed with the given secret version at the given time. */
-function signed(c: Case, m: Made, opts: { version?: Version; timestamp?: number; body?: Buffer } = {}): Record<string, string> {
-  const sig = c.adapter.sign(opts.body ?? m.body, c.secrets[opts.version ?? 'v2'], { ...m.signOpts, timestamp: opts.timestamp ?? nowSeconds() });
-  return { ...m.headers, ...sig };
-}
-
-const RICH = 'Zoë 😀 東京 — naïve ü 𝄞';
 
 describeEachStore('signature verification over HTTP', (kind) => {
   let app: TestApp;

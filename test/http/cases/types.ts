@@ -61,3 +61,14 @@ export const uid = () => randomUUID().replaceAll('-', '');
 /** Spacing, `1.0` and a `\u00e9` escape: JSON.stringify(JSON.parse(body)) is never the same bytes. */
 export const fields = (text: string) => `"amount": 1.0, "note": "caf\\u00e9 ${text}"`;
 export const bumpTimestamp = (v: string) => String(Number(v) + 1);
+
+export const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+/** Multi-byte UTF-8 of every width (more bytes than UTF-16 code units): the text a suite's events carry. */
+export const RICH = 'Zoë 😀 東京 — naïve ü 𝄞';
+
+/** Unsigned + signature headers, signed with the given secret version (default v2) at the given time (default now). */
+export function signed(c: Case, m: Made, opts: { version?: Version; timestamp?: number; body?: Buffer } = {}): Record<string, string> {
+  const sig = c.adapter.sign(opts.body ?? m.body, c.secrets[opts.version ?? 'v2'], { ...m.signOpts, timestamp: opts.timestamp ?? nowSeconds() });
+  return { ...m.headers, ...sig };
+}
