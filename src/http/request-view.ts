@@ -14,17 +14,13 @@ export function requestSnapshot(req: IncomingMessage): RequestSnapshot {
   return { headers: req.headersDistinct, contentType: req.headers['content-type'], target: req.url ?? '/' };
 }
 
+/** Own keys only: a snapshot cloned to another thread is a plain object ("constructor" is inherited). */
+const own = (h: RequestSnapshot['headers'], name: string) => (Object.hasOwn(h, name) ? h[name] : undefined);
+
 /**
  * The adapter's view of a request. Repeated headers are seen as they arrived
  * (`headersDistinct`), never comma-joined, so a second signature header cannot hide.
  */
-export function requestView(req: IncomingMessage): RequestView {
-  return viewOf(requestSnapshot(req));
-}
-
-/** Own keys only: a snapshot cloned to another thread is a plain object ("constructor" is inherited). */
-const own = (h: RequestSnapshot['headers'], name: string) => (Object.hasOwn(h, name) ? h[name] : undefined);
-
 export function viewOf(s: RequestSnapshot): RequestView {
   const ct = s.contentType;
   const semi = ct === undefined ? -1 : ct.indexOf(';');

@@ -1,14 +1,16 @@
-import type { IncomingMessage } from 'node:http';
 import type { TrustedKey } from '../../src/crypto/hmac.js';
 import { IngressError } from '../../src/errors.js';
-import { requestView } from '../../src/http/request-view.js';
+import { viewOf } from '../../src/http/request-view.js';
 import type { ProviderAdapter, RequestView } from '../../src/providers/contract.js';
 
-/** A RequestView built by the real `requestView` over header pairs (names any case, repeats kept). */
-export function view(pairs: [string, string][]): RequestView {
-  const distinct: Record<string, string[]> = {};
-  for (const [k, v] of pairs) (distinct[k.toLowerCase()] ??= []).push(v);
-  return requestView({ headersDistinct: distinct, headers: { 'content-type': distinct['content-type']?.[0] }, url: '/webhooks/x' } as unknown as IncomingMessage);
+/**
+ * A RequestView built by the pipeline's own `viewOf` over header pairs (names any case, repeats
+ * kept). The content type defaults to the pairs' Content-Type header.
+ */
+export function view(pairs: [string, string][], opts: { target?: string; contentType?: string } = {}): RequestView {
+  const headers: Record<string, string[]> = {};
+  for (const [k, v] of pairs) (headers[k.toLowerCase()] ??= []).push(v);
+  return viewOf({ headers, contentType: opts.contentType ?? headers['content-type']?.[0], target: opts.target ?? '/webhooks/x' });
 }
 
 /** The error of class `type` that `fn` throws; fails the test if it throws nothing or something else. */

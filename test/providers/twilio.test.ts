@@ -1,17 +1,15 @@
 import { randomBytes } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
 import { parse as parseQueryString } from 'node:querystring';
 import twilio from 'twilio';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TrustedKey } from '../../src/crypto/hmac.js';
 import { ConfigError } from '../../src/errors.js';
-import { requestView } from '../../src/http/request-view.js';
 import type { ProviderAdapter, RequestView } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
 import { formParams, portVariants, sha256Hex, twilioSignature } from '../../src/providers/twilio.js';
 import type { InboxRow } from '../../src/store/port.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
-import { reasonOf, thrownBy, trustedKeys } from '../helpers/adapter.js';
+import { reasonOf, thrownBy, trustedKeys, view } from '../helpers/adapter.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
 import { TWILIO_PUBLIC_URL, TWILIO_SECRETS, twilioCase } from '../http/cases/twilio.js';
@@ -20,12 +18,8 @@ const FORM = 'application/x-www-form-urlencoded';
 const JSON_TYPE = 'application/json';
 const make = (options: Record<string, unknown>, path = 'endpoints[0].options'): ProviderAdapter => PROVIDERS.twilio!(options, path);
 
-/** A RequestView from the real `requestView`, with the request target and content type a test needs. */
-function req(pairs: [string, string][], target = '/webhooks/twilio', contentType = FORM): RequestView {
-  const distinct: Record<string, string[]> = {};
-  for (const [k, v] of pairs) (distinct[k.toLowerCase()] ??= []).push(v);
-  return requestView({ headersDistinct: distinct, headers: { 'content-type': contentType }, url: target } as unknown as IncomingMessage);
-}
+/** A RequestView with the request target and content type a test needs. */
+const req = (pairs: [string, string][], target = '/webhooks/twilio', contentType = FORM): RequestView => view(pairs, { target, contentType });
 
 /** parseSignature + verify, as the pipeline does; the matched version or null. */
 function check(adapter: ProviderAdapter, signature: string | null, body: Buffer | string, keys: TrustedKey[], target = '/webhooks/twilio', contentType = FORM, extra: [string, string][] = []): string | null {
