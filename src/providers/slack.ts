@@ -52,7 +52,6 @@ function parseSignature(req: RequestView): SlackSignature {
   return { timestamp, ts: ts!, digest };
 }
 
-
 /** A Slack `ts` ("1515449522.000016", Unix seconds with a fraction) → Unix ms. */
 function slackTsMs(v: unknown): number | null {
   if (typeof v !== 'string' || !/^\d{1,12}(\.\d{1,9})?$/.test(v)) return null;
