@@ -38,7 +38,8 @@ export interface EngineReport {
   readonly markdown: string;
 }
 
-const noopHandlers = () => join(ROOT, 'bench', 'noop-handlers.mjs');
+const HANDLERS_FILE = () => (opts.handlersRead ? 'reading-handlers.mjs' : 'noop-handlers.mjs');
+const handlersModule = () => join(ROOT, 'bench', HANDLERS_FILE());
 const ENGINE_DB = 'wi_bench_engine';
 const SEED_BATCH = 500;
 const SEED_SIZES = { minBytes: 1024, maxBytes: 2048, largeBytes: 4096 };
@@ -276,7 +277,7 @@ async function drain(store: StoreKind, tag: string): Promise<DrainResult> {
     const profileDir = profileDirFor(`drain-${store}`);
     const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
     const launchedAt = Date.now();
-    work = await launch([...prof, SERVER_MAIN, 'work', '--config', cfg, '--handlers', noopHandlers()], { DATABASE_URL: db.url }, `work-${store}`, async () => undefined, /workers running/);
+    work = await launch([...prof, SERVER_MAIN, 'work', '--config', cfg, '--handlers', handlersModule()], { DATABASE_URL: db.url }, `work-${store}`, async () => undefined, /workers running/);
     const cpu = cpuSampler(work.pid);
     let started = false;
     const end = await waitDrained(probe, DRAIN_LIMIT_MS, (unfinished) => {
@@ -345,11 +346,11 @@ async function e2e(store: StoreKind, mode: WorkersMode, tag: string, seed: numbe
     await waitQuiet();
     const profileDir = workersOn ? profileDirFor(`e2e-${store}`) : undefined;
     const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-    srv = await launch([...prof, SERVER_MAIN, 'serve', '--config', cfg, '--handlers', noopHandlers()], { DATABASE_URL: db.url }, `e2e-${store}`, async () => undefined);
+    srv = await launch([...prof, SERVER_MAIN, 'serve', '--config', cfg, '--handlers', handlersModule()], { DATABASE_URL: db.url }, `e2e-${store}`, async () => undefined);
     if (mode === 'separate') {
       const workCfg = join(db.dir, 'work.json');
       writeFileSync(workCfg, JSON.stringify(serverConfig(db.url, { ...opts.workers, enabled: true }), null, 2));
-      work = await launch([SERVER_MAIN, 'work', '--config', workCfg, '--handlers', noopHandlers()], { DATABASE_URL: db.url }, `e2e-work-${store}`, async () => undefined, /workers running/);
+      work = await launch([SERVER_MAIN, 'work', '--config', workCfg, '--handlers', handlersModule()], { DATABASE_URL: db.url }, `e2e-work-${store}`, async () => undefined, /workers running/);
     }
     await sleep(300);
     const cpu = cpuSampler(srv.pid);
@@ -434,8 +435,8 @@ function render(drains: DrainResult[], e2es: E2eResult[], stores: StoreKind[]): 
   if (drains.length) {
     const w = drains[0]!.workers;
     out.push(`Drain: a backlog of ${f0(drains[0]!.backlog)} accepted events (seeded through the store API, ${f0(SEED_BATCH)} per transaction; Stripe-style JSON bodies of ` +
-      `${SEED_SIZES.minBytes}–${SEED_SIZES.maxBytes} bytes, sealed under the payload key the worker uses), drained by ONE \`webhook-inbox work\` process with a no-op ` +
-      `handler for \`*\` (workers: concurrency ${w.concurrency}, batchSize ${w.batchSize}, leaseMs ${w.leaseMs}, pollMs ${w.pollMs}${Object.keys(opts.workers).length ? ', set by --workers' : ', the defaults'}). ` +
+      `${SEED_SIZES.minBytes}–${SEED_SIZES.maxBytes} bytes, sealed under the payload key the worker uses), drained by ONE \`webhook-inbox work\` process with ` +
+      `${opts.handlersRead ? 'a handler that parses every body (`bench/reading-handlers.mjs`)' : 'a no-op handler that reads no body (`bench/noop-handlers.mjs`, `readsPayload: false`)'} for \`*\` (workers: concurrency ${w.concurrency}, batchSize ${w.batchSize}, leaseMs ${w.leaseMs}, pollMs ${w.pollMs}${Object.keys(opts.workers).length ? ', set by --workers' : ', the defaults'}). ` +
       'Drain time = first to last `processed_at` (the process start-up, shown apart, is excluded); CPU from the first poll that saw progress to the poll that saw none left. ' +
       (drains.some((d) => d.store === 'postgres') ? 'PostgreSQL: `VACUUM ANALYZE` after seeding, as autovacuum would have done for a backlog built up over time. ' : '') +
       'The outbox relay runs too (no broker routes: it marks each outbox row published); its leftovers are in the last column.');
@@ -446,7 +447,7 @@ function render(drains: DrainResult[], e2es: E2eResult[], stores: StoreKind[]): 
   if (e2es.length) {
     const on = e2es.find((x) => x.workersOn) ?? e2es[0]!;
     const l = on.load;
-    out.push(`End to end: \`webhook-inbox serve --handlers bench/noop-handlers.mjs\` with the workers on (concurrency ${on.workers.concurrency}, batchSize ${on.workers.batchSize}); "workers off" = the same load and server with \`workers.enabled: false\` (the reference for ingress latency); "separate work process" = that server plus one \`webhook-inbox work\` process (the deployment that scales them apart); ` +
+    out.push(`End to end: \`webhook-inbox serve --handlers bench/${HANDLERS_FILE()}\` with the workers on (concurrency ${on.workers.concurrency}, batchSize ${on.workers.batchSize}); "workers off" = the same load and server with \`workers.enabled: false\` (the reference for ingress latency); "separate work process" = that server plus one \`webhook-inbox work\` process (the deployment that scales them apart); ` +
       `${f0(A_RATE)} req/s open loop (the ladder's load: ${opts.warmupS} s warm-up + ${f0(l.windowMs / 1000)} s measured, mean body ${f0(l.meanBodyBytes)} bytes, 1% duplicates, 0.3% of 1 MiB). ` +
       'Ack = the loadgen\'s latency from scheduled send to response. e2e = `processed_at − received_at` of the rows received in the measured window, read after the backlog drained ' +
       '(`processed_at` is taken as the batch\'s settle transaction reaches the row, just before its COMMIT).');

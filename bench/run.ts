@@ -13,6 +13,7 @@
  *   npm run bench -- --only sqlite,plain  a subset of targets (plain, express, sqlite, postgres, drain, e2e)
  *   npm run bench -- --only drain,e2e --stores sqlite --backlog 50000 --e2e-duration 10
  *   npm run bench -- --only drain --workers '{"concurrency":64}' --profile  (work process under --cpu-prof)
+ *   npm run bench -- --only drain,e2e --handlers-read   (the handler parses every body instead of none)
  *   npm run bench -- --rates 2000 --duration 15 --no-memory --no-write
  *   npm run bench -- --profile --only sqlite --rates 4000 --no-memory   (server under --cpu-prof)
  *   npm run bench -- --server /other/checkout/dist/cli/main.js         (measure another build)
@@ -67,6 +68,7 @@ const { values: args } = parseArgs({
     'e2e-duration': { type: 'string' },
     stores: { type: 'string' },
     workers: { type: 'string' },
+    'handlers-read': { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
   },
   strict: true,
@@ -97,6 +99,8 @@ export const opts = {
   profile: Boolean(args.profile),
   inflightMiB: num(args['inflight-mib'], 64),
   timelineDir: args.timeline ? resolve(args.timeline) : undefined,
+  /** The engine scenarios' handler parses every body (bench/reading-handlers.mjs) instead of reading none. */
+  handlersRead: Boolean(args['handlers-read']),
   dupFraction: 0.01,
   largeFraction: 0.003,
   // bench/engine.ts

@@ -54,12 +54,19 @@ export interface HandlerOptions {
   /** Only events of this provider / endpoint (default: any). */
   readonly provider?: string;
   readonly endpoint?: string;
+  /**
+   * false: the handler uses only the event's identity (ids, type, object id and version) — e.g.
+   * it fetches the authoritative state from the provider — so the worker does not read or
+   * decrypt the stored body for it, and `event.payload` / `event.raw` throw. Default true.
+   */
+  readonly readsPayload?: boolean;
 }
 
 export interface RegisteredHandler {
   readonly name: string;
   readonly version: string;
   readonly consumer: string;
+  readonly readsPayload: boolean;
   readonly fn: Handler;
   matches(provider: string, endpointId: string, type: string): boolean;
 }
@@ -87,6 +94,7 @@ export class HandlerRegistry {
       name,
       version: opts.version ?? '1',
       consumer,
+      readsPayload: opts.readsPayload ?? true,
       fn,
       matches: (provider, endpointId, type) =>
         (opts.provider === undefined || opts.provider === provider) && (opts.endpoint === undefined || opts.endpoint === endpointId) && typeMatches(type),

@@ -4,7 +4,7 @@ import type { EndpointConfig } from '../config/schema.js';
 import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { uuidv7 } from '../crypto/ids.js';
 import type { EngineMetrics } from '../metrics/engine.js';
-import type { InboxStore } from '../store/port.js';
+import type { InboxStore, StoredPayload } from '../store/port.js';
 import { logicalKey } from '../store/port.js';
 import type { ClaimedInbox, EventKey, NewEffect, NewMarker, ProcessedMarker, Settlement, StoreTx } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
@@ -41,6 +41,12 @@ interface Plan {
   /** Set when the row is settled without running anything (bad payload, no route, …). */
   early?: Failure;
   event?: InboxEvent;
+  /** The event without its body, for handlers registered with `readsPayload: false`. */
+  identity?: InboxEvent;
+  /** Some target opens the body: read its sealed payload after the claim. */
+  needsBody: boolean;
+  /** The sealed payload, once read (absent if purged). */
+  sealed?: StoredPayload;
   handlers: readonly RegisteredHandler[];
   direct: readonly Target[];
   /** Destinations that took the event in this attempt (processed markers to record). */
@@ -113,6 +119,7 @@ export class InboxWorker {
     }, Math.max(100, Math.floor(this.d.leaseMs / 3)));
     try {
       const plans = rows.map((r) => this.plan(r));
+      await this.readBodies(plans);
       await this.deliverDirect(plans);
       if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
       let effects = 0;
@@ -131,7 +138,7 @@ export class InboxWorker {
 
   private plan(row: ClaimedInbox): Plan {
     const key: EventKey = { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId };
-    const p: Plan = { row, key, handlers: [], direct: [], delivered: [] };
+    const p: Plan = { row, key, needsBody: false, handlers: [], direct: [], delivered: [] };
     const endpoint = this.d.endpoints.get(row.endpointId);
     const retry = endpoint?.retry ?? this.d.defaultRetry;
     // A worker that crashed or lost its lease mid-attempt still spent an attempt.
@@ -152,17 +159,27 @@ export class InboxWorker {
     p.handlers = handlers;
     p.direct = routes.direct;
     if (handlers.length === 0 && routes.direct.length === 0) return p; // broker routes only: the relay publishes
-    // Decrypted and parsed on first use (pino's rule: no work that can be done later or never):
-    // a handler that only needs the ids and type never pays for them. A failure to open or
-    // parse surfaces there, as the typed error it is (payload_corrupt, schema_error, …).
+    p.needsBody = routes.direct.length > 0 || handlers.some((h) => h.readsPayload);
+    // Read only if some target opens it, then decrypted and parsed on first use (pino's rule: no
+    // work that can be done later or never). A failure to open or parse surfaces there, as the
+    // typed error it is (payload_unavailable, payload_corrupt, schema_error, …).
     let raw: Buffer | undefined;
     let parsed: { value: unknown } | undefined;
-    const open = () => (raw ??= this.open(row));
+    const open = () => (raw ??= this.open(p));
     const parse = this.d.endpoints.get(row.endpointId)?.adapter.parsePayload ?? parseJson;
-    p.event = {
+    const identity = {
       inboxId: row.inboxId, provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId,
       type: row.eventType, objectId: row.objectId, objectVersion: row.objectVersion, receivedAt: new Date(row.receivedAtMs),
       attempt: row.attemptCount, verification: row.verification,
+    };
+    if (handlers.some((h) => !h.readsPayload)) {
+      const unread = (): never => {
+        throw new Error('this handler was registered with readsPayload: false, so event.payload and event.raw are not read for it');
+      };
+      p.identity = { ...identity, get raw() { return unread(); }, get payload() { return unread(); } };
+    }
+    p.event = {
+      ...identity,
       get raw() {
         return open();
       },
@@ -181,13 +198,21 @@ export class InboxWorker {
     return p;
   }
 
-  private open(row: ClaimedInbox): Buffer {
-    if (!row.payload) throw new NeedsDecisionError(FAILURE.payloadUnavailable, 'the raw payload was purged');
+  /** One read for the batch: the sealed payloads of the events some target will open. */
+  private async readBodies(plans: Plan[]): Promise<void> {
+    const wanted = plans.filter((p) => p.event && p.needsBody && p.row.rawPayloadRef !== null);
+    if (wanted.length === 0) return;
+    const sealed = new Map((await this.d.store.readPayloads(wanted.map((p) => p.row.rawPayloadRef!))).map((s) => [s.payloadId, s]));
+    for (const p of wanted) p.sealed = sealed.get(p.row.rawPayloadRef!);
+  }
+
+  private open({ row, sealed }: Plan): Buffer {
+    if (!sealed) throw new NeedsDecisionError(FAILURE.payloadUnavailable, 'the raw payload was purged');
     const cipher = this.d.cipher();
     if (!cipher) throw new RetryableError('payload_key_unavailable', 'payload keys are not loaded');
-    if (!cipher.has(row.payload.keyId)) throw new RetryableError('payload_key_unavailable', `payload key "${row.payload.keyId}" is not configured`);
+    if (!cipher.has(sealed.keyId)) throw new RetryableError('payload_key_unavailable', `payload key "${sealed.keyId}" is not configured`);
     try {
-      return cipher.open(row.payload, { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId });
+      return cipher.open(sealed, { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId });
     } catch {
       throw new NeedsDecisionError('payload_corrupt', 'stored payload failed authentication');
     }
@@ -241,7 +266,7 @@ export class InboxWorker {
           versions.push(version);
           if (done.has(markerKey(p.key, h.consumer))) continue;
           try {
-            const recorded = await this.runHandler(tx, h, p.event!);
+            const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!);
             markers.push({ ...p.key, consumer: h.consumer, inboxId: row.inboxId, handlerVersion: version, nowMs: now });
             for (const [name, data] of recorded) {
               effects.push({ effectId: uuidv7(now), inboxId: row.inboxId, name, idempotencyKey: `${row.inboxId}:${name}`, data: JSON.stringify(data ?? null), nowMs: now });

@@ -51,10 +51,8 @@ export function toInboxDetail(r: RawRow): InboxDetail {
   };
 }
 
-/** A claimed inbox row joined with its payload (`key_id`, `nonce`, `ciphertext`; all NULL once purged). */
 export function toClaimedInbox(r: RawRow): ClaimedInbox {
-  const payload = r.key_id === null || r.key_id === undefined ? null : { keyId: r.key_id as string, nonce: bytes(r.nonce), ciphertext: bytes(r.ciphertext) };
-  return { ...toInboxRow(r), payload, leaseOwner: r.lease_owner as string };
+  return { ...toInboxRow(r), leaseOwner: r.lease_owner as string };
 }
 
 export function toEffectRow(r: RawRow): EffectRow {

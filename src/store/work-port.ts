@@ -1,5 +1,4 @@
-import type { SealedPayload } from '../crypto/payload-cipher.js';
-import type { InboxRow } from './port.js';
+import type { InboxRow, StoredPayload } from './port.js';
 
 /**
  * The part of the storage port the processing engine uses: leased claims, one transaction per
@@ -22,9 +21,12 @@ export interface EventKey {
   readonly providerEventId: string;
 }
 
-/** A claimed inbox row with its sealed payload (null if the payload was purged). */
+/**
+ * A claimed inbox row. Its sealed payload is not part of the claim (`rawPayloadRef` names it;
+ * null once purged): the worker reads it with `readPayloads` only for events whose targets
+ * need the body, so a claim never ships ~10 KiB of ciphertext per event that nobody opens.
+ */
 export interface ClaimedInbox extends InboxRow {
-  readonly payload: SealedPayload | null;
   readonly leaseOwner: string;
 }
 
@@ -172,6 +174,8 @@ export interface WorkStore {
   onNewWork(fn: () => void): () => void;
   /** Claims up to n due inbox rows (oldest due first) under a lease for `owner`. */
   claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]>;
+  /** The sealed payloads of these ids that still exist (purged ones are absent), in any order. */
+  readPayloads(payloadIds: readonly string[]): Promise<StoredPayload[]>;
   /** Heartbeat: pushes the lease (and next_attempt_at) of rows `owner` still holds. */
   extendInboxLeases(inboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void>;
   /** BEGIN … COMMIT around fn (ROLLBACK if it throws). SQLite: BEGIN IMMEDIATE. */

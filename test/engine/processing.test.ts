@@ -224,6 +224,50 @@ describeEachStore('processing engine', (kind) => {
     }
   });
 
+  /** Runs the store's workers with these handlers until `until` resolves. */
+  async function withWorkers<T>(handlers: HandlerRegistry, until: () => Promise<T>): Promise<T> {
+    const config = parseConfig(configDoc(app!.db.url, { ...FAST_WORKERS, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      return await until();
+    } finally {
+      await workers.stop();
+    }
+  }
+  const terminal = (inboxId: string) => waitFor(() => app!.store.getEvent(inboxId).then((e) => (e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null)), 10_000, `${inboxId} terminal`);
+
+  it('a handler registered with readsPayload: false runs on the identity alone: PROCESSED even after the body was purged, where a reading handler fails payload_unavailable', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    const meta = (await send('evt_meta', 'charge.refunded')).json().inbox_id as string;
+    const body = (await send('evt_body', 'payment_intent.succeeded')).json().inbox_id as string;
+    for (const id of [meta, body]) {
+      const ref = (await app.store.getInbox(id))!.rawPayloadRef!;
+      await app.store.transaction((tx) => tx.query(sql('DELETE FROM webhook_payload WHERE payload_id = $1'), [ref])); // retention purged it
+    }
+    const seen: unknown[] = [];
+    const handlers = new HandlerRegistry()
+      .on('charge.refunded', (e) => void seen.push([e.providerEventId, e.type, e.attempt]), { readsPayload: false })
+      .on('payment_intent.succeeded', (e) => void seen.push(e.payload));
+    const [m, b] = await withWorkers(handlers, () => Promise.all([terminal(meta), terminal(body)]));
+    expect(m).toMatchObject({ status: 'PROCESSED', handlerVersion: 'charge.refunded@1', attemptCount: 1 });
+    expect(b).toMatchObject({ status: 'FAILED', failureReason: 'payload_unavailable', attemptCount: 1 });
+    expect(seen).toEqual([['evt_meta', 'charge.refunded', 1]]);
+  });
+
+  it('readsPayload: false is kept per handler: reading event.payload there fails that handler (retried, then FAILED) even when another handler of the event reads it', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    const id = (await send('evt_misdeclared', 'charge.refunded')).json().inbox_id as string;
+    const read: unknown[] = [];
+    const handlers = new HandlerRegistry()
+      .on('charge.refunded', (e) => void read.push((e.payload as { id: string }).id, e.raw.length > 0), { name: 'reader' })
+      .on('charge.refunded', (e) => void read.push(e.payload), { name: 'ids-only', readsPayload: false });
+    const e = await withWorkers(handlers, () => terminal(id));
+    expect(e).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted', attemptCount: 3 });
+    expect(e.lastError).toBe('Error: this handler was registered with readsPayload: false, so event.payload and event.raw are not read for it');
+    // The reader ran once (its marker made the retries skip it); the other never got a payload.
+    expect(read).toEqual(['evt_misdeclared', true]);
+  });
+
   it('in one batch, failing handlers roll back only their own writes: the other events commit at their first attempt', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     await userTable();

@@ -80,19 +80,23 @@ describeEachStore('work store', (kind) => {
   const processed = (nowMs = T + 10): Settlement => ({ status: 'PROCESSED', handlerVersion: 'h1', nowMs });
 
   describe('inbox claims and leases', () => {
-    it('claims due PENDING rows oldest-due first, up to n, under a lease, with the sealed payload', async () => {
+    it('claims due PENDING rows oldest-due first, up to n, under a lease; readPayloads returns their sealed payloads', async () => {
       const a = at('evt_a', 0), b = at('evt_b', 10), c = at('evt_c', 20);
       const copies = await accept(c, a, b);
       const claimed = await store.claimInbox(2, 'w1', LEASE, T + 100);
       expect(ids(claimed)).toEqual(ids([a, b]));
+      const payloads = await store.readPayloads([...claimed.map((r) => r.rawPayloadRef!), uuidv7(T)]); // the last one does not exist
+      expect(payloads).toHaveLength(2);
       for (const row of claimed) {
         expect(row).toMatchObject({ status: 'PROCESSING', leaseOwner: 'w1', attemptCount: 1, leaseUntilMs: T + 100 + LEASE, nextAttemptAtMs: T + 100 + LEASE });
         const copy = copies.get(row.inboxId)!;
-        expect(row.payload!.keyId).toBe(copy.keyId);
-        expect(Buffer.from(row.payload!.nonce).equals(copy.nonce)).toBe(true);
-        expect(Buffer.from(row.payload!.ciphertext).equals(copy.ciphertext)).toBe(true);
-        expect(cipher.open(row.payload!, row).toString()).toBe(`{"id":"${row.providerEventId}"}`);
+        const sealed = payloads.find((x) => x.payloadId === row.rawPayloadRef)!;
+        expect(sealed.keyId).toBe(copy.keyId);
+        expect(Buffer.from(sealed.nonce).equals(copy.nonce)).toBe(true);
+        expect(Buffer.from(sealed.ciphertext).equals(copy.ciphertext)).toBe(true);
+        expect(cipher.open(sealed, row).toString()).toBe(`{"id":"${row.providerEventId}"}`);
       }
+      expect(await store.readPayloads([])).toEqual([]);
       const stored = (await store.getInbox(a.inboxId))!;
       expect(stored).toMatchObject({ status: 'PROCESSING', attemptCount: 1, leaseUntilMs: T + 100 + LEASE });
       // The third row is still due.
@@ -135,13 +139,14 @@ describeEachStore('work store', (kind) => {
       expect(ids(await store.claimInbox(10, 'w2', LEASE, T + 5001))).toEqual([r.inboxId]);
     });
 
-    it('claims a row whose payload was purged with a null payload', async () => {
+    it('claims a row whose payload was purged: rawPayloadRef null, and readPayloads no longer finds it', async () => {
       const r = at('evt_purged', 0);
       await accept(r);
       // Retention deletes the payload; the foreign key sets raw_payload_ref to NULL.
       await store.transaction((tx) => tx.query(sql('DELETE FROM webhook_payload WHERE payload_id = $1'), [r.payloadId]));
       const [row] = await store.claimInbox(1, 'w1', LEASE, T);
-      expect(row).toMatchObject({ inboxId: r.inboxId, rawPayloadRef: null, payload: null });
+      expect(row).toMatchObject({ inboxId: r.inboxId, rawPayloadRef: null });
+      expect(await store.readPayloads([r.payloadId])).toEqual([]);
     });
 
     it('concurrent claimers on separate connections never get the same row', async () => {

@@ -201,10 +201,7 @@ export class PostgresStore implements InboxStore {
   }
 
   async getPayload(payloadId: string): Promise<StoredPayload | null> {
-    const { rows } = await this.query<Record<string, unknown>>({
-      text: 'SELECT payload_id::text, key_id, nonce, ciphertext FROM webhook_payload WHERE payload_id = $1', values: [payloadId],
-    });
-    return rows[0] ? toStoredPayload(rows[0]) : null;
+    return UUID_RE.test(payloadId) ? (await this.readPayloads([payloadId]))[0] ?? null : null;
   }
 
   async countRows(): Promise<{ inbox: number; outbox: number; payload: number }> {
@@ -228,6 +225,11 @@ export class PostgresStore implements InboxStore {
 
   async claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]> {
     return (await this.rows(W.CLAIM_INBOX, [n, owner, nowMs, nowMs + leaseMs])).map(toClaimedInbox);
+  }
+
+  async readPayloads(payloadIds: readonly string[]): Promise<StoredPayload[]> {
+    if (payloadIds.length === 0) return [];
+    return (await this.rows(W.READ_PAYLOADS, [payloadIds])).map(toStoredPayload);
   }
 
   async extendInboxLeases(inboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void> {

@@ -27,7 +27,6 @@ export const PENDING_NOTICE = `
 export const MARK_NOTICE = `UPDATE webhook_inbox SET verification = 'fetch-required', coalesce_key = ? WHERE inbox_id = ?`;
 
 export const SELECT_INBOX = `SELECT * FROM webhook_inbox WHERE inbox_id = ?`;
-export const SELECT_PAYLOAD = `SELECT * FROM webhook_payload WHERE payload_id = ?`;
 export const COUNT_ROWS = `
   SELECT (SELECT count(*) FROM webhook_inbox) AS inbox,
          (SELECT count(*) FROM webhook_outbox) AS outbox,

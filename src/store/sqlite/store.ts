@@ -200,8 +200,12 @@ export class SqliteStore implements InboxStore {
   }
 
   async getPayload(payloadId: string): Promise<StoredPayload | null> {
-    const r = await this.call<RawRow | null>('getPayload', payloadId);
-    return r ? toStoredPayload(r) : null;
+    return (await this.readPayloads([payloadId]))[0] ?? null;
+  }
+
+  async readPayloads(payloadIds: readonly string[]): Promise<StoredPayload[]> {
+    if (payloadIds.length === 0) return [];
+    return (await this.call<RawRow[]>('readPayloads', JSON.stringify(payloadIds))).map(toStoredPayload);
   }
 
   countRows(): Promise<{ inbox: number; outbox: number; payload: number }> {

@@ -24,12 +24,13 @@ export const LEASE_INBOX = `
     next_attempt_at = @leaseUntil, attempt_count = attempt_count + 1
   WHERE inbox_id IN ${IDS}`;
 
-/** The leased rows in the order of @ids, each with its payload (NULLs once purged). */
+/** The leased rows in the order of @ids (their payloads are read apart: READ_PAYLOADS). */
 export const READ_CLAIMED_INBOX = `
-  SELECT w.*, p.key_id, p.nonce, p.ciphertext
-  FROM json_each(@ids) j JOIN webhook_inbox w ON w.inbox_id = j.value
-  LEFT JOIN webhook_payload p ON p.payload_id = w.raw_payload_ref
-  ORDER BY j.key`;
+  SELECT w.* FROM json_each(@ids) j JOIN webhook_inbox w ON w.inbox_id = j.value ORDER BY j.key`;
+
+/** A claim's payloads, read outside the claim's write lock and only where a target opens them. */
+export const READ_PAYLOADS = `
+  SELECT p.* FROM json_each(?) j JOIN webhook_payload p ON p.payload_id = j.value`;
 
 export const EXTEND_INBOX_LEASES = `
   UPDATE webhook_inbox SET lease_until = @leaseUntil, next_attempt_at = @leaseUntil

@@ -54,7 +54,6 @@ function prepare() {
     pendingNotice: db.prepare(SQL.PENDING_NOTICE).pluck(),
     markNotice: db.prepare(SQL.MARK_NOTICE),
     selectInbox: db.prepare(SQL.SELECT_INBOX),
-    selectPayload: db.prepare(SQL.SELECT_PAYLOAD),
     count: db.prepare(SQL.COUNT_ROWS),
     ids: db.prepare('SELECT inbox_id FROM webhook_inbox ORDER BY inbox_id').pluck(),
   };
@@ -91,7 +90,6 @@ const ops: Ops = {
   // Changes when ANOTHER connection (another process) commits to this database file.
   dataVersion: () => db.pragma('data_version', { simple: true }),
   getInbox: (id: string) => st().selectInbox.get(id) ?? null,
-  getPayload: (id: string) => st().selectPayload.get(id) ?? null,
   count: () => st().count.get(),
   listIds: () => st().ids.all(),
   close: () => db.close(),
