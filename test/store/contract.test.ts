@@ -66,6 +66,18 @@ describeEachStore('store contract', (kind) => {
     expect(after.payload - before.payload).toBe(3);
   });
 
+  it('a batch of any size stores exactly its own rows (PostgreSQL pads batches to a few statement sizes with rows that must insert nothing)', async () => {
+    for (const n of [1, 5, 7, 13, 17, 25, 33, 49, 65]) {
+      const before = await store.countRows();
+      const records = Array.from({ length: n }, (_, i) => record(`evt_size_${n}_${i}`));
+      const withCopy = [...records, record(`evt_size_${n}_0`)]; // one duplicate rides along
+      const res = await store.acceptBatch(withCopy);
+      expect(res, `batch of ${n}`).toEqual([...records.map((r) => ({ inboxId: r.inboxId, duplicate: false })), { inboxId: records[0]!.inboxId, duplicate: true }]);
+      const after = await store.countRows();
+      expect([after.inbox - before.inbox, after.outbox - before.outbox, after.payload - before.payload], `batch of ${n}`).toEqual([n, n, n]);
+    }
+  });
+
   it('keys uniqueness on (provider, endpoint, event id): the same id elsewhere is a new row', async () => {
     const a = record('evt_scope');
     const otherEndpoint = record('evt_scope', undefined, { endpointId: 'ep2' });

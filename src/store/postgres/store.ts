@@ -168,7 +168,9 @@ export class PostgresStore implements InboxStore {
     const order = records.map((r, i) => ({ k: logicalKey(r), i })).sort((a, b) => (a.k < b.k ? -1 : a.k > b.k ? 1 : 0));
     const values: unknown[] = [];
     for (const { i } of order) values.push(...acceptValues(records[i]!));
-    const n = records.length;
+    const n = SQL.acceptSize(records.length);
+    values.length = n * COLS; // spare rows all NULL: padding the statement skips
+    values.fill(null, records.length * COLS);
     const inserted = await this.query<{ inbox_id: string }>({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
     const won = new Set(inserted.rows.map((r) => r.inbox_id));
     if (won.size > 0) this.notifier.poke();
