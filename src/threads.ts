@@ -21,3 +21,64 @@ export function startWorker(callerUrl: string, name: string, workerData: unknown
 export function ownsItsMemory(b: Uint8Array): boolean {
   return b.byteOffset === 0 && b.buffer.byteLength === b.byteLength && b.buffer instanceof ArrayBuffer;
 }
+
+/**
+ * Request and reply over one worker thread. Each call posts `{ ...msg, id }` and settles when
+ * the reply with that id arrives (`settle` turns it into the value, or throws to reject). The
+ * thread starts on the first call; if it dies, every pending call is rejected with
+ * `stopped(cause)` and the next call starts a new one.
+ */
+export class WorkerCalls<Reply extends { readonly id: number }> {
+  private worker: Worker | undefined;
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: unknown): void }>();
+
+  constructor(private readonly opts: {
+    readonly start: () => Worker;
+    readonly settle: (reply: Reply) => unknown;
+    readonly stopped: (cause: Error) => Error;
+  }) {}
+
+  /** Throws at once, having transferred nothing, if `msg` does not clone (DataCloneError). */
+  call<T>(msg: object, transfer: readonly ArrayBuffer[] = []): Promise<T> {
+    const id = this.nextId++;
+    this.thread().postMessage({ ...msg, id }, transfer as ArrayBuffer[]);
+    return new Promise<T>((resolve, reject) => this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject }));
+  }
+
+  private thread(): Worker {
+    if (this.worker) return this.worker;
+    const w = this.opts.start();
+    w.on('message', (r: Reply) => {
+      const p = this.pending.get(r.id);
+      if (!p) return;
+      this.pending.delete(r.id);
+      try {
+        p.resolve(this.opts.settle(r));
+      } catch (err) {
+        p.reject(err);
+      }
+    });
+    const fail = (cause: Error) => {
+      if (this.worker !== w) return;
+      this.worker = undefined;
+      this.rejectAll(cause);
+    };
+    w.on('error', fail);
+    w.on('exit', (code) => fail(new Error(`exit ${code}`)));
+    this.worker = w;
+    return w;
+  }
+
+  private rejectAll(cause: Error): void {
+    for (const p of this.pending.values()) p.reject(this.opts.stopped(cause));
+    this.pending.clear();
+  }
+
+  async close(): Promise<void> {
+    const w = this.worker;
+    this.worker = undefined;
+    if (w) await w.terminate();
+    this.rejectAll(new Error('closed'));
+  }
+}

@@ -1,9 +1,8 @@
-import type { Worker } from 'node:worker_threads';
 import type { EndpointConfig } from '../config/schema.js';
 import type { PayloadCipher, SealedPayload } from '../crypto/payload-cipher.js';
 import { IngressError, type Reason } from '../errors.js';
 import type { Envelope, ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
-import { ownsItsMemory, startWorker } from '../threads.js';
+import { ownsItsMemory, startWorker, WorkerCalls } from '../threads.js';
 import type { OffloadRequest } from './offload-worker.js';
 import type { RequestSnapshot } from './request-view.js';
 
@@ -42,9 +41,21 @@ export function offloadThreshold(configured: number | undefined, workersInProces
  * never moves: only bytes whose signature and freshness were checked are sent here.
  */
 export class OffloadLane {
-  private worker: Worker | undefined;
-  private readonly pending = new Map<number, { resolve(r: Offloaded): void; reject(e: unknown): void }>();
-  private nextId = 1;
+  // A dead thread fails the requests it held (nothing of them was accepted: each answers 503
+  // and the provider retries); the next large body starts a new one.
+  private readonly calls = new WorkerCalls<Reply>({
+    start: () => {
+      const w = startWorker(import.meta.url, 'offload-worker', null);
+      w.unref(); // an idle helper never keeps the process alive
+      return w;
+    },
+    settle: (r) => {
+      if (r.ok) return { envelope: r.envelope, payloadHash: buf(r.payloadHash), payload: { keyId: r.sealed.keyId, nonce: buf(r.sealed.nonce), ciphertext: buf(r.sealed.ciphertext) } };
+      if (r.reason) throw new IngressError(r.reason, r.detail);
+      throw new Error(`parse thread: ${r.message}`);
+    },
+    stopped: (cause) => new Error(`parse thread stopped: ${cause.message}`),
+  });
 
   constructor(readonly minBytes: number) {}
 
@@ -63,54 +74,18 @@ export class OffloadLane {
    * and the caller parses on the event loop, as for a small body.
    */
   run(endpoint: EndpointConfig, snapshot: RequestSnapshot, meta: SignatureMetadata, body: Buffer, cipher: PayloadCipher): Promise<Offloaded> | null {
-    const id = this.nextId++;
-    const msg: OffloadRequest = {
-      id, provider: endpoint.provider, options: endpoint.adapterOptions, endpointId: endpoint.id, snapshot, meta, body, keys: cipher.keyMaterial(),
+    const msg: Omit<OffloadRequest, 'id'> = {
+      provider: endpoint.provider, options: endpoint.adapterOptions, endpointId: endpoint.id, snapshot, meta, body, keys: cipher.keyMaterial(),
     };
-    const thread = this.thread();
     try {
       // Serialising fails (DataCloneError) before anything is transferred.
-      thread.postMessage(msg, ownsItsMemory(body) ? [body.buffer as ArrayBuffer] : []);
+      return this.calls.call<Offloaded>(msg, ownsItsMemory(body) ? [body.buffer as ArrayBuffer] : []);
     } catch {
       return null;
     }
-    return new Promise<Offloaded>((resolve, reject) => this.pending.set(id, { resolve, reject }));
   }
 
-  private thread(): Worker {
-    if (this.worker) return this.worker;
-    const w = startWorker(import.meta.url, 'offload-worker', null);
-    w.unref();
-    w.on('message', (r: Reply) => {
-      const p = this.pending.get(r.id);
-      if (!p) return;
-      this.pending.delete(r.id);
-      if (r.ok) {
-        p.resolve({ envelope: r.envelope, payloadHash: buf(r.payloadHash), payload: { keyId: r.sealed.keyId, nonce: buf(r.sealed.nonce), ciphertext: buf(r.sealed.ciphertext) } });
-      } else if (r.reason) {
-        p.reject(new IngressError(r.reason, r.detail));
-      } else {
-        p.reject(new Error(`parse thread: ${r.message}`));
-      }
-    });
-    const fail = (err: unknown) => {
-      if (this.worker !== w) return;
-      this.worker = undefined; // the next large body starts a new thread
-      // Nothing of these requests was accepted: each answers 503 and the provider retries.
-      for (const p of this.pending.values()) p.reject(new Error(`parse thread stopped: ${(err as Error)?.message ?? err}`));
-      this.pending.clear();
-    };
-    w.on('error', fail);
-    w.on('exit', (code) => fail(new Error(`exit ${code}`)));
-    this.worker = w;
-    return w;
-  }
-
-  async close(): Promise<void> {
-    const w = this.worker;
-    this.worker = undefined;
-    if (w) await w.terminate();
-    for (const p of this.pending.values()) p.reject(new Error('parse thread closed'));
-    this.pending.clear();
+  close(): Promise<void> {
+    return this.calls.close();
   }
 }

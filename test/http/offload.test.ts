@@ -99,7 +99,7 @@ describe('the helper thread dying', () => {
     try {
       const first = await lane.run(endpoint, snapshot, { timestamp: null }, stripeEvent('evt_first'), cipher)!;
       expect(first.envelope.eventId).toBe('evt_first');
-      const thread = (lane as unknown as { worker: { terminate(): Promise<number> } }).worker;
+      const thread = (lane as unknown as { calls: { worker: { terminate(): Promise<number> } } }).calls.worker;
       const dying = thread.terminate();
       // Sent to a thread that is stopping: never answered, failed when the thread exits.
       await expect(lane.run(endpoint, snapshot, { timestamp: null }, stripeEvent('evt_lost'), cipher)).rejects.toThrow(/parse thread stopped/);

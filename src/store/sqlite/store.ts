@@ -1,8 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import type { Worker } from 'node:worker_threads';
 import { StorageUnavailableError } from '../../errors.js';
-import { ownsItsMemory, startWorker } from '../../threads.js';
+import { ownsItsMemory, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptUnique } from '../dedupe.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
@@ -42,51 +41,33 @@ function ownedBuffers(records: readonly AcceptRecord[]): ArrayBuffer[] {
 /** SQLite adapter: a single writer thread owns the connection; this side only passes messages. */
 export class SqliteStore implements InboxStore {
   readonly kind = 'sqlite' as const;
-  private worker!: Worker;
-  private nextId = 1;
+  private readonly writer: WorkerCalls<{ id: number; ok: boolean; result?: unknown; message?: string; code?: string }>;
   /** Transaction ids are unique across writer restarts, so a stale op never hits a new transaction. */
   private nextTxId = 1;
   private readonly newWork = new Set<() => void>();
   private watcher: NodeJS.Timeout | undefined;
-  private pending = new Map<number, { resolve(v: unknown): void; reject(e: unknown): void }>();
   private closed = false;
 
   constructor(readonly init: WorkerInit) {
     if (init.file !== ':memory:') mkdirSync(dirname(init.file), { recursive: true });
-    this.spawn();
+    // A crashed writer is replaced by the next call; requests it held were answered 503.
+    this.writer = new WorkerCalls({
+      start: () => startWorker(import.meta.url, 'worker', this.init),
+      settle: (m) => {
+        if (!m.ok) throw Object.assign(new Error(m.message), { code: m.code });
+        return m.result;
+      },
+      stopped: (cause) => new StorageUnavailableError('SQLite worker stopped', { cause }),
+    });
   }
 
   static fromUrl(url: string, durableEngineCommits = true): SqliteStore {
     return new SqliteStore({ ...parseSqliteUrl(url), durableEngineCommits });
   }
 
-  private spawn(): void {
-    const w = startWorker(import.meta.url, 'worker', this.init);
-    w.on('message', (m: { id: number; ok: boolean; result?: unknown; message?: string; code?: string }) => {
-      const p = this.pending.get(m.id);
-      if (!p) return;
-      this.pending.delete(m.id);
-      if (m.ok) p.resolve(m.result);
-      else p.reject(Object.assign(new Error(m.message), { code: m.code }));
-    });
-    const fail = (err: unknown) => {
-      for (const p of this.pending.values()) p.reject(new StorageUnavailableError('SQLite worker stopped', { cause: err }));
-      this.pending.clear();
-      // A crashed writer is replaced; requests in its batch were answered 503 above.
-      if (!this.closed) setTimeout(() => this.spawn(), 100).unref();
-    };
-    w.on('error', fail);
-    w.on('exit', (code) => { if (this.worker === w) fail(new Error(`exit ${code}`)); });
-    this.worker = w;
-  }
-
-  private call<T>(op: string, arg?: unknown, transfer: ArrayBuffer[] = [], tx?: number): Promise<T> {
-    if (this.closed) return Promise.reject(new StorageUnavailableError('store is closed'));
-    return new Promise<T>((resolve, reject) => {
-      const id = this.nextId++;
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      this.worker.postMessage({ id, op, arg, tx }, transfer);
-    });
+  private async call<T>(op: string, arg?: unknown, transfer: ArrayBuffer[] = [], tx?: number): Promise<T> {
+    if (this.closed) throw new StorageUnavailableError('store is closed');
+    return this.writer.call<T>({ op, arg, tx }, transfer);
   }
 
   migrate(): Promise<number[]> {
@@ -239,6 +220,6 @@ export class SqliteStore implements InboxStore {
     this.newWork.clear();
     await this.call('close').catch(() => undefined);
     this.closed = true;
-    await this.worker.terminate();
+    await this.writer.close();
   }
 }
