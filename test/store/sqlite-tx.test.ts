@@ -26,6 +26,20 @@ describe('SQLite handler transactions on the writer thread', () => {
   });
   const notes = () => store.transaction((tx) => tx.query('SELECT id FROM notes ORDER BY id'));
 
+  it('a writer thread that dies fails what it held (storage_unavailable, nothing half-written) and the next call starts a new one on the same file', async () => {
+    const kept = record('evt_before_crash', undefined, { receivedAtMs: T });
+    await store.acceptBatch([kept]);
+    const writer = (store as unknown as { writer: { worker: { terminate(): Promise<number> } } }).writer.worker;
+    const dying = writer.terminate();
+    const lost = store.acceptBatch([record('evt_during_crash', undefined, { receivedAtMs: T })]);
+    await expect(lost).rejects.toMatchObject({ name: 'StorageUnavailableError', message: 'SQLite worker stopped' });
+    await dying;
+    const after = record('evt_after_crash', undefined, { receivedAtMs: T });
+    expect(await store.acceptBatch([after])).toEqual([{ inboxId: after.inboxId, duplicate: false }]);
+    expect((await store.getInbox(kept.inboxId))?.providerEventId).toBe('evt_before_crash');
+    expect(await store.countRows()).toEqual({ inbox: 2, outbox: 2, payload: 2 });
+  });
+
   it('reads txTimeoutMs from the URL, 10 s by default', () => {
     expect(parseSqliteUrl('sqlite:/tmp/x.db').txTimeoutMs).toBe(10_000);
     expect(parseSqliteUrl('sqlite:/tmp/x.db?txTimeoutMs=250&busyTimeoutMs=5')).toMatchObject({ txTimeoutMs: 250, busyTimeoutMs: 5 });
