@@ -4,7 +4,7 @@ const statements = new Map<number, string>();
 
 /**
  * The row counts an accept statement is prepared for (each ~1.5× the last). A batch of n rows
- * runs the smallest that fits, its spare rows all NULL (ACCEPT_ROWS skips them). Each count is
+ * runs the smallest that fits, its spare rows all NULL (the statement skips them). Each count is
  * a statement every connection prepares once, and a first execution with its parse and generic
  * plan cost about twice a prepared one (13 rows: +5 ms; 100: +23 ms, measured here): one
  * statement per exact count meant up to maxBatch of those per connection, paid while the first
