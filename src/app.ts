@@ -15,6 +15,7 @@ import type { AcceptRecord, AcceptResult, InboxStore } from './store/port.js';
 import { Engine } from './engine/engine.js';
 import { HandlerRegistry } from './engine/handlers.js';
 
+
 export interface StartOptions {
   /** Apply migrations before serving (default true). */
   readonly migrate?: boolean;
@@ -63,12 +64,12 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       if (!s.ok) metrics.commitFailures.inc();
     },
   );
-  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env: opts.env });
   const workersRun = opts.workers ?? config.workers.enabled;
+  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env: opts.env, freshBodies: workersRun });
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes);
   const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
   const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes) : undefined;
-  const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane });
+  const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
   const server = createHttpServer(config, ingress, {
     metrics: async () => {
       metrics.inFlightBodyBytes.set([], budget.used);

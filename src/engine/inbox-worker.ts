@@ -10,6 +10,7 @@ import type { ClaimedInbox, EventKey, NewEffect, NewMarker, ProcessedMarker, Set
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
 import { classify, FAILURE, NeedsDecisionError, RetryableError } from './failure.js';
+import type { FreshBodies, FreshBody } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
 
@@ -26,6 +27,8 @@ export interface InboxWorkerDeps {
   readonly log: Logger;
   /** Called after a commit that recorded effects, so the effects runner looks at once. */
   readonly onEffects: () => void;
+  /** Bodies this process's ingress just accepted (`serve`): used instead of reading them back. */
+  readonly fresh?: FreshBodies;
   readonly now?: () => number;
 }
 
@@ -47,6 +50,8 @@ interface Plan {
   needsBody: boolean;
   /** The sealed payload, once read (absent if purged). */
   sealed?: StoredPayload;
+  /** Or the body as this process's ingress accepted it (FreshBodies). */
+  fresh?: FreshBody;
   handlers: readonly RegisteredHandler[];
   direct: readonly Target[];
   /** Destinations that took the event in this attempt (processed markers to record). */
@@ -165,7 +170,7 @@ export class InboxWorker {
     // typed error it is (payload_unavailable, payload_corrupt, schema_error, …).
     let raw: Buffer | undefined;
     let parsed: { value: unknown } | undefined;
-    const open = () => (raw ??= this.open(p));
+    const open = () => (raw ??= p.fresh?.raw ?? this.open(p));
     const parse = this.d.endpoints.get(row.endpointId)?.adapter.parsePayload ?? parseJson;
     const identity = {
       inboxId: row.inboxId, provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId,
@@ -184,6 +189,7 @@ export class InboxWorker {
         return open();
       },
       get payload() {
+        parsed ??= p.fresh?.parsed;
         if (!parsed) {
           try {
             parsed = { value: parse(open()) };
@@ -200,7 +206,16 @@ export class InboxWorker {
 
   /** One read for the batch: the sealed payloads of the events some target will open. */
   private async readBodies(plans: Plan[]): Promise<void> {
-    const wanted = plans.filter((p) => p.event && p.needsBody && p.row.rawPayloadRef !== null);
+    if (this.d.fresh) {
+      // Taken whether or not a target wants it: an entry is for one attempt only.
+      for (const p of plans) {
+        const fresh = this.d.fresh.take(p.row.inboxId);
+        if (fresh && p.needsBody && p.event) p.fresh = fresh;
+      }
+      this.d.metrics.bodies.inc(['memory'], plans.filter((p) => p.fresh).length);
+    }
+    const wanted = plans.filter((p) => p.event && p.needsBody && !p.fresh && p.row.rawPayloadRef !== null);
+    this.d.metrics.bodies.inc(['store'], wanted.length);
     if (wanted.length === 0) return;
     const sealed = new Map((await this.d.store.readPayloads(wanted.map((p) => p.row.rawPayloadRef!))).map((s) => [s.payloadId, s]));
     for (const p of wanted) p.sealed = sealed.get(p.row.rawPayloadRef!);

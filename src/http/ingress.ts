@@ -15,6 +15,7 @@ import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { readBody, declaredContentLength, type BodyBudget } from './body.js';
 import { eventMatcher } from './event-filter.js';
 import { TokenBucket } from './rate-limit.js';
+import type { FreshBodies } from '../engine/fresh-bodies.js';
 import type { Offloaded, OffloadLane } from './offload.js';
 import { requestSnapshot, viewOf } from './request-view.js';
 import { sendError, sendJson, sendReply } from './respond.js';
@@ -29,6 +30,8 @@ export interface IngressDeps {
   readonly destinations: readonly DestinationConfig[];
   /** Parses and seals large bodies off the event loop (limits.offloadBodyBytes); absent = never. */
   readonly lane?: OffloadLane;
+  /** Accepted bodies for this process's workers (present when they run here). */
+  readonly fresh?: FreshBodies;
 }
 
 interface EndpointRuntime {
@@ -176,7 +179,16 @@ export class Ingress {
           sendJson(res, 200, IGNORED_REPLY);
           return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
         }
-        const r = await this.deps.committer.submit(this.record(config, ep, single, body, matched.version, receivedAtMs, cipher, offloaded));
+        const rec = this.record(config, ep, single, body, matched.version, receivedAtMs, cipher, offloaded);
+        // Kept before the commit: the workers may claim the row before this continuation runs.
+        const fresh = offloaded || single.payload ? undefined : this.deps.fresh;
+        fresh?.put(rec.inboxId, config.provider, config.id, single.eventType, { raw: body, parsed: single.parsed !== undefined && !adapter.parsePayload ? { value: single.parsed } : undefined });
+        let r: AcceptResult | undefined;
+        try {
+          r = await this.deps.committer.submit(rec);
+        } finally {
+          if (!r || r.duplicate) fresh?.take(rec.inboxId); // no row of its own: nothing to hand over
+        }
         sendJson(res, 200, acceptedJson(r.inboxId, r.duplicate));
         return { status: 200, outcome: r.duplicate ? 'duplicate' : 'accepted', inboxId: r.inboxId };
       }

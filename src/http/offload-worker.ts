@@ -32,7 +32,8 @@ function adapterFor(provider: string, options: Record<string, unknown> | undefin
 parentPort!.on('message', (m: OffloadRequest) => {
   try {
     const body = Buffer.from(m.body.buffer, m.body.byteOffset, m.body.byteLength);
-    const { payload, ...envelope } = adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta);
+    // The parse stays here: cloning a 1 MiB object tree back would cost the event loop what this thread saved it.
+    const { payload, parsed: _parsed, ...envelope } = adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta);
     const bytes = payload ?? body;
     const sealed = PayloadCipher.fromKeyMaterial(m.keys).seal(bytes, { provider: m.provider, endpointId: m.endpointId, providerEventId: envelope.eventId });
     // seal() gives the ciphertext its own memory: it moves back without a copy.

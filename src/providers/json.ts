@@ -91,6 +91,7 @@ export function jsonEnvelope(body: Buffer, p: EnvelopePaths): Envelope {
     objectId: idString(at(p.objectId)),
     objectVersion: idString(at(p.objectVersion)),
     providerCreatedAtMs: toEpochMs(at(p.createdAt)),
+    parsed: e,
   });
 }
 

@@ -224,6 +224,25 @@ describeEachStore('processing engine', (kind) => {
     }
   });
 
+  it('workers in the accepting process use the body it just accepted; a retry reads the stored bytes, so a payload the first attempt mutated is not seen again', async () => {
+    const seen: { attempt: number; id: string; rawOk: boolean }[] = [];
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
+      const payload = event.payload as { id: string };
+      seen.push({ attempt: event.attempt, id: payload.id, rawOk: event.raw.equals(stripeEvent(event.providerEventId, { type: 'payment_intent.succeeded', size: 600 })) });
+      if (event.attempt === 1) {
+        payload.id = 'tampered by attempt 1';
+        throw new Error('technical failure after mutating the payload');
+      }
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    const id = (await send('evt_fresh')).json().inbox_id as string;
+    const e = await waitFor(() => app!.store.getEvent(id).then((x) => (x?.status === 'PROCESSED' ? x : null)), 10_000, 'PROCESSED');
+    expect(e.attemptCount).toBe(2);
+    expect(seen).toEqual([{ attempt: 1, id: 'evt_fresh', rawOk: true }, { attempt: 2, id: 'evt_fresh', rawOk: true }]);
+    expect(app.engine.metrics.bodies.get(['memory'])).toBe(1);
+    expect(app.engine.metrics.bodies.get(['store'])).toBe(1);
+  });
+
   /** Runs the store's workers with these handlers until `until` resolves. */
   async function withWorkers<T>(handlers: HandlerRegistry, until: () => Promise<T>): Promise<T> {
     const config = parseConfig(configDoc(app!.db.url, { ...FAST_WORKERS, endpoints: [endpoint()] }));

@@ -548,12 +548,14 @@ describe('paypal: envelope (verified body → logical event)', () => {
   const a = adapterWith();
 
   it('key = id (WH-…), type = event_type, object = resource.id, version = resource.update_time, created = create_time', () => {
-    expect(a.envelope(eventBody('WH-2W7266712B616591M-36507203HX6402335', '7DW85331GX749735N'), view([]), { timestamp: 0 })).toEqual({
+    const body = eventBody('WH-2W7266712B616591M-36507203HX6402335', '7DW85331GX749735N');
+    expect(a.envelope(body, view([]), { timestamp: 0 })).toEqual({
       eventId: 'WH-2W7266712B616591M-36507203HX6402335',
       eventType: 'PAYMENT.CAPTURE.COMPLETED',
       objectId: '7DW85331GX749735N',
       objectVersion: '2024-05-01T09:59:58Z',
       providerCreatedAtMs: Date.UTC(2024, 4, 1, 10, 0, 0, 123),
+      parsed: JSON.parse(body.toString()),
     });
   });
 
@@ -561,7 +563,7 @@ describe('paypal: envelope (verified body → logical event)', () => {
     const body = '{"id":"WH-36G56432PK518391U-9HW18392D95289106","create_time":"2015-06-01T20:21:13Z","resource_type":"sale","event_type":"PAYMENT.SALE.COMPLETED","summary":"Payment completed for $ 20.0 USD","resource":{"id":"2FY57107YS3937627","create_time":"2015-06-01T20:20:28Z","update_time":"2015-06-01T20:20:46Z","amount":{"total":"20.00","currency":"USD"},"state":"completed"}}';
     expect(a.envelope(Buffer.from(body), view([]), { timestamp: 0 })).toEqual({
       eventId: 'WH-36G56432PK518391U-9HW18392D95289106', eventType: 'PAYMENT.SALE.COMPLETED', objectId: '2FY57107YS3937627',
-      objectVersion: '2015-06-01T20:20:46Z', providerCreatedAtMs: Date.UTC(2015, 5, 1, 20, 21, 13),
+      objectVersion: '2015-06-01T20:20:46Z', providerCreatedAtMs: Date.UTC(2015, 5, 1, 20, 21, 13), parsed: JSON.parse(body),
     });
   });
 

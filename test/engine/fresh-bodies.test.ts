@@ -1,0 +1,26 @@
+import { expect, it } from 'vitest';
+import { FreshBodies } from '../../src/engine/fresh-bodies.js';
+
+const raw = (n: number) => Buffer.alloc(n, 1);
+
+it('FreshBodies: bounded by raw bytes (oldest out first), each entry taken once, a body over 1/16 of the bound never kept', () => {
+  const fresh = new FreshBodies(1600, () => true);
+  for (let i = 0; i < 20; i++) fresh.put(`e${i}`, 'stripe', 'ep', 't', { raw: raw(100) });
+  expect(fresh.size).toBe(16); // 16 × 100 bytes
+  expect(fresh.take('e3')).toBeUndefined(); // among the oldest, evicted
+  expect(fresh.take('e19')?.raw.length).toBe(100);
+  expect(fresh.take('e19')).toBeUndefined(); // taken once
+  fresh.put('big', 'stripe', 'ep', 't', { raw: raw(101) });
+  expect(fresh.take('big')).toBeUndefined();
+  expect(fresh.size).toBe(15);
+});
+
+it('FreshBodies keeps only bodies a worker here would open, asking once per endpoint and type', () => {
+  const asked: string[] = [];
+  const fresh = new FreshBodies(1600, (_p, endpointId, type) => (asked.push(`${endpointId}/${type}`), type === 'read.me'));
+  fresh.put('a', 'stripe', 'ep', 'read.me', { raw: raw(10) });
+  fresh.put('b', 'stripe', 'ep', 'ids.only', { raw: raw(10) });
+  fresh.put('c', 'stripe', 'ep', 'ids.only', { raw: raw(10) });
+  expect([fresh.take('a')?.raw.length, fresh.take('b'), fresh.take('c')]).toEqual([10, undefined, undefined]);
+  expect(asked).toEqual(['ep/read.me', 'ep/ids.only']);
+});
