@@ -13,6 +13,12 @@ export function startWorker(callerUrl: string, name: string, workerData: unknown
   return new Worker(boot, { eval: true, workerData });
 }
 
+/** A Buffer view (no copy) of bytes that crossed a thread as a plain Uint8Array. */
+export const bytes = (v: unknown): Buffer => {
+  const u = v as Uint8Array;
+  return Buffer.isBuffer(u) ? u : Buffer.from(u.buffer, u.byteOffset, u.byteLength);
+};
+
 /**
  * Whether a Buffer's memory can be moved to another thread: it must own its whole ArrayBuffer
  * (a pooled buffer shares its memory with others and must never be transferred). After the

@@ -1,5 +1,6 @@
 import { createCipheriv, createDecipheriv, createHash } from 'node:crypto';
 import { randomBytesFromPool } from './ids.js';
+import { bytes } from '../threads.js';
 
 /** An encrypted raw payload as stored: the key id travels with the ciphertext. */
 export interface SealedPayload {
@@ -77,8 +78,7 @@ export class PayloadCipher {
   }
 
   static fromKeyMaterial(m: PayloadKeyMaterial): PayloadCipher {
-    // Buffers arrive from another thread as plain Uint8Arrays.
-    return new PayloadCipher(new Map(m.keys.map(([id, k]) => [id, Buffer.from(k.buffer, k.byteOffset, k.byteLength)])), m.current);
+    return new PayloadCipher(new Map(m.keys.map(([id, k]) => [id, bytes(k)])), m.current);
   }
 
   has(keyId: string): boolean {

@@ -6,6 +6,7 @@
 import { parentPort } from 'node:worker_threads';
 import { PayloadCipher, sha256, type PayloadKeyMaterial } from '../crypto/payload-cipher.js';
 import { IngressError } from '../errors.js';
+import { bytes } from '../threads.js';
 import type { ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
 import { viewOf, type RequestSnapshot } from './request-view.js';
@@ -31,13 +32,13 @@ function adapterFor(provider: string, options: Record<string, unknown> | undefin
 
 parentPort!.on('message', (m: OffloadRequest) => {
   try {
-    const body = Buffer.from(m.body.buffer, m.body.byteOffset, m.body.byteLength);
+    const body = bytes(m.body);
     // The parse stays here: cloning a 1 MiB object tree back would cost the event loop what this thread saved it.
     const { payload, parsed: _parsed, ...envelope } = adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta);
-    const bytes = payload ?? body;
-    const sealed = PayloadCipher.fromKeyMaterial(m.keys).seal(bytes, { provider: m.provider, endpointId: m.endpointId, providerEventId: envelope.eventId });
+    const stored = payload ?? body;
+    const sealed = PayloadCipher.fromKeyMaterial(m.keys).seal(stored, { provider: m.provider, endpointId: m.endpointId, providerEventId: envelope.eventId });
     // seal() gives the ciphertext its own memory: it moves back without a copy.
-    parentPort!.postMessage({ id: m.id, ok: true, envelope, payloadHash: sha256(bytes), sealed }, [sealed.ciphertext.buffer as ArrayBuffer]);
+    parentPort!.postMessage({ id: m.id, ok: true, envelope, payloadHash: sha256(stored), sealed }, [sealed.ciphertext.buffer as ArrayBuffer]);
   } catch (err) {
     const e = err as Error;
     parentPort!.postMessage(err instanceof IngressError

@@ -2,7 +2,7 @@ import type { EndpointConfig } from '../config/schema.js';
 import type { PayloadCipher, SealedPayload } from '../crypto/payload-cipher.js';
 import { IngressError, type Reason } from '../errors.js';
 import type { Envelope, ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
-import { ownsItsMemory, startWorker, WorkerCalls } from '../threads.js';
+import { bytes, ownsItsMemory, startWorker, WorkerCalls } from '../threads.js';
 import type { OffloadRequest } from './offload-worker.js';
 import type { RequestSnapshot } from './request-view.js';
 
@@ -16,8 +16,6 @@ export interface Offloaded {
 type Reply =
   | { id: number; ok: true; envelope: Envelope; payloadHash: Uint8Array; sealed: { keyId: string; nonce: Uint8Array; ciphertext: Uint8Array } }
   | { id: number; ok: false; reason?: Reason; detail?: string; message?: string };
-
-const buf = (u: Uint8Array) => Buffer.from(u.buffer, u.byteOffset, u.byteLength);
 
 /** Below this, the round trip to the helper thread costs more than the parse it saves. */
 export const DEFAULT_OFFLOAD_BODY_BYTES = 256 * 1024;
@@ -50,7 +48,7 @@ export class OffloadLane {
       return w;
     },
     settle: (r) => {
-      if (r.ok) return { envelope: r.envelope, payloadHash: buf(r.payloadHash), payload: { keyId: r.sealed.keyId, nonce: buf(r.sealed.nonce), ciphertext: buf(r.sealed.ciphertext) } };
+      if (r.ok) return { envelope: r.envelope, payloadHash: bytes(r.payloadHash), payload: { keyId: r.sealed.keyId, nonce: bytes(r.sealed.nonce), ciphertext: bytes(r.sealed.ciphertext) } };
       if (r.reason) throw new IngressError(r.reason, r.detail);
       throw new Error(`parse thread: ${r.message}`);
     },

@@ -1,3 +1,4 @@
+import { bytes } from '../threads.js';
 import type { InboxRow, StoredPayload } from './port.js';
 import type { BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, InboxDetail, OutboxClaim, OutboxSettlement, Settlement } from './work-port.js';
 
@@ -8,11 +9,6 @@ import type { BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStat
 export type RawRow = Record<string, unknown>;
 
 const ms = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
-/** A Buffer view (no copy) of bytes that crossed a thread as a plain Uint8Array. */
-export const bytes = (v: unknown): Buffer => {
-  const u = v as Uint8Array;
-  return Buffer.isBuffer(u) ? u : Buffer.from(u.buffer, u.byteOffset, u.byteLength);
-};
 
 export function toInboxRow(r: RawRow): InboxRow {
   return {

@@ -1,5 +1,5 @@
 import type Database from 'better-sqlite3';
-import { bytes } from '../rows.js';
+import { bytes } from '../../threads.js';
 import type { Ops } from './work-ops.js';
 
 /** A message to the writer thread. `tx` names the handler transaction the op belongs to. */

@@ -1,4 +1,4 @@
-import { bytes } from '../rows.js';
+import { bytes } from '../../threads.js';
 import type { BatchOutcome, EventKey, ProcessedMarker, Row, StoreTx } from '../work-port.js';
 
 /** Posts one op to the writer thread: `inTx` ops carry this transaction's id, the others run on their own. */
