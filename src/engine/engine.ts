@@ -9,7 +9,7 @@ import type { Registry } from '../metrics/registry.js';
 import type { InboxStore } from '../store/port.js';
 import { EffectsRunner } from './effects-runner.js';
 import type { HandlerRegistry } from './handlers.js';
-import { InboxWorker } from './inbox-worker.js';
+import { InboxWorker, opensBody } from './inbox-worker.js';
 import { FreshBodies } from './fresh-bodies.js';
 import { ClaimLoop } from './loop.js';
 import { OutboxRelay } from './relay.js';
@@ -64,7 +64,7 @@ export class Engine {
     for (const p of this.problems) log.error({ problem: p }, 'destination unavailable; its events wait and retry');
     const router = new Router(config.endpoints, this.destinations);
     this.fresh = o.freshBodies ? new FreshBodies(FRESH_BODY_BYTES, (provider, endpointId, type) =>
-      (router.route(endpointId, type)?.direct.length ?? 0) > 0 || o.handlers.match(provider, endpointId, type).some((h) => h.readsPayload)) : undefined;
+      opensBody(router.route(endpointId, type)?.direct ?? [], o.handlers.match(provider, endpointId, type))) : undefined;
     const w = config.workers;
     const onError = (what: string) => (err: unknown) => log.error({ err }, `${what} failed`);
 

@@ -75,6 +75,10 @@ const markerSet = (markers: readonly ProcessedMarker[]) => new Set(markers.map((
  */
 const parseJson = (raw: Buffer): unknown => JSON.parse(raw.toString('utf8'));
 
+/** Whether an event with these targets needs its body: an HTTP forward, or a handler that reads it. */
+export const opensBody = (direct: readonly Target[], handlers: readonly RegisteredHandler[]): boolean =>
+  direct.length > 0 || handlers.some((h) => h.readsPayload);
+
 /**
  * PostgreSQL caches 64 subtransactions per backend; past that every snapshot in the database
  * pays for pg_subtrans lookups. Each handler may open a savepoint (a subtransaction), so one
@@ -164,7 +168,7 @@ export class InboxWorker {
     p.handlers = handlers;
     p.direct = routes.direct;
     if (handlers.length === 0 && routes.direct.length === 0) return p; // broker routes only: the relay publishes
-    p.needsBody = routes.direct.length > 0 || handlers.some((h) => h.readsPayload);
+    p.needsBody = opensBody(routes.direct, handlers);
     // Read only if some target opens it, then decrypted and parsed on first use (pino's rule: no
     // work that can be done later or never). A failure to open or parse surfaces there, as the
     // typed error it is (payload_unavailable, payload_corrupt, schema_error, …).
