@@ -15,7 +15,6 @@ import type { AcceptRecord, AcceptResult, InboxStore } from './store/port.js';
 import { Engine } from './engine/engine.js';
 import { HandlerRegistry } from './engine/handlers.js';
 
-
 export interface StartOptions {
   /** Apply migrations before serving (default true). */
   readonly migrate?: boolean;
