@@ -208,4 +208,19 @@ export const MIGRATIONS: readonly Migration[] = [
         WHERE coalesce_key IS NOT NULL AND status = 'PENDING';
     `,
   },
+  {
+    version: 4,
+    name: 'PostgreSQL: keep sealed payloads up to ~8 KB in their row',
+    sqlite: `
+      -- Nothing to do: SQLite keeps a large value in overflow pages of its own row's b-tree.
+    `,
+    // By default a row over ~2 KB moves its bytea to the TOAST table in ~2 KB chunks: a 6 KB
+    // body became 3 TOAST rows plus 3 TOAST index entries. Most webhook bodies are 1–8 KB, so
+    // keep a row whole up to a page (8160 bytes); larger ones still go out of line, uncompressed
+    // (EXTERNAL). Measured with the accept statement, 64-row batches of 1–13 KB bodies:
+    // PostgreSQL CPU per accepted event 141 → 129 µs (mean of 5 alternating runs), TOAST 145 → 91 MB.
+    postgres: `
+      ALTER TABLE webhook_payload SET (toast_tuple_target = 8160);
+    `,
+  },
 ];
