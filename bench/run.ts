@@ -177,7 +177,7 @@ export async function stopChild(c: ChildProcess, graceMs = 10_000): Promise<void
 /** The children run as plain JavaScript (no tsx loader thread in their CPU/RSS): transpile bench/*.ts. */
 function buildChildren(): void {
   mkdirSync(BUILD, { recursive: true });
-  for (const f of ['events', 'loadgen', 'ref-plain', 'ref-express']) {
+  for (const f of ['events', 'h1-client', 'loadgen', 'ref-plain', 'ref-express']) {
     const src = readFileSync(join(ROOT, 'bench', `${f}.ts`), 'utf8');
     const out = ts.transpileModule(src, {
       compilerOptions: { module: ts.ModuleKind.ES2022, target: ts.ScriptTarget.ES2022, sourceMap: false },
