@@ -5,14 +5,26 @@ const POOL_SIZE = 4096;
 const pool = Buffer.allocUnsafe(POOL_SIZE);
 let offset = POOL_SIZE;
 
-/** Fills `n` fresh random bytes from the shared pool (never reused). */
-export function randomBytesFromPool(n: number): Buffer {
+/** The offset of `n` fresh random bytes in `pool` (never handed out twice). */
+function take(n: number): number {
   if (offset + n > POOL_SIZE) {
     randomFillSync(pool);
     offset = 0;
   }
-  const out = Buffer.from(pool.subarray(offset, offset + n));
+  const at = offset;
   offset += n;
+  return at;
+}
+
+/**
+ * `n` fresh random bytes in a Buffer that owns its memory. Not a slice of Node's shared 8 KiB
+ * allocation pool: posting a view to another thread clones its whole ArrayBuffer, so a 12-byte
+ * nonce on its way to the SQLite writer dragged 8 KiB along (10.4 vs 6.0 µs per message here).
+ */
+export function randomBytesFromPool(n: number): Buffer {
+  const at = take(n);
+  const out = Buffer.allocUnsafeSlow(n);
+  pool.copy(out, 0, at, at + n);
   return out;
 }
 
@@ -23,7 +35,8 @@ const HEX: string[] = Array.from({ length: 256 }, (_, i) => i.toString(16).padSt
  * B-tree inserts local (PostgreSQL `uuid`, SQLite TEXT) and sort by arrival.
  */
 export function uuidv7(nowMs: number = Date.now()): string {
-  const b = randomBytesFromPool(16);
+  const at = take(16);
+  const b = pool.subarray(at, at + 16); // read here into the string; never escapes
   b[0] = Math.floor(nowMs / 2 ** 40) & 0xff;
   b[1] = Math.floor(nowMs / 2 ** 32) & 0xff;
   b[2] = (nowMs >>> 24) & 0xff;

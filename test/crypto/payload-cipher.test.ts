@@ -1,4 +1,5 @@
 import { createDecipheriv, randomBytes } from 'node:crypto';
+import { MessageChannel, receiveMessageOnPort } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { PayloadCipher, payloadAad } from '../../src/crypto/payload-cipher.js';
 import { uuidv7 } from '../../src/crypto/ids.js';
@@ -60,6 +61,18 @@ describe('payload encryption', () => {
     const c = new PayloadCipher(new Map([['k1', k1]]), 'k1');
     const nonces = new Set(Array.from({ length: 5000 }, () => c.seal(Buffer.from('x'), bind('a')).nonce.toString('hex')));
     expect(nonces.size).toBe(5000);
+  });
+
+  it('a sealed payload crosses to another thread as its own bytes only (the nonce is no view on a shared allocation pool)', () => {
+    // The SQLite writer is a thread: a message clones the whole ArrayBuffer behind each view.
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1');
+    const sealed = c.seal(Buffer.from('{"id":"evt_thread"}'), bind('evt_thread'));
+    const { port1, port2 } = new MessageChannel();
+    port1.postMessage(sealed);
+    const got = receiveMessageOnPort(port2)!.message as { keyId: string; nonce: Uint8Array; ciphertext: Uint8Array };
+    port1.close();
+    expect(got.nonce.buffer.byteLength).toBe(12);
+    expect(c.open({ keyId: got.keyId, nonce: Buffer.from(got.nonce), ciphertext: Buffer.from(got.ciphertext) }, bind('evt_thread')).toString()).toBe('{"id":"evt_thread"}');
   });
 
   it('rejects keys that are not 32 bytes and a current id that is not a key', () => {
