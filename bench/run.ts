@@ -696,7 +696,7 @@ function renderReport(
   out.push(`- machine: ${machine.cores} cores (\`nproc\`), ${machine.model}, ${machine.ramGiB} GiB RAM, Linux ${machine.kernel}`);
   out.push(`- Node ${machine.node}; PostgreSQL ${machine.postgres}`);
   out.push(`- measured: ${buildIdentity()}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);
-  if (ladder.size || floods.length) out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (undici Pool, pipelining 1), ` +
+  if (ladder.size || floods.length) out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (rate steps: bench/h1-client.ts; flood: undici Pool; pipelining 1), ` +
     `${opts.dupFraction * 100}% exact duplicates, ${(opts.largeFraction * 100).toFixed(1)}% bodies of 1 MiB, the rest 1–13 KiB; every step on a fresh server process and fresh database; ` +
     `pass = p99 ≤ ${P99_LIMIT_MS} ms and achieved ≥ ${ACHIEVED_MIN * 100}% of offered. Latency from the scheduled send time. CPU % is of one core (the box has ${machine.cores}).`);
   out.push('');
