@@ -215,7 +215,7 @@ export const MIGRATIONS: readonly Migration[] = [
       -- Nothing to do: SQLite keeps a large value in overflow pages of its own row's b-tree.
     `,
     // By default a row over ~2 KB moves its bytea to the TOAST table in ~2 KB chunks: a 6 KB
-    // body became 3 TOAST rows plus 3 TOAST index entries. Most webhook bodies are 1–8 KB, so
+    // body became 4 TOAST rows plus 4 TOAST index entries. Most webhook bodies are 1–8 KB, so
     // keep a row whole up to a page (8160 bytes); larger ones still go out of line, uncompressed
     // (EXTERNAL). Measured with the accept statement, 64-row batches of 1–13 KB bodies:
     // PostgreSQL CPU per accepted event 141 → 129 µs (mean of 5 alternating runs), TOAST 145 → 91 MB.
