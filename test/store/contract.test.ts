@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MIGRATIONS } from '../../src/store/migrations.js';
 import { openStore } from '../../src/store/open.js';
@@ -114,30 +113,25 @@ describeEachStore('store contract', (kind) => {
 
   // PostgreSQL storage layout only (SQLite keeps large values in overflow pages of the row's own b-tree).
   if (kind === 'postgres') it('PostgreSQL keeps a typical sealed payload (≤ ~8 KB) in its row and moves a larger one out of line, uncompressed; both read back exact', async () => {
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
-      const toast = (await client.query<{ t: string }>(`SELECT reltoastrelid::regclass::text AS t FROM pg_class WHERE relname = 'webhook_payload'`)).rows[0]!.t;
-      const chunks = async () => Number((await client.query<{ n: string }>(`SELECT count(*) AS n FROM ${toast}`)).rows[0]!.n);
-      const body = (id: string, bytes: number) => JSON.stringify({ id, pad: randomBytes(bytes / 2).toString('hex') });
-      /** Accepts one event with a body of about `bytes`; returns how many TOAST chunks that added. */
-      const check = async (id: string, bytes: number) => {
-        const raw = body(id, bytes);
-        const r = record(id, raw);
-        const before = await chunks();
-        await store.acceptBatch([r]);
-        const stored = (await store.getPayload(r.payloadId))!;
-        expect(cipher.open(stored, { provider: 'stripe', endpointId: 'ep', providerEventId: id }).toString()).toBe(raw);
-        const size = (await client.query<{ stored: number; len: number }>(
-          'SELECT pg_column_size(ciphertext) AS stored, octet_length(ciphertext) AS len FROM webhook_payload WHERE payload_id = $1', [r.payloadId])).rows[0]!;
-        expect(size.stored).toBeGreaterThanOrEqual(size.len); // stored as is: ciphertext does not compress, so it is never tried
-        return (await chunks()) - before;
-      };
-      expect(await check('evt_inline_6k', 6000)).toBe(0);
-      expect(await check('evt_toast_20k', 20000)).toBeGreaterThan(0);
-    } finally {
-      await client.end();
-    }
+    const query = <R extends Record<string, unknown>>(text: string, params?: unknown[]) => store.transaction((tx) => tx.query<R>(text, params));
+    const toast = (await query<{ t: string }>(`SELECT reltoastrelid::regclass::text AS t FROM pg_class WHERE relname = 'webhook_payload'`))[0]!.t;
+    const chunks = async () => Number((await query<{ n: string }>(`SELECT count(*) AS n FROM ${toast}`))[0]!.n);
+    const body = (id: string, bytes: number) => JSON.stringify({ id, pad: randomBytes(bytes / 2).toString('hex') });
+    /** Accepts one event with a body of about `bytes`; returns how many TOAST chunks that added. */
+    const check = async (id: string, bytes: number) => {
+      const raw = body(id, bytes);
+      const r = record(id, raw);
+      const before = await chunks();
+      await store.acceptBatch([r]);
+      const stored = (await store.getPayload(r.payloadId))!;
+      expect(cipher.open(stored, { provider: 'stripe', endpointId: 'ep', providerEventId: id }).toString()).toBe(raw);
+      const [size] = await query<{ stored: number; len: number }>(
+        'SELECT pg_column_size(ciphertext) AS stored, octet_length(ciphertext) AS len FROM webhook_payload WHERE payload_id = $1', [r.payloadId]);
+      expect(size!.stored).toBeGreaterThanOrEqual(size!.len); // stored as is: ciphertext does not compress, so it is never tried
+      return (await chunks()) - before;
+    };
+    expect(await check('evt_inline_6k', 6000)).toBe(0);
+    expect(await check('evt_toast_20k', 20000)).toBeGreaterThan(0);
   });
 
   it('a second store instance on the same database sees the same rows (and the unique key across processes)', async () => {
