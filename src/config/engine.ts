@@ -31,6 +31,12 @@ export interface WorkersConfig {
   readonly concurrency: number;
   /** Rows claimed per round trip; each inbox batch settles in one transaction. */
   readonly batchSize: number;
+  /**
+   * Event body bytes the inbox worker holds at once across its batches (stored bodies count
+   * twice: ciphertext and plaintext). A batch reads its bodies a quarter of this at a time and
+   * settles each part before reading on; past the budget, batches wait for it.
+   */
+  readonly maxInFlightBodyBytes: number;
   readonly leaseMs: number;
   /** Backstop poll when no wake-up arrives. */
   readonly pollMs: number;
@@ -131,13 +137,14 @@ export function parseRoutes(v: unknown, path: string, destinations: readonly Des
 
 export function parseWorkers(v: unknown): WorkersConfig {
   const p = 'workers';
-  const o = asObject(v ?? {}, p, ['enabled', 'concurrency', 'batchSize', 'leaseMs', 'pollMs', 'durableCommits']);
+  const o = asObject(v ?? {}, p, ['enabled', 'concurrency', 'batchSize', 'maxInFlightBodyBytes', 'leaseMs', 'pollMs', 'durableCommits']);
   return {
     enabled: optBool(o, 'enabled', p) ?? true,
     // bench/engine.ts: 16 capped every batch at 16 rows (drains of 1,600–2,200 events/s); 128 =
     // two batches of 64 in flight (SQLite ~4,800–5,100/s, PostgreSQL ~2,900–3,500/s; bench/RESULTS.md).
     concurrency: optInt(o, 'concurrency', p, 1, 1024) ?? 128,
     batchSize: optInt(o, 'batchSize', p, 1, 1000) ?? 64,
+    maxInFlightBodyBytes: optInt(o, 'maxInFlightBodyBytes', p, 64 * 1024, 16 * 1024 ** 3) ?? 64 * 1024 * 1024,
     leaseMs: optInt(o, 'leaseMs', p, 1000, 3_600_000) ?? 30_000,
     pollMs: optInt(o, 'pollMs', p, 10, 600_000) ?? 1000,
     // false by default: bench/RESULTS.md (2026-11-30) — SQLite accept p99 with workers 317 → 66 ms.

@@ -8,6 +8,7 @@ import type { InboxStore, StoredPayload } from '../store/port.js';
 import { logicalKey } from '../store/port.js';
 import type { ClaimedInbox, EventKey, NewEffect, NewMarker, ProcessedMarker, Settlement, StoreTx } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
+import type { BodyBudget } from './body-budget.js';
 import { failpoint } from './failpoints.js';
 import { classify, FAILURE, NeedsDecisionError, RetryableError } from './failure.js';
 import type { FreshBodies, FreshBody } from './fresh-bodies.js';
@@ -29,6 +30,8 @@ export interface InboxWorkerDeps {
   readonly onEffects: () => void;
   /** Bodies this process's ingress just accepted (`serve`): used instead of reading them back. */
   readonly fresh?: FreshBodies;
+  /** The body bytes this worker's batches may hold at once (`workers.maxInFlightBodyBytes`). */
+  readonly bodies: BodyBudget;
   readonly now?: () => number;
 }
 
@@ -52,6 +55,11 @@ interface Plan {
   sealed?: StoredPayload;
   /** Or the body as this process's ingress accepted it (FreshBodies). */
   fresh?: FreshBody;
+  /** The opened body and its parse, once a target asked. */
+  raw?: Buffer;
+  parsed?: { readonly value: unknown };
+  /** The attempt is over and its body given back (see releaseBodies). */
+  released?: boolean;
   handlers: readonly RegisteredHandler[];
   direct: readonly Target[];
   /** Destinations that took the event in this attempt (processed markers to record). */
@@ -128,21 +136,43 @@ export class InboxWorker {
     }, Math.max(100, Math.floor(this.d.leaseMs / 3)));
     try {
       const plans = rows.map((r) => this.plan(r));
-      await this.readBodies(plans);
-      await this.deliverDirect(plans);
-      if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
-      let effects = 0;
-      for (const chunk of this.d.store.kind === 'postgres' ? chunkByHandlers(plans, MAX_HANDLERS_PER_TX) : [plans]) {
-        await this.d.store.transaction(async (tx) => {
-          effects += await this.settleBatch(tx, owner, chunk);
-        });
+      this.takeFresh(plans);
+      let rest = plans;
+      try {
+        // Usually one slice; bodies past the budget's slice size settle in further ones.
+        while (rest.length > 0) {
+          const { slice, heldBytes } = await this.readSlice(rest);
+          rest = rest.slice(slice.length);
+          try {
+            await this.settleSlice(slice, owner);
+          } finally {
+            this.releaseBodies(slice, heldBytes);
+          }
+        }
+      } finally {
+        // A failed slice ends the attempt: the fresh bodies of the events it did not reach go back too.
+        let fresh = 0;
+        for (const p of rest) fresh += p.fresh?.raw.length ?? 0;
+        this.releaseBodies(rest, fresh);
       }
-      failpoint('worker.after-commit');
-      this.record(plans);
-      if (effects > 0) this.d.onEffects();
     } finally {
       clearInterval(heartbeat);
     }
+  }
+
+  /** Forwards, then the settle transaction(s), of events whose bodies are read. */
+  private async settleSlice(plans: Plan[], owner: string): Promise<void> {
+    await this.deliverDirect(plans);
+    if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
+    let effects = 0;
+    for (const chunk of this.d.store.kind === 'postgres' ? chunkByHandlers(plans, MAX_HANDLERS_PER_TX) : [plans]) {
+      await this.d.store.transaction(async (tx) => {
+        effects += await this.settleBatch(tx, owner, chunk);
+      });
+    }
+    failpoint('worker.after-commit');
+    this.record(plans);
+    if (effects > 0) this.d.onEffects();
   }
 
   private plan(row: ClaimedInbox): Plan {
@@ -172,9 +202,7 @@ export class InboxWorker {
     // Read only if some target opens it, then decrypted and parsed on first use (pino's rule: no
     // work that can be done later or never). A failure to open or parse surfaces there, as the
     // typed error it is (payload_unavailable, payload_corrupt, schema_error, …).
-    let raw: Buffer | undefined;
-    let parsed: { value: unknown } | undefined;
-    const open = () => (raw ??= p.fresh?.raw ?? this.open(p));
+    const open = () => (p.raw ??= p.fresh?.raw ?? this.open(p));
     const parse = this.d.endpoints.get(row.endpointId)?.adapter.parsePayload ?? parseJson;
     const identity = {
       inboxId: row.inboxId, provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId,
@@ -193,39 +221,97 @@ export class InboxWorker {
         return open();
       },
       get payload() {
-        parsed ??= p.fresh?.parsed;
-        if (!parsed) {
+        p.parsed ??= p.fresh?.parsed;
+        if (!p.parsed) {
           try {
-            parsed = { value: parse(open()) };
+            p.parsed = { value: parse(open()) };
           } catch (err) {
             if (err instanceof SyntaxError) throw new NeedsDecisionError(FAILURE.schemaError, 'stored payload does not parse');
             throw err;
           }
         }
-        return parsed.value;
+        return p.parsed.value;
       },
     };
     return p;
   }
 
-  /** One read for the batch: the sealed payloads of the events some target will open. */
-  private async readBodies(plans: Plan[]): Promise<void> {
-    if (this.d.fresh) {
-      // Taken whether or not a target wants it: an entry is for one attempt only.
-      for (const p of plans) {
-        const fresh = this.d.fresh.take(p.row.inboxId);
-        if (fresh && p.needsBody && p.event) p.fresh = fresh;
+  /**
+   * Bodies this process's ingress kept (FreshBodies), taken whether or not a target wants one:
+   * an entry is for one attempt only. They count against the budget at once, without waiting:
+   * they are in memory already, and store reads wait for them instead.
+   */
+  private takeFresh(plans: Plan[]): void {
+    if (!this.d.fresh) return;
+    let n = 0;
+    let bytes = 0;
+    for (const p of plans) {
+      const fresh = this.d.fresh.take(p.row.inboxId);
+      if (fresh && p.needsBody && p.event) {
+        p.fresh = fresh;
+        n++;
+        bytes += fresh.raw.length;
       }
-      this.d.metrics.bodies.inc(['memory'], plans.filter((p) => p.fresh).length);
     }
-    const wanted = plans.filter((p) => p.event && p.needsBody && !p.fresh && p.row.rawPayloadRef !== null);
-    this.d.metrics.bodies.inc(['store'], wanted.length);
-    if (wanted.length === 0) return;
-    const sealed = new Map((await this.d.store.readPayloads(wanted.map((p) => p.row.rawPayloadRef!))).map((s) => [s.payloadId, s]));
-    for (const p of wanted) p.sealed = sealed.get(p.row.rawPayloadRef!);
+    this.d.metrics.bodies.inc(['memory'], n);
+    if (bytes > 0) this.d.bodies.release(-bytes);
   }
 
-  private open({ row, sealed }: Plan): Buffer {
+  /**
+   * The next slice of a batch: from the front of `rest`, as many events as one read of their
+   * sealed payloads fits in the budget's slice (at least one), with those payloads attached.
+   * A stored body counts twice (its ciphertext, and the plaintext once opened). Waits while
+   * other batches hold the budget. Returns the bytes the slice holds (fresh bodies included).
+   */
+  private async readSlice(rest: Plan[]): Promise<{ slice: Plan[]; heldBytes: number }> {
+    const budget = this.d.bodies;
+    const wanted = rest.filter((p) => p.event && p.needsBody && !p.fresh && p.row.rawPayloadRef !== null);
+    let slice = rest;
+    let stored = 0;
+    if (wanted.length > 0) {
+      const reserved = budget.sliceBytes;
+      await budget.reserve(reserved);
+      let sealed: StoredPayload[];
+      try {
+        sealed = await this.d.store.readPayloads(wanted.map((p) => p.row.rawPayloadRef!), Math.floor(reserved / 2));
+      } catch (err) {
+        budget.release(reserved);
+        throw err;
+      }
+      const byId = new Map<string, StoredPayload>();
+      for (const s of sealed) {
+        byId.set(s.payloadId, s);
+        stored += s.ciphertext.length;
+      }
+      // The read is a prefix of `wanted` (purged payloads absent): the slice ends with the last
+      // event it returned a payload for; the events after it are read by the next slice.
+      // (Nothing returned: every payload was purged.)
+      let read = wanted.length;
+      if (sealed.length > 0) {
+        const last = sealed[sealed.length - 1]!.payloadId;
+        read = wanted.findLastIndex((p) => p.row.rawPayloadRef === last) + 1;
+        if (read < wanted.length) slice = rest.slice(0, rest.indexOf(wanted[read - 1]!) + 1);
+      }
+      for (const p of wanted.slice(0, read)) p.sealed = byId.get(p.row.rawPayloadRef!);
+      this.d.metrics.bodies.inc(['store'], read);
+      budget.release(reserved - 2 * stored);
+    }
+    let fresh = 0;
+    for (const p of slice) fresh += p.fresh?.raw.length ?? 0;
+    return { slice, heldBytes: 2 * stored + fresh };
+  }
+
+  /** The attempt of these events is over: give their bytes back to the budget and let them go. */
+  private releaseBodies(plans: Plan[], heldBytes: number): void {
+    for (const p of plans) {
+      p.released = true;
+      p.sealed = p.fresh = p.raw = p.parsed = undefined;
+    }
+    this.d.bodies.release(heldBytes);
+  }
+
+  private open({ row, sealed, released }: Plan): Buffer {
+    if (released) throw new Error('this event\'s attempt is over: its body is no longer held (read it while the handler runs)');
     if (!sealed) throw new NeedsDecisionError(FAILURE.payloadUnavailable, 'the raw payload was purged');
     const cipher = this.d.cipher();
     if (!cipher) throw new RetryableError('payload_key_unavailable', 'payload keys are not loaded');

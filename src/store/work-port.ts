@@ -174,8 +174,13 @@ export interface WorkStore {
   onNewWork(fn: () => void): () => void;
   /** Claims up to n due inbox rows (oldest due first) under a lease for `owner`. */
   claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]>;
-  /** The sealed payloads of these ids that still exist (purged ones are absent), in any order. */
-  readPayloads(payloadIds: readonly string[]): Promise<StoredPayload[]>;
+  /**
+   * The sealed payloads of these ids that still exist (purged ones are absent), in the order of
+   * `payloadIds`. With `maxBytes`, a prefix whose ciphertexts add up to at most `maxBytes` (but
+   * always the first payload, however large): the caller reads the rest later, so a claim of
+   * many large bodies is never loaded at once.
+   */
+  readPayloads(payloadIds: readonly string[], maxBytes?: number): Promise<StoredPayload[]>;
   /** Heartbeat: pushes the lease (and next_attempt_at) of rows `owner` still holds. */
   extendInboxLeases(inboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void>;
   /** BEGIN … COMMIT around fn (ROLLBACK if it throws). SQLite: BEGIN IMMEDIATE. */

@@ -36,6 +36,7 @@ describe('config validation names the bad path', () => {
     ['current payload key missing', { ...base(), payloadKeys: { current: 'k2', keys: { k1: PAYLOAD_KEY } } }, /^payloadKeys\.current: "k2" is not one of/],
     ['database scheme', { ...base(), database: 'mysql://x' }, /^database: must start with sqlite: or postgres:\/\//],
     ['port out of range', { ...base(), listen: { port: 70000 } }, /^listen\.port: must be an integer from 0 to 65535/],
+    ['workers.maxInFlightBodyBytes below 64 KiB', { ...base(), workers: { maxInFlightBodyBytes: 1000 } }, /^workers\.maxInFlightBodyBytes: must be an integer from 65536/],
     ['offloadBodyBytes negative', { ...base(), limits: { offloadBodyBytes: -1 } }, /^limits\.offloadBodyBytes: must be an integer/],
     ['generic-hmac option', withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], options: { idPath: 'id' } }), /^endpoints\[0\]\.options\.signatureHeader: is required/],
   ])('%s', (_name, doc, expected) => {
@@ -56,6 +57,7 @@ describe('config validation names the bad path', () => {
     expect(c.endpoints[0]).toMatchObject({ maxBodyBytes: 1048576, toleranceSeconds: 300, events: undefined, rateLimit: undefined });
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
     expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
+    expect(c.workers).toMatchObject({ enabled: true, concurrency: 128, batchSize: 64, maxInFlightBodyBytes: 64 * 1024 * 1024, leaseMs: 30_000 });
     // GitHub caps payloads at 25 MB and never retries: its adapter default follows that cap.
     const gh = parseConfig(withEndpoint({ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 's' }] }), {});
     expect(gh.endpoints[0]!.maxBodyBytes).toBe(25 * 1024 * 1024);

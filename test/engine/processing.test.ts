@@ -224,6 +224,46 @@ describeEachStore('processing engine', (kind) => {
     }
   });
 
+  it('bodies past workers.maxInFlightBodyBytes: batches read and settle them a slice at a time, every event PROCESSED with its own bytes, held bytes within the budget; a body bigger than the budget still goes through', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    const bodies = new Map<string, Buffer>();
+    const accept = async (id: string, size: number) => {
+      const body = stripeEvent(id, { size });
+      bodies.set(id, body);
+      expect((await post(`${app!.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(200);
+    };
+    for (let i = 0; i < 24; i++) await accept(`evt_budget_${i}`, 6_000);
+    const budget = 64 * 1024;
+    const seen: { id: string; ok: boolean; size: number; held: number }[] = [];
+    let workers: Awaited<ReturnType<typeof startWorkers>> | undefined;
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
+      const ok = (event.payload as { id: string }).id === event.providerEventId && event.raw.equals(bodies.get(event.providerEventId)!);
+      seen.push({ id: event.providerEventId, ok, size: event.raw.length, held: workers!.engine.metrics.bodyBytes.get()! });
+    });
+    const processed = (n: number) => waitFor(async () => (await app!.store.listEvents({ status: 'PROCESSED', limit: 100 })).length === n, 15_000, `${n} PROCESSED`);
+    // Batches of 8, three in flight: without the budget they would hold ~290 KB at once.
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 8, concurrency: 24, maxInFlightBodyBytes: budget }, endpoints: [endpoint()] }));
+    workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      await processed(24);
+      // Then one body larger than the whole budget: read alone, it passes the budget by its own size only.
+      await accept('evt_budget_big', 100_000);
+      await processed(25);
+    } finally {
+      await workers.stop();
+    }
+    expect(seen.map((x) => x.id).sort()).toEqual([...bodies.keys()].sort());
+    expect(seen.every((x) => x.ok)).toBe(true);
+    // A stored body counts twice: its ciphertext (16 bytes of tag more) and its plaintext.
+    for (const x of seen.slice(0, 24)) {
+      expect(x.held).toBeGreaterThanOrEqual(2 * x.size);
+      expect(x.held).toBeLessThanOrEqual(budget);
+    }
+    expect(seen[24]!.held).toBe(2 * (100_000 + 16));
+    expect(workers.engine.metrics.bodyBytes.get()).toBe(0); // everything given back
+    expect(workers.engine.metrics.bodies.get(['store'])).toBe(25);
+  });
+
   it('workers in the accepting process use the body it just accepted; a retry reads the stored bytes, so a payload the first attempt mutated is not seen again', async () => {
     const seen: { attempt: number; id: string; rawOk: boolean }[] = [];
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {

@@ -103,6 +103,30 @@ describeEachStore('work store', (kind) => {
       expect(ids(await store.claimInbox(5, 'w2', LEASE, T + 100))).toEqual([c.inboxId]);
     });
 
+    it('readPayloads answers in the order asked and, with maxBytes, only the prefix that fits (at least one)', async () => {
+      // Ciphertexts of 1,000 / 3,000 / 500 / 2,000 bytes plus the AEAD tag; a purged id in the middle.
+      const sizes = [1000, 3000, 500, 2000];
+      const recs = sizes.map((_, i) => at(`evt_size_${i}`, i));
+      const withBodies = recs.map((r, i) => record(r.providerEventId, `"${'x'.repeat(sizes[i]! - 2)}"`, { inboxId: r.inboxId, receivedAtMs: r.receivedAtMs }));
+      const lengths = new Map(withBodies.map((r) => [r.payloadId, r.payload.ciphertext.length]));
+      await accept(...withBodies);
+      const [a, b, c, d] = withBodies.map((r) => r.payloadId);
+      const ask = [d!, uuidv7(T), b!, a!, c!]; // not the order they were written in
+      const len = (id: string) => lengths.get(id)!;
+      const got = (list: { payloadId: string }[]) => list.map((p) => p.payloadId);
+      expect(got(await store.readPayloads(ask))).toEqual([d, b, a, c]);
+      // The prefix that fits: d + b is the limit exactly; one byte less leaves b out.
+      expect(got(await store.readPayloads(ask, len(d!) + len(b!) - 1))).toEqual([d]);
+      expect(got(await store.readPayloads(ask, len(d!) + len(b!)))).toEqual([d, b]);
+      expect(got(await store.readPayloads(ask, len(d!) + len(b!) + len(a!) - 1))).toEqual([d, b]);
+      expect(got(await store.readPayloads(ask, len(d!) + len(b!) + len(a!)))).toEqual([d, b, a]);
+      // At least the first, however small the limit; everything when all fit.
+      expect(got(await store.readPayloads(ask, 1))).toEqual([d]);
+      expect(got(await store.readPayloads(ask, 1_000_000))).toEqual([d, b, a, c]);
+      const [first] = await store.readPayloads([c!], 1);
+      expect(cipher.open(first!, withBodies[2]!).toString()).toBe(`"${'x'.repeat(498)}"`);
+    });
+
     it('a second claimer at the same time gets nothing', async () => {
       await accept(at('evt_1', 0), at('evt_2', 1));
       expect(await store.claimInbox(10, 'w1', LEASE, T + 5)).toHaveLength(2);

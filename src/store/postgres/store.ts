@@ -229,9 +229,9 @@ export class PostgresStore implements InboxStore {
     return (await this.rows(W.CLAIM_INBOX, [n, owner, nowMs, nowMs + leaseMs])).map(toClaimedInbox);
   }
 
-  async readPayloads(payloadIds: readonly string[]): Promise<StoredPayload[]> {
+  async readPayloads(payloadIds: readonly string[], maxBytes = Number.MAX_SAFE_INTEGER): Promise<StoredPayload[]> {
     if (payloadIds.length === 0) return [];
-    return (await this.rows(W.READ_PAYLOADS, [payloadIds])).map(toStoredPayload);
+    return (await this.rows(W.READ_PAYLOADS, [payloadIds, maxBytes])).map(toStoredPayload);
   }
 
   async extendInboxLeases(inboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void> {

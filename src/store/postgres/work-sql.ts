@@ -64,12 +64,20 @@ export const CLAIM_INBOX = named('claim_inbox', leasedClaim('webhook_inbox', 'in
   SELECT ${INBOX_COLS('upd')} FROM upd JOIN due USING (inbox_id)`));
 
 /**
- * A claim's payloads, read only for the events whose targets open the body. bytea comes back
+ * A claim's payloads in the order asked, read only for the events whose targets open the body,
+ * and only as many as fit in $2 bytes (InboxStore.readPayloads). bytea comes back
  * hex-encoded (the pg driver reads binary results as strings), ~20 KB per 10 KiB body: that
  * encoding, its decoding and the TOAST reads were half of a claim's cost on both sides.
  */
 export const READ_PAYLOADS = named('read_payloads', `
-  SELECT payload_id::text AS payload_id, key_id, nonce, ciphertext FROM webhook_payload WHERE payload_id = ANY($1::uuid[])`);
+  SELECT payload_id, key_id, nonce, ciphertext FROM (
+    SELECT p.payload_id::text AS payload_id, p.key_id, p.nonce, p.ciphertext, a.ord,
+      -- octet_length of a TOASTed value reads its header, not its chunks
+      sum(octet_length(p.ciphertext)) OVER (ORDER BY a.ord) - octet_length(p.ciphertext) AS before
+    FROM unnest($1::uuid[]) WITH ORDINALITY a (id, ord) JOIN webhook_payload p ON p.payload_id = a.id
+  ) s
+  WHERE before = 0 OR before + octet_length(ciphertext) <= $2
+  ORDER BY ord`);
 
 export const CLAIM_EFFECTS = named('claim_effects', leasedClaim('webhook_effects', 'effect_id', ACTIVE, LEASE, `
   SELECT ${EFFECT_COLS('upd')} FROM upd JOIN due USING (effect_id)`));

@@ -184,9 +184,9 @@ export class SqliteStore implements InboxStore {
     return (await this.readPayloads([payloadId]))[0] ?? null;
   }
 
-  async readPayloads(payloadIds: readonly string[]): Promise<StoredPayload[]> {
+  async readPayloads(payloadIds: readonly string[], maxBytes = Number.MAX_SAFE_INTEGER): Promise<StoredPayload[]> {
     if (payloadIds.length === 0) return [];
-    return (await this.call<RawRow[]>('readPayloads', JSON.stringify(payloadIds))).map(toStoredPayload);
+    return (await this.call<RawRow[]>('readPayloads', { ids: JSON.stringify(payloadIds), maxBytes })).map(toStoredPayload);
   }
 
   countRows(): Promise<{ inbox: number; outbox: number; payload: number }> {

@@ -78,7 +78,7 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     lockLeased,
     processed,
     finishBatchTx: (a: { owner: string; outcome: BatchOutcome }) => finishBatchTx.immediate(a),
-    readPayloads: (ids: string) => st(W.READ_PAYLOADS).all(ids),
+    readPayloads: (a: { ids: string; maxBytes: number }) => st(W.READ_PAYLOADS).all(a),
     listEffects: (inboxId: string) => st(W.LIST_EFFECTS).all(inboxId),
     getEvent: (inboxId: string) => st(W.GET_EVENT).get(inboxId) ?? null,
     listEvents: (f: EventFilter) => st(W.LIST_EVENTS).all({

@@ -28,9 +28,19 @@ export const LEASE_INBOX = `
 export const READ_CLAIMED_INBOX = `
   SELECT w.* FROM json_each(@ids) j JOIN webhook_inbox w ON w.inbox_id = j.value ORDER BY j.key`;
 
-/** A claim's payloads, read outside the claim's write lock and only where a target opens them. */
+/**
+ * A claim's payloads in the order of @ids, read outside the claim's write lock, only where a
+ * target opens them, and only as many as fit in @maxBytes
+ * (InboxStore.readPayloads). length() of a BLOB reads its size, not its overflow pages.
+ */
 export const READ_PAYLOADS = `
-  SELECT p.* FROM json_each(?) j JOIN webhook_payload p ON p.payload_id = j.value`;
+  SELECT payload_id, key_id, nonce, ciphertext FROM (
+    SELECT p.payload_id, p.key_id, p.nonce, p.ciphertext, j.key AS ord,
+      sum(length(p.ciphertext)) OVER (ORDER BY j.key) - length(p.ciphertext) AS before
+    FROM json_each(@ids) j JOIN webhook_payload p ON p.payload_id = j.value
+  )
+  WHERE before = 0 OR before + length(ciphertext) <= @maxBytes
+  ORDER BY ord`;
 
 export const EXTEND_INBOX_LEASES = `
   UPDATE webhook_inbox SET lease_until = @leaseUntil, next_attempt_at = @leaseUntil
