@@ -32,9 +32,10 @@ export interface WorkersConfig {
   /** Rows claimed per round trip; each inbox batch settles in one transaction. */
   readonly batchSize: number;
   /**
-   * Event body bytes the inbox worker holds at once across its batches (stored bodies count
-   * twice: ciphertext and plaintext). A batch reads its bodies a quarter of this at a time and
-   * settles each part before reading on; past the budget, batches wait for it.
+   * Stored event body bytes the inbox worker holds at once across its batches (counted twice:
+   * ciphertext and plaintext). A batch reads its bodies a quarter of this at a time and settles
+   * each part before reading on; past the budget, batches wait for it. (Bodies `serve` hands
+   * its workers from memory are bounded apart, 8 MiB.)
    */
   readonly maxInFlightBodyBytes: number;
   readonly leaseMs: number;

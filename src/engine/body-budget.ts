@@ -1,11 +1,11 @@
 /**
- * The bytes of event bodies the inbox worker of one process holds at once (read from the store,
- * opened, or taken from FreshBodies), shared by every batch in flight. A batch reserves a
- * slice's worth before it reads, keeps what it actually read, and gives it back when the slice
- * has settled; a batch that finds the budget spent waits. One reader always proceeds when
- * nothing is held, so a slice larger than the whole budget (one huge body) cannot deadlock.
+ * The bytes of stored event bodies the inbox worker of one process holds at once (read back
+ * and opened), shared by every batch in flight. A slice of a batch reserves its share before it
+ * reads, keeps what it actually read, and gives it back when it has settled; a slice that finds
+ * the budget spent waits, holding none of it (so nobody waits on a waiter). One reader always
+ * proceeds when nothing is held, so one body larger than the whole budget cannot deadlock.
  * Without it a claim of 256 one-MiB bodies would read 256 MiB at once, times the batches in
- * flight.
+ * flight. (Bodies taken from FreshBodies are bounded there.)
  */
 export class BodyBudget {
   private held = 0;

@@ -4,8 +4,11 @@
  * the parse. An event claimed here moments later then skips reading its payload back, decrypting
  * and parsing it again (in a CPU profile at 2,000 req/s with handlers that read every body, that
  * work was ~17 % of the event loop). Bounded by raw bytes, oldest out first; each entry is taken
- * once, so a retry reads the stored bytes. A miss (evicted, another process claimed it, a
- * restart) only means the worker reads the store, as it always can.
+ * once, so a retry reads the stored bytes. A taken body stays within the bound until the worker
+ * gives it back (`giveBack`, when its attempt is over), so the bodies kept here and those the
+ * workers hold from here are bounded together, and no worker ever waits for them. A miss
+ * (evicted, not kept, another process claimed it, a restart) only means the worker reads the
+ * store, as it always can.
  */
 export interface FreshBody {
   readonly raw: Buffer;
@@ -18,7 +21,10 @@ export type OpensBody = (provider: string, endpointId: string, eventType: string
 
 export class FreshBodies {
   private readonly entries = new Map<string, FreshBody>();
+  /** Raw bytes of the entries kept here. */
   private bytes = 0;
+  /** Raw bytes taken by workers and not yet given back. */
+  private lent = 0;
   private readonly opens = new Map<string, boolean>();
 
   constructor(private readonly maxBytes: number, private readonly opensBody: OpensBody) {}
@@ -26,6 +32,7 @@ export class FreshBodies {
   /** Keeps the body unless no target here would open it: holding it would only cost GC time. */
   put(inboxId: string, provider: string, endpointId: string, eventType: string, body: FreshBody): void {
     if (body.raw.length > this.maxBytes / 16) return; // a few large bodies must not flush the rest
+    if (this.lent + body.raw.length > this.maxBytes) return; // the workers hold the whole bound
     const key = `${endpointId}\u0000${eventType}`;
     let opens = this.opens.get(key);
     if (opens === undefined) {
@@ -37,19 +44,31 @@ export class FreshBodies {
     this.bytes += body.raw.length;
     // Map iteration is insertion order: the oldest go first.
     for (const [id, e] of this.entries) {
-      if (this.bytes <= this.maxBytes) break;
+      if (this.bytes + this.lent <= this.maxBytes) break;
       this.entries.delete(id);
       this.bytes -= e.raw.length;
     }
   }
 
+  /** The entry, once; its bytes count as lent until `giveBack`. */
   take(inboxId: string): FreshBody | undefined {
     const e = this.entries.get(inboxId);
     if (e) {
       this.entries.delete(inboxId);
       this.bytes -= e.raw.length;
+      this.lent += e.raw.length;
     }
     return e;
+  }
+
+  /** The worker is done with taken bodies of `bytes` raw bytes in all. */
+  giveBack(bytes: number): void {
+    this.lent -= bytes;
+  }
+
+  /** Raw bytes kept here and lent to workers. */
+  get heldBytes(): number {
+    return this.bytes + this.lent;
   }
 
   get size(): number {

@@ -151,9 +151,7 @@ export class InboxWorker {
         }
       } finally {
         // A failed slice ends the attempt: the fresh bodies of the events it did not reach go back too.
-        let fresh = 0;
-        for (const p of rest) fresh += p.fresh?.raw.length ?? 0;
-        this.releaseBodies(rest, fresh);
+        this.releaseBodies(rest, 0);
       }
     } finally {
       clearInterval(heartbeat);
@@ -238,30 +236,35 @@ export class InboxWorker {
 
   /**
    * Bodies this process's ingress kept (FreshBodies), taken whether or not a target wants one:
-   * an entry is for one attempt only. They count against the budget at once, without waiting:
-   * they are in memory already, and store reads wait for them instead.
+   * an entry is for one attempt only. They stay within FreshBodies' own bound until given back
+   * (releaseBodies), not the store-read budget: a batch waiting for that budget must not hold
+   * any of it.
    */
   private takeFresh(plans: Plan[]): void {
-    if (!this.d.fresh) return;
+    const cache = this.d.fresh;
+    if (!cache) return;
     let n = 0;
-    let bytes = 0;
+    let unused = 0;
     for (const p of plans) {
-      const fresh = this.d.fresh.take(p.row.inboxId);
-      if (fresh && p.needsBody && p.event) {
+      const fresh = cache.take(p.row.inboxId);
+      if (!fresh) continue;
+      if (p.needsBody && p.event) {
         p.fresh = fresh;
         n++;
-        bytes += fresh.raw.length;
+      } else {
+        unused += fresh.raw.length;
       }
     }
+    cache.giveBack(unused);
     this.d.metrics.bodies.inc(['memory'], n);
-    if (bytes > 0) this.d.bodies.release(-bytes);
   }
 
   /**
    * The next slice of a batch: from the front of `rest`, as many events as one read of their
    * sealed payloads fits in the budget's slice (at least one), with those payloads attached.
    * A stored body counts twice (its ciphertext, and the plaintext once opened). Waits while
-   * other batches hold the budget. Returns the bytes the slice holds (fresh bodies included).
+   * other batches hold the budget (a batch holds none of it while it waits). Returns the
+   * budget bytes the slice holds.
    */
   private async readSlice(rest: Plan[]): Promise<{ slice: Plan[]; heldBytes: number }> {
     const budget = this.d.bodies;
@@ -296,17 +299,18 @@ export class InboxWorker {
       this.d.metrics.bodies.inc(['store'], read);
       budget.release(reserved - 2 * stored);
     }
-    let fresh = 0;
-    for (const p of slice) fresh += p.fresh?.raw.length ?? 0;
-    return { slice, heldBytes: 2 * stored + fresh };
+    return { slice, heldBytes: 2 * stored };
   }
 
-  /** The attempt of these events is over: give their bytes back to the budget and let them go. */
+  /** The attempt of these events is over: give their bytes back (budget, FreshBodies) and let them go. */
   private releaseBodies(plans: Plan[], heldBytes: number): void {
+    let fresh = 0;
     for (const p of plans) {
+      fresh += p.fresh?.raw.length ?? 0;
       p.released = true;
       p.sealed = p.fresh = p.raw = p.parsed = undefined;
     }
+    if (fresh > 0) this.d.fresh!.giveBack(fresh);
     this.d.bodies.release(heldBytes);
   }
 

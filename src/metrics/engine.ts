@@ -9,7 +9,7 @@ export function engineMetrics(registry: Registry) {
     attempts: registry.register(new Counter('webhook_worker_attempts_total', 'Processing attempts by result (success, retry, failed) and reason.', ['result', 'reason'])),
     processingLatency: registry.register(new Histogram('webhook_processing_latency_seconds', 'Time from receipt to a terminal state (PROCESSED or FAILED).', E2E_SECONDS, ['status'])),
     bodies: registry.register(new Counter('webhook_worker_bodies_total', 'Event bodies a worker opened, by where it got them: memory (accepted by this process moments before) or store.', ['source'])),
-    bodyBytes: registry.register(new Gauge('webhook_worker_body_bytes', 'Event body bytes the inbox worker holds now (stored bodies count twice: ciphertext and plaintext); bounded by workers.maxInFlightBodyBytes.')),
+    bodyBytes: registry.register(new Gauge('webhook_worker_body_bytes', 'Stored event body bytes the inbox worker holds now (counted twice: ciphertext and plaintext); bounded by workers.maxInFlightBodyBytes.')),
     effects: registry.register(new Counter('webhook_effect_attempts_total', 'Effect executions by result and reason.', ['result', 'reason'])),
     relay: registry.register(new Counter('webhook_relay_publishes_total', 'Outbox relay publishes by destination and result.', ['destination', 'result'])),
     inboxRows: registry.register(new Gauge('webhook_inbox_rows', 'Inbox rows by status (PENDING, PROCESSING, FAILED; not PROCESSED).', ['status'])),

@@ -24,3 +24,21 @@ it('FreshBodies keeps only bodies a worker here would open, asking once per endp
   expect([fresh.take('a')?.raw.length, fresh.take('b'), fresh.take('c')]).toEqual([10, undefined, undefined]);
   expect(asked).toEqual(['ep/read.me', 'ep/ids.only']);
 });
+
+it('FreshBodies: a taken body stays within the bound until given back; while workers hold it all, nothing new is kept', () => {
+  const fresh = new FreshBodies(1600, () => true);
+  for (let i = 0; i < 16; i++) fresh.put(`e${i}`, 'stripe', 'ep', 't', { raw: raw(100) });
+  for (let i = 0; i < 10; i++) expect(fresh.take(`e${i}`)).toBeDefined();
+  expect(fresh.heldBytes).toBe(1600); // 6 kept + 10 lent
+  fresh.put('n1', 'stripe', 'ep', 't', { raw: raw(100) }); // evicts the oldest kept (e10), not a lent one
+  expect(fresh.take('e10')).toBeUndefined();
+  expect(fresh.take('n1')).toBeDefined();
+  for (let i = 11; i < 16; i++) expect(fresh.take(`e${i}`)).toBeDefined();
+  expect([fresh.size, fresh.heldBytes]).toEqual([0, 1600]); // all 16 lent
+  fresh.put('n2', 'stripe', 'ep', 't', { raw: raw(100) });
+  expect(fresh.take('n2')).toBeUndefined(); // no room: the worker will read it from the store
+  fresh.giveBack(300);
+  fresh.put('n3', 'stripe', 'ep', 't', { raw: raw(100) });
+  expect(fresh.take('n3')?.raw.length).toBe(100);
+  expect(fresh.heldBytes).toBe(1400);
+});

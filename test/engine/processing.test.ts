@@ -264,6 +264,31 @@ describeEachStore('processing engine', (kind) => {
     expect(workers.engine.metrics.bodies.get(['store'])).toBe(25);
   });
 
+  it('serve with a small body budget: bodies from memory and from the store (retries) mix in batches, all PROCESSED, every byte given back', async () => {
+    const failedOnce = new Set<string>();
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
+      expect((event.payload as { id: string }).id).toBe(event.providerEventId);
+      // Every third event fails its first attempt: its retry reads the store under the budget.
+      const n = Number(event.providerEventId.split('_').pop());
+      if (n % 3 === 0 && !failedOnce.has(event.providerEventId)) {
+        failedOnce.add(event.providerEventId);
+        throw new Error('technical failure, first attempt');
+      }
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, maxInFlightBodyBytes: 64 * 1024 } }, {}, { workers: true, handlers });
+    const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => {
+      const body = stripeEvent(`evt_mix_${i}`, { size: 6_000 });
+      return post(`${app!.url}/webhooks/stripe`, body, stripeHeaders(body));
+    }));
+    expect(answers.every((a) => a.status === 200)).toBe(true);
+    await waitFor(async () => (await app!.store.listEvents({ status: 'PROCESSED', limit: 100 })).length === 60, 15_000, 'all PROCESSED');
+    const m = app.engine.metrics;
+    expect(m.bodies.get(['memory'])! + m.bodies.get(['store'])!).toBe(80); // 60 first attempts + 20 retries
+    expect(m.bodies.get(['store'])).toBeGreaterThanOrEqual(20);
+    expect(m.bodyBytes.get() ?? 0).toBe(0);
+    expect(app.engine.fresh!.heldBytes).toBe(0); // every body taken from memory was given back
+  });
+
   it('workers in the accepting process use the body it just accepted; a retry reads the stored bytes, so a payload the first attempt mutated is not seen again', async () => {
     const seen: { attempt: number; id: string; rawOk: boolean }[] = [];
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
