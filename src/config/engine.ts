@@ -5,7 +5,7 @@ import { parseSecretRef, type SecretRef } from './secrets.js';
 
 /** Destinations are an explicit allowlist: nothing else is ever called or published to. */
 export type DestinationConfig =
-  | { readonly id: string; readonly type: 'http'; readonly url: string; readonly secret: SecretRef; readonly timeoutMs: number }
+  | { readonly id: string; readonly type: 'http'; readonly url: string; readonly secret: SecretRef; readonly timeoutMs: number; readonly maxConnections: number }
   | { readonly id: string; readonly type: 'nats'; readonly url: string; readonly subject: string; readonly stream: string | undefined; readonly timeoutMs: number }
   | { readonly id: string; readonly type: 'rabbitmq'; readonly url: string; readonly exchange: string; readonly routingKey: string; readonly queue: string | undefined; readonly timeoutMs: number };
 
@@ -76,13 +76,13 @@ function url(o: Obj, path: string, protocols: readonly string[]): string {
 }
 
 function parseDestination(raw: unknown, path: string): DestinationConfig {
-  const base = asObject(raw, path, ['id', 'type', 'url', 'secret', 'timeoutMs', 'subject', 'stream', 'exchange', 'routingKey', 'queue']);
+  const base = asObject(raw, path, ['id', 'type', 'url', 'secret', 'timeoutMs', 'maxConnections', 'subject', 'stream', 'exchange', 'routingKey', 'queue']);
   const id = reqString(base, 'id', path);
   if (!ID_RE.test(id)) throw new ConfigError(child(path, 'id'), 'must be 1-64 characters of A-Z a-z 0-9 _ . -');
   const type = reqString(base, 'type', path);
   if (!(TYPES as readonly string[]).includes(type)) throw new ConfigError(child(path, 'type'), `must be one of: ${TYPES.join(', ')}`);
   const allowed: Record<DestinationType, string[]> = {
-    http: ['id', 'type', 'url', 'secret', 'timeoutMs'],
+    http: ['id', 'type', 'url', 'secret', 'timeoutMs', 'maxConnections'],
     nats: ['id', 'type', 'url', 'subject', 'stream', 'timeoutMs'],
     rabbitmq: ['id', 'type', 'url', 'exchange', 'routingKey', 'queue', 'timeoutMs'],
   };
@@ -90,7 +90,11 @@ function parseDestination(raw: unknown, path: string): DestinationConfig {
   const timeoutMs = optInt(o, 'timeoutMs', path, 1, 600_000) ?? (type === 'http' ? 10_000 : 5_000);
   switch (type as DestinationType) {
     case 'http':
-      return { id, type: 'http', url: url(o, path, ['http:', 'https:']), secret: parseSecretRef(o.secret, child(path, 'secret')), timeoutMs };
+      return {
+        id, type: 'http', url: url(o, path, ['http:', 'https:']), secret: parseSecretRef(o.secret, child(path, 'secret')), timeoutMs,
+        // Requests one process has open to the user's service: a drained backlog must not arrive as hundreds at once.
+        maxConnections: optInt(o, 'maxConnections', path, 1, 1024) ?? 32,
+      };
     case 'nats':
       return { id, type: 'nats', url: url(o, path, ['nats:', 'tls:']), subject: template(o, 'subject', path, 'webhooks.{provider}.{type}'), stream: optString(o, 'stream', path), timeoutMs };
     case 'rabbitmq':

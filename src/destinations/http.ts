@@ -1,6 +1,7 @@
 import { isJsonBytes } from '../providers/form.js';
 import { Pool, errors as undiciErrors } from 'undici';
 import type { DestinationConfig } from '../config/engine.js';
+import { Budget } from '../engine/budget.js';
 import { FAILURE, NeedsDecisionError, RetryableError } from '../engine/failure.js';
 import { signStandard } from '../providers/standard-webhooks.js';
 import type { DeliveryEvent, Destination } from './contract.js';
@@ -22,6 +23,9 @@ const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEO
  * across retries, so the receiver can drop a second copy). 2xx = delivered; anything else,
  * including 3xx (redirects are never followed) and 4xx, is a retryable `http_<status>`.
  *
+ * At most `maxConnections` requests are open at once (a batch of hundreds of events waits its
+ * turn); an event's deadline starts when its request does, so waiting is not a timeout.
+ *
  * `key` is the decoded signing key (see registry.ts); it is held only as bytes.
  */
 export class HttpDestination implements Destination {
@@ -31,11 +35,13 @@ export class HttpDestination implements Destination {
   private readonly path: string;
   private readonly authorization: string | undefined;
   private readonly timeoutMs: number;
+  private readonly slots: Budget;
   private closed = false;
 
   constructor(config: HttpDestinationConfig, private readonly key: Buffer) {
     this.id = config.id;
     this.timeoutMs = config.timeoutMs;
+    this.slots = new Budget(config.maxConnections);
     const u = new URL(config.url);
     this.path = `${u.pathname}${u.search}`;
     // Credentials in the URL become Basic auth; they never reach an error message.
@@ -43,6 +49,7 @@ export class HttpDestination implements Destination {
       ? `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}`
       : undefined;
     this.pool = new Pool(u.origin, {
+      connections: config.maxConnections,
       connect: { timeout: config.timeoutMs },
       headersTimeout: config.timeoutMs,
       bodyTimeout: config.timeoutMs,
@@ -69,11 +76,13 @@ export class HttpDestination implements Destination {
     if (this.authorization !== undefined) headers.authorization = this.authorization;
     if (event.verification === 'fetch-required') headers['webhook-inbox-verification'] = 'fetch-required';
 
+    await this.slots.reserve(1);
     // One deadline for the whole exchange: connect, headers and body.
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(), this.timeoutMs);
     let status: number;
     try {
+      if (this.closed) throw closedError(this.type, this.id);
       const res = await this.pool.request({ path: this.path, method: 'POST', headers, body, signal: ac.signal });
       status = res.statusCode;
       // Drain (and discard) the answer so the socket goes back to the pool; never read into errors.
@@ -88,6 +97,7 @@ export class HttpDestination implements Destination {
       throw new RetryableError('connection', `http destination "${this.id}": ${describe(err)}`, { cause: err });
     } finally {
       clearTimeout(timer);
+      this.slots.release(1);
     }
     if (status >= 200 && status < 300) return;
     const note = status >= 300 && status < 400 ? ' (redirects are not followed)' : '';

@@ -7,7 +7,7 @@ import { closeAll, openDestinations } from '../destinations/registry.js';
 import { engineMetrics, refreshQueueGauges, type EngineMetrics } from '../metrics/engine.js';
 import type { Registry } from '../metrics/registry.js';
 import type { InboxStore } from '../store/port.js';
-import { BodyBudget } from './body-budget.js';
+import { Budget } from './budget.js';
 import { EffectsRunner } from './effects-runner.js';
 import type { HandlerRegistry } from './handlers.js';
 import { InboxWorker, opensBody } from './inbox-worker.js';
@@ -74,7 +74,7 @@ export class Engine {
     const inbox = new InboxWorker({
       store, cipher: () => o.keyring.cipher, endpoints: new Map(config.endpoints.map((e) => [e.id, e])), router, handlers: o.handlers,
       owner: this.owner, leaseMs: w.leaseMs, defaultRetry: config.retry, metrics: this.metrics, log, onEffects: () => effectsLoop.wake(), fresh: this.fresh,
-      bodies: new BodyBudget(w.maxInFlightBodyBytes, (held) => this.metrics.bodyBytes.set([], held)),
+      bodies: new Budget(w.maxInFlightBodyBytes, (held) => this.metrics.bodyBytes.set([], held)),
     });
     const inboxLoop = new ClaimLoop(w, (n) => inbox.claim(n), (b) => inbox.process(b), onError('inbox batch'));
     const relay = new OutboxRelay({ store, router, owner: this.owner, leaseMs: w.leaseMs, retry: RELAY_RETRY, metrics: this.metrics, log });

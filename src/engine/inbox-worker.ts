@@ -8,7 +8,7 @@ import type { InboxStore, StoredPayload } from '../store/port.js';
 import { logicalKey } from '../store/port.js';
 import type { ClaimedInbox, EventKey, NewEffect, NewMarker, ProcessedMarker, Settlement, StoreTx } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
-import type { BodyBudget } from './body-budget.js';
+import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { classify, FAILURE, NeedsDecisionError, RetryableError } from './failure.js';
 import type { FreshBodies, FreshBody } from './fresh-bodies.js';
@@ -30,8 +30,8 @@ export interface InboxWorkerDeps {
   readonly onEffects: () => void;
   /** Bodies this process's ingress just accepted (`serve`): used instead of reading them back. */
   readonly fresh?: FreshBodies;
-  /** The body bytes this worker's batches may hold at once (`workers.maxInFlightBodyBytes`). */
-  readonly bodies: BodyBudget;
+  /** The stored body bytes this worker's batches may hold at once (`workers.maxInFlightBodyBytes`). */
+  readonly bodies: Budget;
   readonly now?: () => number;
 }
 
@@ -93,6 +93,12 @@ export const opensBody = (direct: readonly Target[], handlers: readonly Register
  * settle transaction runs at most this many handlers; a larger batch settles in several.
  */
 const MAX_HANDLERS_PER_TX = 64;
+
+/**
+ * A slice of a batch reads at most this share of the body budget before it settles: several
+ * batches progress at once, and a batch of large bodies settles in parts.
+ */
+const SLICES_PER_BUDGET = 4;
 
 /** Consecutive runs of plans whose handlers add up to at most `max` (an event is never split). */
 export function chunkByHandlers<P extends { readonly handlers: readonly unknown[] }>(plans: readonly P[], max: number): P[][] {
@@ -272,7 +278,7 @@ export class InboxWorker {
     let slice = rest;
     let stored = 0;
     if (wanted.length > 0) {
-      const reserved = budget.sliceBytes;
+      const reserved = Math.max(1, Math.floor(budget.max / SLICES_PER_BUDGET));
       await budget.reserve(reserved);
       let sealed: StoredPayload[];
       try {

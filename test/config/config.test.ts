@@ -37,6 +37,8 @@ describe('config validation names the bad path', () => {
     ['database scheme', { ...base(), database: 'mysql://x' }, /^database: must start with sqlite: or postgres:\/\//],
     ['port out of range', { ...base(), listen: { port: 70000 } }, /^listen\.port: must be an integer from 0 to 65535/],
     ['workers.maxInFlightBodyBytes below 64 KiB', { ...base(), workers: { maxInFlightBodyBytes: 1000 } }, /^workers\.maxInFlightBodyBytes: must be an integer from 65536/],
+    ['http destination maxConnections 0', { ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc', maxConnections: 0 }] }, /^destinations\[0\]\.maxConnections: must be an integer from 1/],
+    ['maxConnections on a nats destination', { ...base(), destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:4222', subject: 's', maxConnections: 4 }] }, /^destinations\[0\]\.maxConnections: unknown key/],
     ['offloadBodyBytes negative', { ...base(), limits: { offloadBodyBytes: -1 } }, /^limits\.offloadBodyBytes: must be an integer/],
     ['generic-hmac option', withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], options: { idPath: 'id' } }), /^endpoints\[0\]\.options\.signatureHeader: is required/],
   ])('%s', (_name, doc, expected) => {
@@ -57,6 +59,8 @@ describe('config validation names the bad path', () => {
     expect(c.endpoints[0]).toMatchObject({ maxBodyBytes: 1048576, toleranceSeconds: 300, events: undefined, rateLimit: undefined });
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
     expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
+    const withForward = parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }] }, {});
+    expect(withForward.destinations[0]).toMatchObject({ timeoutMs: 10_000, maxConnections: 32 });
     expect(c.workers).toMatchObject({ enabled: true, concurrency: 128, batchSize: 64, maxInFlightBodyBytes: 64 * 1024 * 1024, leaseMs: 30_000 });
     // GitHub caps payloads at 25 MB and never retries: its adapter default follows that cap.
     const gh = parseConfig(withEndpoint({ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 's' }] }), {});

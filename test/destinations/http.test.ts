@@ -62,7 +62,7 @@ afterEach(async () => {
 });
 
 function destination(over: Partial<Extract<DestinationConfig, { type: 'http' }>> = {}, env: NodeJS.ProcessEnv = {}): Destination {
-  const d = createDestination({ id: 'fwd', type: 'http', url: `${base}/hooks/in?x=1`, secret: parseSecretRef(SECRET, 'destinations[0].secret'), timeoutMs: 2000, ...over }, env);
+  const d = createDestination({ id: 'fwd', type: 'http', url: `${base}/hooks/in?x=1`, secret: parseSecretRef(SECRET, 'destinations[0].secret'), timeoutMs: 2000, maxConnections: 32, ...over }, env);
   open.push(d);
   return d;
 }
@@ -120,6 +120,25 @@ describe('http destination', () => {
     await d.deliver(event('id-b'));
     expect(received.map((r) => r.headers['idempotency-key'])).toEqual(['id-a', 'id-a', 'id-b']);
     expect(new Set(received.map((r) => r.socket)).size).toBe(1);
+  });
+
+  it('opens at most maxConnections requests at once; the others wait their turn, and waiting does not count against timeoutMs', async () => {
+    let open = 0;
+    let most = 0;
+    handler = (_req, res) => {
+      most = Math.max(most, ++open);
+      setTimeout(() => {
+        open--;
+        res.end('ok');
+      }, 100);
+    };
+    // 30 requests of ~100 ms through 3 connections take ~1 s, past the 1 s deadline of the last ones had their wait counted.
+    const d = destination({ maxConnections: 3, timeoutMs: 1000 });
+    const results = await Promise.allSettled(Array.from({ length: 30 }, (_, i) => d.deliver(event(`id-${i}`))));
+    expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+    expect(received).toHaveLength(30);
+    expect(most).toBe(3);
+    expect(new Set(received.map((r) => r.socket)).size).toBeLessThanOrEqual(3);
   });
 
   it('sends Basic auth from credentials in the URL', async () => {
