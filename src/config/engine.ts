@@ -42,6 +42,12 @@ export interface WorkersConfig {
   /** Backstop poll when no wake-up arrives. */
   readonly pollMs: number;
   /**
+   * After a claim that took everything due, the next claim waits at least this long, so arrivals
+   * gather into fewer, larger batches (fewer claims and settle transactions per event) at the
+   * cost of up to this much accept → PROCESSED latency. 0: claim as soon as a batch finishes.
+   */
+  readonly gatherMs: number;
+  /**
    * Whether the engine's own commits (claims, settles, handler transactions, relay marks) wait
    * for the disk like accepts do. false: they are durable across a process crash but a power loss
    * or OS crash (PostgreSQL: also a server crash) can undo the last moments of processing, which
@@ -142,7 +148,7 @@ export function parseRoutes(v: unknown, path: string, destinations: readonly Des
 
 export function parseWorkers(v: unknown): WorkersConfig {
   const p = 'workers';
-  const o = asObject(v ?? {}, p, ['enabled', 'concurrency', 'batchSize', 'maxInFlightBodyBytes', 'leaseMs', 'pollMs', 'durableCommits']);
+  const o = asObject(v ?? {}, p, ['enabled', 'concurrency', 'batchSize', 'maxInFlightBodyBytes', 'leaseMs', 'pollMs', 'gatherMs', 'durableCommits']);
   return {
     enabled: optBool(o, 'enabled', p) ?? true,
     // Two batches of 256 in flight. bench/RESULTS.md: on a CPU-starved box (2026-11-30) SQLite
@@ -154,6 +160,7 @@ export function parseWorkers(v: unknown): WorkersConfig {
     maxInFlightBodyBytes: optInt(o, 'maxInFlightBodyBytes', p, 64 * 1024, 16 * 1024 ** 3) ?? 64 * 1024 * 1024,
     leaseMs: optInt(o, 'leaseMs', p, 1000, 3_600_000) ?? 30_000,
     pollMs: optInt(o, 'pollMs', p, 10, 600_000) ?? 1000,
+    gatherMs: optInt(o, 'gatherMs', p, 0, 10_000) ?? 30,
     // false by default: bench/RESULTS.md (2026-11-30) — SQLite accept p99 with workers 317 → 66 ms.
     durableCommits: optBool(o, 'durableCommits', p) ?? false,
   };

@@ -61,7 +61,7 @@ describe('config validation names the bad path', () => {
     expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
     const withForward = parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }] }, {});
     expect(withForward.destinations[0]).toMatchObject({ timeoutMs: 10_000, maxConnections: 32 });
-    expect(c.workers).toMatchObject({ enabled: true, concurrency: 512, batchSize: 256, maxInFlightBodyBytes: 64 * 1024 * 1024, leaseMs: 30_000 });
+    expect(c.workers).toMatchObject({ enabled: true, concurrency: 512, batchSize: 256, maxInFlightBodyBytes: 64 * 1024 * 1024, leaseMs: 30_000, gatherMs: 30 });
     // GitHub caps payloads at 25 MB and never retries: its adapter default follows that cap.
     const gh = parseConfig(withEndpoint({ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 's' }] }), {});
     expect(gh.endpoints[0]!.maxBodyBytes).toBe(25 * 1024 * 1024);
