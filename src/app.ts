@@ -56,7 +56,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const metrics = ingressMetrics();
   const committer = new GroupCommitter<AcceptRecord, AcceptResult>(
     (items) => store.acceptBatch(items),
-    { ...config.groupCommit, maxInFlight: config.groupCommit.maxInFlight ?? (store.kind === 'sqlite' ? 1 : 2) },
+    { ...config.groupCommit, maxInFlight: config.groupCommit.maxInFlight ?? (store.kind === 'sqlite' ? 1 : 4) },
     (s) => {
       metrics.commitLatency.observe(s.commitMs / 1000);
       metrics.batchSize.observe(s.size);
