@@ -1,7 +1,8 @@
 /**
  * The claim loop every runner shares (inbox worker, effects runner, outbox relay): keep up to
  * `concurrency` items in flight, claim at most `batchSize` at a time (claiming again at once
- * only after a full claim; after a partial one, the next claim waits for a batch to finish),
+ * only after a full claim; after a partial one, the next claim waits for a batch to finish and
+ * at least `gatherMs`),
  * sleep when nothing is due until a wake-up or the backstop poll, and on stop claim nothing
  * more and wait for the batches in flight. Claim errors (database down) back off instead of
  * spinning.
@@ -97,9 +98,9 @@ export class ClaimLoop<T> {
         this.gathering = true;
         const claimedAt = Date.now();
         await this.sleep(this.opts.pollMs);
-        // And at least gatherMs after this claim: at 2,000 events/s, 30 ms makes batches of ~60
-        // instead of ~10–20 (e2e, bench/RESULTS.md 2026-11-30: PostgreSQL CPU 92–104 % → 74–81 %,
-        // SQLite server 104 → 89 %, for ~20–30 ms more accept → PROCESSED).
+        // And at least gatherMs after this claim: at 2,000 events/s, 30 ms gathers ~60 events per
+        // claim (e2e, bench/RESULTS.md 2026-11-30: PostgreSQL CPU 92–104 % → 74–81 %, SQLite
+        // server 104 → 89 %, for ~20–30 ms more accept → PROCESSED).
         const left = claimedAt + this.opts.gatherMs - Date.now();
         if (left > 0 && this.running) await this.pause(left);
         this.gathering = false;
