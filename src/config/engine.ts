@@ -32,6 +32,11 @@ export interface WorkersConfig {
   /** Rows claimed per round trip; each inbox batch settles in one transaction. */
   readonly batchSize: number;
   /**
+   * Effects executing at once in one process: executors call other services (mail, payments),
+   * which should not see the inbox's batch sizes. At most `concurrency`.
+   */
+  readonly effectsConcurrency: number;
+  /**
    * Stored event body bytes the inbox worker holds at once across its batches (counted twice:
    * ciphertext and plaintext). A batch reads its bodies a quarter of this at a time and settles
    * each part before reading on; past the budget, batches wait for it. (Bodies `serve` hands
@@ -148,15 +153,20 @@ export function parseRoutes(v: unknown, path: string, destinations: readonly Des
 
 export function parseWorkers(v: unknown): WorkersConfig {
   const p = 'workers';
-  const o = asObject(v ?? {}, p, ['enabled', 'concurrency', 'batchSize', 'maxInFlightBodyBytes', 'leaseMs', 'pollMs', 'gatherMs', 'durableCommits']);
+  const o = asObject(v ?? {}, p, ['enabled', 'concurrency', 'batchSize', 'effectsConcurrency', 'maxInFlightBodyBytes', 'leaseMs', 'pollMs', 'gatherMs', 'durableCommits']);
+  const concurrency = optInt(o, 'concurrency', p, 1, 1024) ?? 512;
+  const effectsConcurrency = optInt(o, 'effectsConcurrency', p, 1, 1024) ?? Math.min(128, concurrency);
+  if (effectsConcurrency > concurrency) throw new ConfigError(child(p, 'effectsConcurrency'), `must be ≤ concurrency (${concurrency})`);
   return {
     enabled: optBool(o, 'enabled', p) ?? true,
     // Two batches of 256 in flight. bench/RESULTS.md: on a CPU-starved box (2026-11-30) SQLite
     // e2e p99 in `serve` was 3.9–4.5 s at 128 / 64 and 275–300 ms at 512 / 256; on a quiet one
     // both meet 1 s and 512 / 256 drains 9–30 % faster. Body bytes held are bounded apart
     // (maxInFlightBodyBytes), HTTP forwards by each destination's maxConnections.
-    concurrency: optInt(o, 'concurrency', p, 1, 1024) ?? 512,
+    concurrency,
     batchSize: optInt(o, 'batchSize', p, 1, 1000) ?? 256,
+    // The default before 9cdd24a raised `concurrency` to 512 for the inbox's sake.
+    effectsConcurrency,
     maxInFlightBodyBytes: optInt(o, 'maxInFlightBodyBytes', p, 64 * 1024, 16 * 1024 ** 3) ?? 64 * 1024 * 1024,
     leaseMs: optInt(o, 'leaseMs', p, 1000, 3_600_000) ?? 30_000,
     pollMs: optInt(o, 'pollMs', p, 10, 600_000) ?? 1000,

@@ -70,7 +70,8 @@ export class Engine {
     const onError = (what: string) => (err: unknown) => log.error({ err }, `${what} failed`);
 
     const effects = new EffectsRunner({ store, handlers: o.handlers, owner: this.owner, leaseMs: w.leaseMs, retry: config.retry, metrics: this.metrics, log });
-    const effectsLoop = new ClaimLoop(w, (n) => effects.claim(n), (b) => effects.process(b), onError('effects batch'));
+    const effectsLoop = new ClaimLoop({ ...w, concurrency: w.effectsConcurrency, batchSize: Math.min(w.batchSize, w.effectsConcurrency) },
+      (n) => effects.claim(n), (b) => effects.process(b), onError('effects batch'));
     const inbox = new InboxWorker({
       store, cipher: () => o.keyring.cipher, endpoints: new Map(config.endpoints.map((e) => [e.id, e])), router, handlers: o.handlers,
       owner: this.owner, leaseMs: w.leaseMs, defaultRetry: config.retry, metrics: this.metrics, log, onEffects: () => effectsLoop.wake(), fresh: this.fresh,

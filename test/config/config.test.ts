@@ -36,6 +36,7 @@ describe('config validation names the bad path', () => {
     ['current payload key missing', { ...base(), payloadKeys: { current: 'k2', keys: { k1: PAYLOAD_KEY } } }, /^payloadKeys\.current: "k2" is not one of/],
     ['database scheme', { ...base(), database: 'mysql://x' }, /^database: must start with sqlite: or postgres:\/\//],
     ['port out of range', { ...base(), listen: { port: 70000 } }, /^listen\.port: must be an integer from 0 to 65535/],
+    ['workers.effectsConcurrency over concurrency', { ...base(), workers: { concurrency: 8, effectsConcurrency: 9 } }, /^workers\.effectsConcurrency: must be ≤ concurrency \(8\)/],
     ['workers.maxInFlightBodyBytes below 64 KiB', { ...base(), workers: { maxInFlightBodyBytes: 1000 } }, /^workers\.maxInFlightBodyBytes: must be an integer from 65536/],
     ['http destination maxConnections 0', { ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc', maxConnections: 0 }] }, /^destinations\[0\]\.maxConnections: must be an integer from 1/],
     ['maxConnections on a nats destination', { ...base(), destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:4222', subject: 's', maxConnections: 4 }] }, /^destinations\[0\]\.maxConnections: unknown key/],
@@ -61,7 +62,8 @@ describe('config validation names the bad path', () => {
     expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
     const withForward = parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }] }, {});
     expect(withForward.destinations[0]).toMatchObject({ timeoutMs: 10_000, maxConnections: 32 });
-    expect(c.workers).toMatchObject({ enabled: true, concurrency: 512, batchSize: 256, maxInFlightBodyBytes: 64 * 1024 * 1024, leaseMs: 30_000, gatherMs: 30 });
+    expect(c.workers).toMatchObject({ enabled: true, concurrency: 512, batchSize: 256, maxInFlightBodyBytes: 64 * 1024 * 1024, leaseMs: 30_000, gatherMs: 30, effectsConcurrency: 128 });
+    expect(parseConfig({ ...base(), workers: { concurrency: 16 } }, {}).workers.effectsConcurrency).toBe(16);
     // GitHub caps payloads at 25 MB and never retries: its adapter default follows that cap.
     const gh = parseConfig(withEndpoint({ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 's' }] }), {});
     expect(gh.endpoints[0]!.maxBodyBytes).toBe(25 * 1024 * 1024);

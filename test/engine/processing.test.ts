@@ -164,6 +164,25 @@ describeEachStore('processing engine', (kind) => {
     expect((await app.store.getEvent(id))?.status).toBe('PROCESSED');
   });
 
+  it('at most workers.effectsConcurrency effects execute at once; all of them reach DONE', async () => {
+    let running = 0;
+    let most = 0;
+    const handlers = new HandlerRegistry()
+      .on('payment_intent.succeeded', (event, ctx) => ctx.effect('notify', { event: event.providerEventId }))
+      .effect('notify', async () => {
+        most = Math.max(most, ++running);
+        await new Promise((r) => setTimeout(r, 30));
+        running--;
+      });
+    app = await startTestApp(kind, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, effectsConcurrency: 3 } }, {}, { workers: true, handlers });
+    const ids = await Promise.all(Array.from({ length: 20 }, async (_, i) => (await send(`evt_fx_${i}`)).json().inbox_id as string));
+    await waitFor(async () => {
+      const all = await Promise.all(ids.map((id) => app!.store.listEffects(id)));
+      return all.every((e) => e[0]?.status === 'DONE');
+    }, 10_000, 'every effect DONE');
+    expect(most).toBe(3);
+  });
+
   it('a destination whose secret is missing does not stop ingress: /readyz names it, its events wait and retry', async () => {
     app = await startTestApp(kind, {
       ...FAST_WORKERS,
