@@ -70,14 +70,16 @@ export const CLAIM_INBOX = named('claim_inbox', leasedClaim('webhook_inbox', 'in
  * encoding, its decoding and the TOAST reads were half of a claim's cost on both sides.
  */
 export const READ_PAYLOADS = named('read_payloads', `
-  SELECT payload_id, key_id, nonce, ciphertext FROM (
-    SELECT p.payload_id::text AS payload_id, p.key_id, p.nonce, p.ciphertext, a.ord,
-      -- octet_length of a TOASTed value reads its header, not its chunks
-      sum(octet_length(p.ciphertext)) OVER (ORDER BY a.ord) - octet_length(p.ciphertext) AS before
+  WITH sized AS (
+    -- octet_length of a TOASTed value reads its header, not its chunks
+    SELECT a.ord, p.payload_id, octet_length(p.ciphertext) AS len,
+      sum(octet_length(p.ciphertext)) OVER (ORDER BY a.ord) AS upto
     FROM unnest($1::uuid[]) WITH ORDINALITY a (id, ord) JOIN webhook_payload p ON p.payload_id = a.id
-  ) s
-  WHERE before = 0 OR before + octet_length(ciphertext) <= $2
-  ORDER BY ord`);
+  )
+  SELECT p.payload_id::text AS payload_id, p.key_id, p.nonce, p.ciphertext
+  FROM sized s JOIN webhook_payload p ON p.payload_id = s.payload_id
+  WHERE s.upto = s.len OR s.upto <= $2
+  ORDER BY s.ord`);
 
 export const CLAIM_EFFECTS = named('claim_effects', leasedClaim('webhook_effects', 'effect_id', ACTIVE, LEASE, `
   SELECT ${EFFECT_COLS('upd')} FROM upd JOIN due USING (effect_id)`));
