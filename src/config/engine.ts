@@ -165,7 +165,7 @@ export function parseWorkers(v: unknown): WorkersConfig {
     // (maxInFlightBodyBytes), HTTP forwards by each destination's maxConnections.
     concurrency,
     batchSize: optInt(o, 'batchSize', p, 1, 1000) ?? 256,
-    // The default before 9cdd24a raised `concurrency` to 512 for the inbox's sake.
+    // 128: what effects had in flight before `concurrency` went to 512 for the inbox loop's sake.
     effectsConcurrency,
     maxInFlightBodyBytes: optInt(o, 'maxInFlightBodyBytes', p, 64 * 1024, 16 * 1024 ** 3) ?? 64 * 1024 * 1024,
     leaseMs: optInt(o, 'leaseMs', p, 1000, 3_600_000) ?? 30_000,
