@@ -17,6 +17,7 @@
  *   npm run bench -- --rates 2000 --duration 15 --no-memory --no-write
  *   npm run bench -- --profile --only sqlite --rates 4000 --no-memory   (server under --cpu-prof)
  *   npm run bench -- --server /other/checkout/dist/cli/main.js         (measure another build)
+ *   npm run bench -- --node-args '--initial-old-space-size=64' ...     (our server under Node/V8 flags)
  */
 import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -64,6 +65,7 @@ const { values: args } = parseArgs({
     'inflight-mib': { type: 'string' },
     timeline: { type: 'string' },
     server: { type: 'string' },
+    'node-args': { type: 'string' },
     backlog: { type: 'string' },
     'e2e-duration': { type: 'string' },
     stores: { type: 'string' },
@@ -99,6 +101,8 @@ export const opts = {
   profile: Boolean(args.profile),
   inflightMiB: num(args['inflight-mib'], 64),
   timelineDir: args.timeline ? resolve(args.timeline) : undefined,
+  /** Node/V8 flags for our server in the ladder (e.g. `--initial-old-space-size=64`), to price one. */
+  nodeArgs: (args['node-args'] ?? '').split(' ').filter(Boolean),
   /** The engine scenarios' handler parses every body (bench/reading-handlers.mjs) instead of reading none. */
   handlersRead: Boolean(args['handlers-read']),
   dupFraction: 0.01,
@@ -303,7 +307,7 @@ async function startTarget(t: TargetName, profileDir?: string): Promise<Running>
       const cfg = join(dir, 'config.json');
       writeFileSync(cfg, JSON.stringify(serverConfig(database), null, 2));
       const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-      return launch([...prof, SERVER_MAIN, 'serve', '--config', cfg], { DATABASE_URL: database }, t, async () => {
+      return launch([...opts.nodeArgs, ...prof, SERVER_MAIN, 'serve', '--config', cfg], { DATABASE_URL: database }, t, async () => {
         rmSync(dir, { recursive: true, force: true });
         if (t === 'postgres') await dropDb('wi_bench');
       });
@@ -587,7 +591,7 @@ async function main(): Promise<void> {
   const started = new Date();
   console.log(`webhook-inbox bench — ${started.toISOString()}`);
   console.log(`machine: ${machine.cores} cores, ${machine.model}, ${machine.ramGiB} GiB RAM, Node ${machine.node}, PostgreSQL ${machine.postgres}`);
-  if (targets.length) console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}`);
+  if (targets.length) console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}${opts.nodeArgs.length ? `; server node flags: ${opts.nodeArgs.join(' ')}` : ''}`);
   if (scenarios.length) console.log(`engine: ${scenarios.join(', ')} on ${stores.join(', ')}; backlog ${f0(opts.backlog)}; e2e ${f0(A_RATE)} req/s for ${opts.e2eDurationS} s`);
   console.log('');
 

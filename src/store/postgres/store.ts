@@ -305,6 +305,7 @@ export class PostgresStore implements InboxStore {
   }
 
   async close(): Promise<void> {
+    this.notifier.close();
     await this.listener.close();
     await Promise.all([this.pool.end(), this.workPool.end()]);
   }
