@@ -8,8 +8,8 @@
  * Coalesced and paced: the first accept after a quiet spell notifies at once; accepts that
  * commit while a NOTIFY is in flight, or within `minIntervalMs` of the last one's start, cause
  * exactly one more, sent when that interval is over. A NOTIFY is a transaction of its own (a
- * round trip: a bare `SELECT 1` cost ~45 µs of PostgreSQL CPU and 100–230 µs of client CPU on
- * the slow box of 2026-11-30). Unpaced, 4 connections committing 3-row batches sent about one
+ * round trip: bare ones cost 43–47 µs of PostgreSQL CPU and 107–232 µs of client CPU on the
+ * slow box of 2026-11-30). Unpaced, 4 connections committing 3-row batches sent about one
  * per two accept commits (bench/pg-accept-cost.ts, 6,000 events: 2,100–2,255 transactions for
  * 1,334 accept statements; paced: 1,500–1,690). A claim loop busy with a backlog is not waiting
  * for it (it gathers for `workers.gatherMs` anyway), and an idle one is woken within the interval.
