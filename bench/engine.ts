@@ -18,12 +18,12 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { parseWorkers, type WorkersConfig } from '../src/config/engine.js';
-import { uuidv7 } from '../src/crypto/ids.js';
-import { PayloadCipher, sha256 } from '../src/crypto/payload-cipher.js';
+import { PayloadCipher } from '../src/crypto/payload-cipher.js';
 import { openStore } from '../src/store/open.js';
 import type { AcceptRecord } from '../src/store/port.js';
 import { EventFactory, prng } from './events.js';
 import type { RateResult } from './loadgen.js';
+import { sealedRecord } from './records.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import {
   A_P99_TARGET_MS, A_RATE, CORES, NOISY_PCT, PATH, PAYLOAD_KEY, ROOT, RUN_DIR, SERVER_MAIN, STRIPE_SECRET,
@@ -203,15 +203,7 @@ async function seed(url: string, n: number, tag: string): Promise<{ seconds: num
         const id = `${tag}_${j}`;
         const body = factory.make(id, false, rnd, Math.floor(now / 1000));
         bytes += body.length;
-        const binding = { provider: 'stripe', endpointId: 'stripe-bench', providerEventId: `evt_${id}` };
-        records.push({
-          inboxId: uuidv7(now), payloadId: uuidv7(now), outboxId: uuidv7(now), ...binding,
-          eventType: 'payment_intent.succeeded', objectId: `pi_${id}`, objectVersion: null,
-          providerCreatedAtMs: Math.floor(now / 1000) * 1000, receivedAtMs: now,
-          payloadHash: sha256(body), matchedSecretVersion: 'v1', payload: cipher.seal(body, binding),
-          // As the ingress writes it for an endpoint with no broker route: nothing for the relay.
-          topic: 'stripe.payment_intent.succeeded', relay: false,
-        });
+        records.push(sealedRecord(cipher, id, body, now));
       }
       await store.acceptBatch(records);
     }

@@ -14,10 +14,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { uuidv7 } from '../src/crypto/ids.js';
-import { PayloadCipher, sha256 } from '../src/crypto/payload-cipher.js';
+import { PayloadCipher } from '../src/crypto/payload-cipher.js';
 import type { AcceptRecord, InboxStore } from '../src/store/port.js';
 import { EventFactory, prng } from './events.js';
+import { sealedRecord } from './records.js';
 import { cpuDelta, cpuOfCommand } from './sys.js';
 
 const VARIANTS: Record<string, string[]> = {
@@ -62,14 +62,8 @@ const rnd = prng(7);
 const now = Date.now();
 const records: AcceptRecord[] = [];
 for (let j = 0; j < events; j++) {
-  const body = factory.make(`c${j}`, false, rnd, Math.floor(now / 1000));
-  const binding = { provider: 'stripe', endpointId: 'stripe-bench', providerEventId: `evt_c${j}` };
-  records.push({
-    inboxId: uuidv7(now), payloadId: uuidv7(now), outboxId: uuidv7(now), ...binding,
-    eventType: 'payment_intent.succeeded', objectId: `pi_c${j}`, objectVersion: null,
-    providerCreatedAtMs: now, receivedAtMs: now, payloadHash: sha256(body), matchedSecretVersion: 'v1',
-    payload: cipher.seal(body, binding), topic: 'stripe.payment_intent.succeeded', relay: false,
-  });
+  const id = `c${j}`;
+  records.push(sealedRecord(cipher, id, factory.make(id, false, rnd, Math.floor(now / 1000)), now));
 }
 
 let next = 0;
