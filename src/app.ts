@@ -62,6 +62,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       metrics.batchSize.observe(s.size);
       if (!s.ok) metrics.commitFailures.inc();
     },
+    (r) => r.payload.ciphertext.length,
   );
   const workersRun = opts.workers ?? config.workers.enabled;
   const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env: opts.env, freshBodies: workersRun });

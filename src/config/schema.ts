@@ -54,8 +54,11 @@ export interface Config {
    * writer; PostgreSQL 4, each past the first only while a quarter of maxBatch is waiting, the
    * size of the accept pool. bench/RESULTS.md 2026-11-30: 7,000 req/s passed in 4 of 4 ladder
    * steps at 4 and 1 of 3 at 2; at 2,000 req/s no second commit starts either way).
+   * maxBatchBytes: stored payload bytes per transaction. 10 KiB events never reach it; 1 MiB ones
+   * commit a few at a time, where one statement of tens of MiB held several copies of itself in
+   * the pg driver's buffers and committed slower (bench/RESULTS.md, 1 MiB flood, 2026-12-01).
    */
-  readonly groupCommit: { readonly maxBatch: number; readonly maxWaitMs: number; readonly maxInFlight: number | undefined; readonly commitTimeoutMs: number };
+  readonly groupCommit: { readonly maxBatch: number; readonly maxBatchBytes: number; readonly maxWaitMs: number; readonly maxInFlight: number | undefined; readonly commitTimeoutMs: number };
   readonly log: { readonly level: 'debug' | 'info' | 'warn' | 'error' | 'silent' };
   readonly endpoints: readonly EndpointConfig[];
   readonly destinations: readonly DestinationConfig[];
@@ -151,9 +154,10 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   };
 
   const gp = 'groupCommit';
-  const g = asObject(o.groupCommit ?? {}, gp, ['maxBatch', 'maxWaitMs', 'maxInFlight', 'commitTimeoutMs']);
+  const g = asObject(o.groupCommit ?? {}, gp, ['maxBatch', 'maxBatchBytes', 'maxWaitMs', 'maxInFlight', 'commitTimeoutMs']);
   const groupCommit = {
     maxBatch: optInt(g, 'maxBatch', gp, 1, 1000) ?? 256,
+    maxBatchBytes: optInt(g, 'maxBatchBytes', gp, 64 * 1024, 1024 ** 3) ?? 4 * 1024 * 1024,
     maxWaitMs: optInt(g, 'maxWaitMs', gp, 0, 50) ?? 0,
     maxInFlight: optInt(g, 'maxInFlight', gp, 1, 16),
     commitTimeoutMs: optInt(g, 'commitTimeoutMs', gp, 100, 120_000) ?? 10_000,

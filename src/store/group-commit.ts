@@ -3,12 +3,18 @@ import { StorageUnavailableError } from '../errors.js';
 export interface GroupCommitOptions {
   /** Most items in one transaction. */
   readonly maxBatch: number;
+  /**
+   * Most bytes (as `sizeOf` counts them) in one transaction; a single larger item still commits
+   * alone. Undefined = no byte cap.
+   */
+  readonly maxBatchBytes?: number;
   /** Extra wait to gather a batch when the store is idle; 0 = natural batching only. */
   readonly maxWaitMs: number;
   /**
    * Batches committing at once (SQLite: 1 writer; PostgreSQL: a few connections). A second
-   * concurrent commit starts only when a quarter of `maxBatch` is waiting, so overlap never
-   * shrinks batches at moderate load — it only adds throughput when one commit can't keep up.
+   * concurrent commit starts only when a quarter of a full batch is waiting (of `maxBatch` or of
+   * `maxBatchBytes`), so overlap never shrinks batches at moderate load — it only adds
+   * throughput when one commit can't keep up.
    */
   readonly maxInFlight: number;
   /** A commit not answered by then is reported unavailable (its outcome is unknown). */
@@ -36,6 +42,7 @@ interface Pending<I, R> {
  */
 export class GroupCommitter<I, R> {
   private queue: Pending<I, R>[] = [];
+  private queuedBytes = 0;
   private inFlight = 0;
   private scheduled = false;
 
@@ -43,11 +50,13 @@ export class GroupCommitter<I, R> {
     private readonly commit: (items: I[]) => Promise<R[]>,
     private readonly opts: GroupCommitOptions,
     private readonly onBatch?: (stats: BatchStats) => void,
+    private readonly sizeOf: (item: I) => number = () => 0,
   ) {}
 
   submit(item: I): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
+      this.queuedBytes += this.sizeOf(item);
       this.schedule();
     });
   }
@@ -58,21 +67,37 @@ export class GroupCommitter<I, R> {
 
   private canStart(): boolean {
     if (this.queue.length === 0 || this.inFlight >= this.opts.maxInFlight) return false;
-    return this.inFlight === 0 || this.queue.length >= Math.max(1, this.opts.maxBatch >> 2);
+    if (this.inFlight === 0 || this.queue.length >= Math.max(1, this.opts.maxBatch >> 2)) return true;
+    return this.opts.maxBatchBytes !== undefined && this.queuedBytes >= this.opts.maxBatchBytes / 4;
+  }
+
+  /** The next batch: at most maxBatch items and maxBatchBytes bytes, but always at least one item. */
+  private take(): Pending<I, R>[] {
+    const cap = this.opts.maxBatchBytes ?? Infinity;
+    let n = 0;
+    let bytes = 0;
+    while (n < this.queue.length && n < this.opts.maxBatch) {
+      const size = this.sizeOf(this.queue[n]!.item);
+      if (n > 0 && bytes + size > cap) break;
+      bytes += size;
+      n++;
+    }
+    this.queuedBytes -= bytes;
+    return this.queue.splice(0, n);
   }
 
   private schedule(): void {
     if (this.scheduled || !this.canStart()) return;
     this.scheduled = true;
     // setImmediate lets the other requests of this I/O turn join the batch.
-    if (this.opts.maxWaitMs > 0 && this.queue.length < this.opts.maxBatch) setTimeout(() => this.flush(), this.opts.maxWaitMs);
+    if (this.opts.maxWaitMs > 0 && this.queue.length < this.opts.maxBatch && this.queuedBytes < (this.opts.maxBatchBytes ?? Infinity)) setTimeout(() => this.flush(), this.opts.maxWaitMs);
     else setImmediate(() => this.flush());
   }
 
   private flush(): void {
     this.scheduled = false;
     if (!this.canStart()) return;
-    const batch = this.queue.splice(0, this.opts.maxBatch);
+    const batch = this.take();
     this.inFlight++;
     const started = performance.now();
     let settled = false;

@@ -40,6 +40,7 @@ describe('config validation names the bad path', () => {
     ['workers.maxInFlightBodyBytes below 64 KiB', { ...base(), workers: { maxInFlightBodyBytes: 1000 } }, /^workers\.maxInFlightBodyBytes: must be an integer from 65536/],
     ['http destination maxConnections 0', { ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc', maxConnections: 0 }] }, /^destinations\[0\]\.maxConnections: must be an integer from 1/],
     ['maxConnections on a nats destination', { ...base(), destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:4222', subject: 's', maxConnections: 4 }] }, /^destinations\[0\]\.maxConnections: unknown key/],
+    ['groupCommit.maxBatchBytes below 64 KiB', { ...base(), groupCommit: { maxBatchBytes: 1000 } }, /^groupCommit\.maxBatchBytes: must be an integer from 65536/],
     ['offloadBodyBytes negative', { ...base(), limits: { offloadBodyBytes: -1 } }, /^limits\.offloadBodyBytes: must be an integer/],
     ['generic-hmac option', withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], options: { idPath: 'id' } }), /^endpoints\[0\]\.options\.signatureHeader: is required/],
   ])('%s', (_name, doc, expected) => {
@@ -60,6 +61,7 @@ describe('config validation names the bad path', () => {
     expect(c.endpoints[0]).toMatchObject({ maxBodyBytes: 1048576, toleranceSeconds: 300, events: undefined, rateLimit: undefined });
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
     expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
+    expect(c.groupCommit).toEqual({ maxBatch: 256, maxBatchBytes: 4 * 1024 * 1024, maxWaitMs: 0, maxInFlight: undefined, commitTimeoutMs: 10_000 });
     const withForward = parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }] }, {});
     expect(withForward.destinations[0]).toMatchObject({ timeoutMs: 10_000, maxConnections: 32 });
     expect(c.workers).toMatchObject({ enabled: true, concurrency: 512, batchSize: 256, maxInFlightBodyBytes: 64 * 1024 * 1024, leaseMs: 30_000, gatherMs: 30, effectsConcurrency: 128 });

@@ -86,4 +86,32 @@ describe('group commit', () => {
     await tick();
     expect(batches[2]!.items).toEqual([4, 5, 6, 7, 8, 9]);
   });
+
+  it('caps a batch at maxBatchBytes, and an item larger than the cap still commits, alone', async () => {
+    const { batches, commit } = manualCommit();
+    // Items are their own size in bytes.
+    const gc = new GroupCommitter(commit, { ...opts, maxBatch: 100, maxBatchBytes: 10 }, undefined, (n: number) => n);
+    void gc.submit(1);
+    await tick();
+    for (const n of [4, 5, 2, 12, 3]) void gc.submit(n);
+    for (let i = 0; i < 4; i++) {
+      batches[i]!.resolve(batches[i]!.items.map(String));
+      await tick();
+      await tick();
+    }
+    expect(batches.map((b) => b.items)).toEqual([[1], [4, 5], [2], [12], [3]]);
+  });
+
+  it('overlaps a second commit when a quarter of maxBatchBytes is waiting, even with few items', async () => {
+    const { batches, commit } = manualCommit();
+    const gc = new GroupCommitter(commit, { ...opts, maxBatch: 100, maxBatchBytes: 40, maxInFlight: 2 }, undefined, (n: number) => n);
+    void gc.submit(1);
+    await tick();
+    void gc.submit(9); // 9 bytes waiting < 40/4
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1]]);
+    void gc.submit(1); // 10 bytes waiting = 40/4: a second commit starts
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1], [9, 1]]);
+  });
 });
