@@ -1,9 +1,11 @@
 import { startApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { loadHandlers } from './handlers-module.js';
+import { tuneHeap } from './heap.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
 export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean; handlers?: string }): Promise<number> {
+  tuneHeap();
   const config = loadConfigFile(configFile);
   const handlers = await loadHandlers(opts.handlers);
   const app = await startApp(config, { migrate: opts.migrate, handlers });

@@ -1,9 +1,11 @@
 import { loadConfigFile } from '../config/load.js';
 import { startWorkers } from '../workers.js';
 import { loadHandlers } from './handlers-module.js';
+import { tuneHeap } from './heap.js';
 
 /** Runs the workers alone until SIGINT/SIGTERM; then finishes the batches in flight. */
 export async function runWork(configFile: string, handlersModule: string | undefined): Promise<number> {
+  tuneHeap();
   const config = loadConfigFile(configFile);
   const handlers = await loadHandlers(handlersModule);
   const w = await startWorkers(config, { handlers });
