@@ -158,7 +158,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   const groupCommit = {
     maxBatch: optInt(g, 'maxBatch', gp, 1, 1000) ?? 256,
     maxBatchBytes: optInt(g, 'maxBatchBytes', gp, 64 * 1024, 1024 ** 3) ?? 4 * 1024 * 1024,
-    maxWaitMs: optInt(g, 'maxWaitMs', gp, 0, 50) ?? 0,
+    maxWaitMs: optInt(g, 'maxWaitMs', gp, 0, 50) ?? 1,
     maxInFlight: optInt(g, 'maxInFlight', gp, 1, 16),
     commitTimeoutMs: optInt(g, 'commitTimeoutMs', gp, 100, 120_000) ?? 10_000,
   };

@@ -114,4 +114,22 @@ describe('group commit', () => {
     await tick();
     expect(batches.map((b) => b.items)).toEqual([[1], [9, 1]]);
   });
+
+  it('lingers maxWaitMs for company before a small batch, but not once 8 items are waiting', async () => {
+    const { batches, commit } = manualCommit();
+    const gc = new GroupCommitter(commit, { ...opts, maxBatch: 100, maxWaitMs: 30 });
+    void gc.submit(1);
+    await tick();
+    void gc.submit(2);
+    await tick();
+    expect(batches).toHaveLength(0); // lingering
+    await new Promise((r) => setTimeout(r, 60));
+    expect(batches.map((b) => b.items)).toEqual([[1, 2]]);
+    for (let i = 3; i <= 10; i++) void gc.submit(i); // 8 wait behind the running commit
+    batches[0]!.resolve(['a', 'b']);
+    await tick();
+    await tick();
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1, 2], [3, 4, 5, 6, 7, 8, 9, 10]]); // no linger
+  });
 });
