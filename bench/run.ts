@@ -472,6 +472,9 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
       quarters[q] = Math.max(quarters[q]!, r);
     }, 50);
 
+    // A first scrape before the load, as Prometheus makes one at start-up: its one-off cost (the
+    // queue gauges open the work pool's connections) is not part of the measured window.
+    if (ours) await fetch(`${srv.url}/metrics`).then((r) => r.text());
     const cpu = cpuSampler(srv.pid);
     // A scrape at the window's start resets the server's event-loop delay window (its end-of-step
     // scrape then covers the measured window, not start-up and warm-up).
