@@ -58,7 +58,7 @@ export interface Config {
    * commit a few at a time, where one statement of tens of MiB held several copies of itself in
    * the pg driver's buffers and committed slower (bench/RESULTS.md, 1 MiB flood, 2026-12-01).
    */
-  readonly groupCommit: { readonly maxBatch: number; readonly maxBatchBytes: number; readonly maxWaitMs: number; readonly maxInFlight: number | undefined; readonly commitTimeoutMs: number };
+  readonly groupCommit: { readonly maxBatch: number; readonly maxBatchBytes: number; readonly maxWaitMs: number | undefined; readonly maxInFlight: number | undefined; readonly commitTimeoutMs: number };
   readonly log: { readonly level: 'debug' | 'info' | 'warn' | 'error' | 'silent' };
   readonly endpoints: readonly EndpointConfig[];
   readonly destinations: readonly DestinationConfig[];
@@ -158,7 +158,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   const groupCommit = {
     maxBatch: optInt(g, 'maxBatch', gp, 1, 1000) ?? 256,
     maxBatchBytes: optInt(g, 'maxBatchBytes', gp, 64 * 1024, 1024 ** 3) ?? 4 * 1024 * 1024,
-    maxWaitMs: optInt(g, 'maxWaitMs', gp, 0, 50) ?? 1,
+    maxWaitMs: optInt(g, 'maxWaitMs', gp, 0, 50),
     maxInFlight: optInt(g, 'maxInFlight', gp, 1, 16),
     commitTimeoutMs: optInt(g, 'commitTimeoutMs', gp, 100, 120_000) ?? 10_000,
   };

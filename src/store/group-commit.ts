@@ -45,11 +45,11 @@ interface Pending<I, R> {
 /**
  * Group commit: concurrent submissions share one transaction, so one fsync serves many
  * requests. Natural batching — while a commit is in flight, new items queue; when it ends,
- * everything queued goes in the next batch, after lingering `maxWaitMs` (default 1) for more
- * unless it is full. So an item waits at most one commit time plus `maxWaitMs` before its own
- * batch starts. The linger is what makes batches at moderate load: at 2,000 req/s a commit
- * started the moment the store was free carried 1.5-2.7 items, and with 1 ms 5-7, for a third
- * less CPU per request on SQLite and PostgreSQL's CPU down 30 % (bench/RESULTS.md, 2026-12-01).
+ * everything queued goes in the next batch, after lingering `maxWaitMs` for more unless it is
+ * full. So an item waits at most one commit time plus `maxWaitMs` before its own batch starts.
+ * On SQLite (default 1 ms) the linger makes batches at moderate load: at 2,000 req/s a commit
+ * started the moment the writer was free carried 1.5-2.7 items, with 1 ms 5-7, for a third less
+ * CPU per request (bench/RESULTS.md, 2026-12-01). PostgreSQL's default is 0 (see app.ts).
  * Every item's promise settles only after its own batch committed or failed.
  */
 export class GroupCommitter<I, R> {

@@ -61,7 +61,7 @@ describe('config validation names the bad path', () => {
     expect(c.endpoints[0]).toMatchObject({ maxBodyBytes: 1048576, toleranceSeconds: 300, events: undefined, rateLimit: undefined });
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
     expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
-    expect(c.groupCommit).toEqual({ maxBatch: 256, maxBatchBytes: 4 * 1024 * 1024, maxWaitMs: 1, maxInFlight: undefined, commitTimeoutMs: 10_000 });
+    expect(c.groupCommit).toEqual({ maxBatch: 256, maxBatchBytes: 4 * 1024 * 1024, maxWaitMs: undefined, maxInFlight: undefined, commitTimeoutMs: 10_000 });
     const withForward = parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }] }, {});
     expect(withForward.destinations[0]).toMatchObject({ timeoutMs: 10_000, maxConnections: 32 });
     expect(c.workers).toMatchObject({ enabled: true, concurrency: 512, batchSize: 256, maxInFlightBodyBytes: 64 * 1024 * 1024, leaseMs: 30_000, gatherMs: 30, effectsConcurrency: 128 });
