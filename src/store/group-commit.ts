@@ -38,6 +38,8 @@ const LINGER_BELOW = 8;
 
 interface Pending<I, R> {
   item: I;
+  /** sizeOf(item), taken once at submit. */
+  size: number;
   resolve(r: R): void;
   reject(e: unknown): void;
 }
@@ -67,8 +69,9 @@ export class GroupCommitter<I, R> {
 
   submit(item: I): Promise<R> {
     return new Promise<R>((resolve, reject) => {
-      this.queue.push({ item, resolve, reject });
-      this.queuedBytes += this.sizeOf(item);
+      const size = this.sizeOf(item);
+      this.queue.push({ item, size, resolve, reject });
+      this.queuedBytes += size;
       this.schedule();
     });
   }
@@ -89,7 +92,7 @@ export class GroupCommitter<I, R> {
     let n = 0;
     let bytes = 0;
     while (n < this.queue.length && n < this.opts.maxBatch) {
-      const size = this.sizeOf(this.queue[n]!.item);
+      const size = this.queue[n]!.size;
       if (n > 0 && bytes + size > cap) break;
       bytes += size;
       n++;
