@@ -58,10 +58,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     (items) => store.acceptBatch(items),
     {
       ...config.groupCommit,
-      maxInFlight: config.groupCommit.maxInFlight ?? (store.kind === 'sqlite' ? 1 : 4),
-      // The linger pays on SQLite's one writer; on PostgreSQL it raised p50 by 4-6 ms at 2,000 req/s
-      // for no better p99 (bench/RESULTS.md, 2026-12-01), so it is off there unless configured.
-      maxWaitMs: config.groupCommit.maxWaitMs ?? (store.kind === 'sqlite' ? 1 : 0),
+      maxInFlight: config.groupCommit.maxInFlight ?? store.groupCommitDefaults.maxInFlight,
+      maxWaitMs: config.groupCommit.maxWaitMs ?? store.groupCommitDefaults.maxWaitMs,
     },
     (s) => {
       metrics.commitLatency.observe(s.commitMs / 1000);

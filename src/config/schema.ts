@@ -51,11 +51,8 @@ export interface Config {
   };
   /**
    * maxInFlight: batches committing at once; undefined = the store's default (SQLite 1, its one
-   * writer; PostgreSQL 4, each past the first only while a quarter of maxBatch is waiting, the
-   * size of the accept pool. bench/RESULTS.md 2026-11-30: 7,000 req/s passed in 4 of 4 ladder
-   * steps at 4 and 1 of 3 at 2; at 2,000 req/s no second commit starts either way).
-   * maxWaitMs: linger before a small batch; undefined = the store's default (SQLite 1, PostgreSQL 0:
-   * app.ts).
+   * writer; PostgreSQL 4, the accept pool's size; each store's groupCommitDefaults says why).
+   * maxWaitMs: linger before a small batch; undefined = the store's default (SQLite 1, PostgreSQL 0).
    * maxBatchBytes: stored payload bytes per transaction. 10 KiB events never reach it; 1 MiB ones
    * commit a few at a time, where one statement of tens of MiB held several copies of itself in
    * the pg driver's buffers and committed slower (bench/RESULTS.md, 1 MiB flood, 2026-12-01).

@@ -64,6 +64,8 @@ export interface StoredPayload extends SealedPayload {
  */
 export interface InboxStore extends WorkStore {
   readonly kind: 'sqlite' | 'postgres';
+  /** Group commit settings for this store where the config leaves them unset. */
+  readonly groupCommitDefaults: { readonly maxInFlight: number; readonly maxWaitMs: number };
   /** Applies pending migrations; returns the versions applied now. */
   migrate(): Promise<number[]>;
   /** Results in input order. Rejects (StorageUnavailableError) if the batch did not commit. */
