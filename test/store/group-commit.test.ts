@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { StorageUnavailableError } from '../../src/errors.js';
 import { GroupCommitter } from '../../src/store/group-commit.js';
 
@@ -116,20 +116,27 @@ describe('group commit', () => {
   });
 
   it('lingers maxWaitMs for company before a small batch, but not once 8 items are waiting', async () => {
-    const { batches, commit } = manualCommit();
-    const gc = new GroupCommitter(commit, { ...opts, maxBatch: 100, maxWaitMs: 30 });
-    void gc.submit(1);
-    await tick();
-    void gc.submit(2);
-    await tick();
-    expect(batches).toHaveLength(0); // lingering
-    await new Promise((r) => setTimeout(r, 60));
-    expect(batches.map((b) => b.items)).toEqual([[1, 2]]);
-    for (let i = 3; i <= 10; i++) void gc.submit(i); // 8 wait behind the running commit
-    batches[0]!.resolve(['a', 'b']);
-    await tick();
-    await tick();
-    await tick();
-    expect(batches.map((b) => b.items)).toEqual([[1, 2], [3, 4, 5, 6, 7, 8, 9, 10]]); // no linger
+    // Timers are the test's clock (setImmediate stays real): a descheduled CI box cannot end the linger early.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      const { batches, commit } = manualCommit();
+      const gc = new GroupCommitter(commit, { ...opts, maxBatch: 100, maxWaitMs: 30 });
+      void gc.submit(1);
+      await tick();
+      void gc.submit(2);
+      await tick();
+      await vi.advanceTimersByTimeAsync(29);
+      expect(batches).toHaveLength(0); // still lingering
+      await vi.advanceTimersByTimeAsync(1);
+      expect(batches.map((b) => b.items)).toEqual([[1, 2]]);
+      for (let i = 3; i <= 10; i++) void gc.submit(i); // 8 wait behind the running commit
+      batches[0]!.resolve(['a', 'b']);
+      await tick();
+      await tick();
+      await tick();
+      expect(batches.map((b) => b.items)).toEqual([[1, 2], [3, 4, 5, 6, 7, 8, 9, 10]]); // no linger
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
