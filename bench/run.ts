@@ -31,6 +31,7 @@ import ts from 'typescript';
 import type { FloodResult, FloodSpec, LoadMessage, LoadResult, RateResult, RateSpec } from './loadgen.js';
 import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
+import { EventFactory, prng } from './events.js';
 import { cpuDelta, cpuOfCommand, diskWrites, threadCpuMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -228,6 +229,10 @@ export interface Running {
   readonly logFile: string;
   stop(): Promise<void>;
 }
+
+/** The box's speed at the run's start (sys.ts cpuSpeed). */
+const speedLine = (m: MachineInfo): string =>
+  `HMAC-SHA256 over 10 KiB ${m.speed.hmacUs} µs, JSON.parse of a ${f0(m.speed.parseBytes)}-byte bench event ${m.speed.parseUs} µs`;
 
 export const RUN_DIR = mkdtempSync(join(os.tmpdir(), 'wi-bench-'));
 let serial = 0;
@@ -590,10 +595,11 @@ async function main(): Promise<void> {
   const targets = (ALL_TARGETS as readonly TargetName[]).filter((t) => only.includes(t) && (pgVersion !== 'unavailable' || (t !== 'express' && t !== 'postgres')));
   const scenarios = ENGINE_SCENARIOS.filter((s) => only.includes(s));
   const stores = opts.stores.filter((s) => pgVersion !== 'unavailable' || s !== 'postgres');
-  const machine = machineInfo(pgVersion);
+  const machine = machineInfo(pgVersion, new EventFactory().make('speed', false, prng(1), Math.floor(Date.now() / 1000)));
   const started = new Date();
   console.log(`webhook-inbox bench — ${started.toISOString()}`);
   console.log(`machine: ${machine.cores} cores, ${machine.model}, ${machine.ramGiB} GiB RAM, Node ${machine.node}, PostgreSQL ${machine.postgres}`);
+  console.log(`speed now: ${speedLine(machine)}`);
   if (targets.length) console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}${opts.nodeArgs.length ? `; server node flags: ${opts.nodeArgs.join(' ')}` : ''}`);
   if (scenarios.length) console.log(`engine: ${scenarios.join(', ')} on ${stores.join(', ')}; backlog ${f0(opts.backlog)}; e2e ${f0(A_RATE)} req/s for ${opts.e2eDurationS} s`);
   console.log('');
@@ -702,6 +708,7 @@ function renderReport(
   out.push(`- date (UTC): ${date}`);
   out.push(`- machine: ${machine.cores} cores (\`nproc\`), ${machine.model}, ${machine.ramGiB} GiB RAM, Linux ${machine.kernel}`);
   out.push(`- Node ${machine.node}; PostgreSQL ${machine.postgres}`);
+  out.push(`- speed at the start: ${speedLine(machine)}`);
   out.push(`- measured: ${buildIdentity()}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);
   if (ladder.size || floods.length) out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (rate steps: bench/h1-client.ts; flood: undici Pool; pipelining 1), ` +
     `${opts.dupFraction * 100}% exact duplicates, ${(opts.largeFraction * 100).toFixed(1)}% bodies of 1 MiB, the rest 1–13 KiB; every step on a fresh server process and fresh database; ` +

@@ -3,6 +3,7 @@
  * CPU = utime+stime of /proc/<pid>/stat (all threads, so the SQLite writer thread counts),
  * peak RSS = VmHWM of /proc/<pid>/status, reset per step through /proc/<pid>/clear_refs.
  */
+import { createHmac } from 'node:crypto';
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
@@ -87,9 +88,35 @@ export interface MachineInfo {
   readonly node: string;
   readonly postgres: string;
   readonly kernel: string;
+  /** µs per operation, measured at the run's start (cpuSpeed). */
+  readonly speed: { readonly hmacUs: number; readonly parseUs: number; readonly parseBytes: number };
 }
 
-export function machineInfo(postgresVersion: string): MachineInfo {
+/**
+ * How fast the box is right now, in two things every request pays: HMAC-SHA256 over 10 KiB and
+ * JSON.parse of a bench event (µs each; the median of 7 rounds). Boxes of the same kind have
+ * measured 9-15 µs and 25-127 µs here, and every absolute result moves with them, while ratios
+ * to the references move less: this line says which kind of box a run had.
+ */
+export function cpuSpeed(sampleJson: Buffer): MachineInfo['speed'] {
+  const key = Buffer.alloc(32, 7);
+  const body = Buffer.alloc(10 * 1024, 0x61);
+  const text = sampleJson.toString('utf8');
+  const median = (op: () => void, n: number): number => {
+    const rounds: number[] = [];
+    for (let r = 0; r < 7; r++) {
+      const t = performance.now();
+      for (let i = 0; i < n; i++) op();
+      rounds.push(((performance.now() - t) * 1000) / n);
+    }
+    return rounds.sort((a, b) => a - b)[3]!;
+  };
+  const hmacUs = median(() => createHmac('sha256', key).update(body).digest(), 2000);
+  const parseUs = median(() => JSON.parse(text), 1000);
+  return { hmacUs: Math.round(hmacUs * 10) / 10, parseUs: Math.round(parseUs * 10) / 10, parseBytes: sampleJson.length };
+}
+
+export function machineInfo(postgresVersion: string, sampleJson: Buffer): MachineInfo {
   let model = os.cpus()[0]?.model ?? 'unknown';
   try {
     const m = /^model name\s*:\s*(.+)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'));
@@ -110,6 +137,7 @@ export function machineInfo(postgresVersion: string): MachineInfo {
     node: process.version,
     postgres: postgresVersion,
     kernel: os.release(),
+    speed: cpuSpeed(sampleJson),
   };
 }
 
