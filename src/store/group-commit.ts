@@ -49,9 +49,7 @@ interface Pending<I, R> {
  * requests. Natural batching — while a commit is in flight, new items queue; when it ends,
  * everything queued goes in the next batch, after lingering `maxWaitMs` for more unless it is
  * full. So an item waits at most one commit time plus `maxWaitMs` before its own batch starts.
- * On SQLite (default 1 ms) the linger makes batches at moderate load: at 2,000 req/s a commit
- * started the moment the writer was free carried 1.5-2.7 items, with 1 ms 5-7, for a third less
- * CPU per request (bench/RESULTS.md, 2026-12-01). PostgreSQL's default is 0 (each store's groupCommitDefaults).
+ * The linger's default is each store's (groupCommitDefaults): 1 ms on SQLite, 0 on PostgreSQL.
  * Every item's promise settles only after its own batch committed or failed.
  */
 export class GroupCommitter<I, R> {
