@@ -1,9 +1,9 @@
 /**
  * Bodies this process has just accepted, kept for its own workers (`serve` with the workers on):
- * the verified bytes and, where the ingress already parsed them exactly as the worker would,
- * the parse. An event claimed here moments later then skips reading its payload back, decrypting
- * and parsing it again (in a CPU profile at 2,000 req/s with handlers that read every body, that
- * work was ~17 % of the event loop). Bounded by raw bytes, oldest out first; each entry is taken
+ * the verified bytes. An event claimed here moments later then skips reading its payload back
+ * and decrypting it (in a CPU profile at 2,000 req/s with handlers that read every body, that
+ * work and a second parse were ~17 % of the event loop; since the ingress stopped building the
+ * parse tree (json-scan.ts), a handler that reads the payload parses it once, in the worker). Bounded by raw bytes, oldest out first; each entry is taken
  * once, so a retry reads the stored bytes. A taken body stays within the bound until the worker
  * gives it back (`giveBack`, when its attempt is over), so the bodies kept here and those the
  * workers hold from here are bounded together, and no worker ever waits for them. A miss
@@ -12,8 +12,6 @@
  */
 export interface FreshBody {
   readonly raw: Buffer;
-  /** The ingress's parse of `raw`, when it is the worker's parse too (JSON adapters). */
-  readonly parsed?: { readonly value: unknown };
 }
 
 /** Whether a worker of this process would open the body of such an event (a reading handler, an HTTP forward). */

@@ -225,7 +225,6 @@ export class InboxWorker {
         return open();
       },
       get payload() {
-        p.parsed ??= p.fresh?.parsed;
         if (!p.parsed) {
           try {
             p.parsed = { value: parse(open()) };

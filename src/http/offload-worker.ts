@@ -33,8 +33,7 @@ function adapterFor(provider: string, options: Record<string, unknown> | undefin
 parentPort!.on('message', (m: OffloadRequest) => {
   try {
     const body = bytes(m.body);
-    // The parse stays here: cloning a 1 MiB object tree back would cost the event loop what this thread saved it.
-    const { payload, parsed: _parsed, ...envelope } = adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta);
+    const { payload, ...envelope } = adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta);
     const stored = payload ?? body;
     const sealed = PayloadCipher.fromKeyMaterial(m.keys).seal(stored, { provider: m.provider, endpointId: m.endpointId, providerEventId: envelope.eventId });
     // seal() gives the ciphertext its own memory: it moves back without a copy.

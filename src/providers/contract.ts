@@ -123,8 +123,6 @@ export interface Envelope {
    * changed since the worker fetched it). `eventId` must still be unique per notice.
    */
   readonly notice?: { readonly coalesceKey: string };
-  /** The whole body as `JSON.parse` gives it, when the envelope parsed it (jsonEnvelope): handed to this process's workers. */
-  readonly parsed?: unknown;
 }
 
 /** A non-default answer: body sent as-is with this content type. */

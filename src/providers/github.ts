@@ -4,7 +4,7 @@ import { hmac, matchHmac } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { isJsonBytes, parseForm } from './form.js';
-import { envelope, parseJsonObject, idString, requireEventId, requireEventType } from './json.js';
+import { envelope, jsonFields, idString, requireEventId, requireEventType } from './json.js';
 
 /**
  * GitHub: `X-Hub-Signature-256: sha256=<hex>` = HMAC-SHA256(secret, raw body). Nothing else is
@@ -25,6 +25,8 @@ function formPayload(body: Buffer): Buffer {
   return Buffer.from(payload[0]!, 'utf8');
 }
 
+const readFields = jsonFields(['repository.full_name']);
+
 const adapter: ProviderAdapter = {
   name: 'github',
   contentTypes: ['application/json', 'application/x-www-form-urlencoded'],
@@ -43,12 +45,11 @@ const adapter: ProviderAdapter = {
   envelope(body: Buffer, req: RequestView) {
     const delivery = requireEventId(req.single('x-github-delivery'), 'X-GitHub-Delivery header');
     const hookId = req.single('x-github-hook-id');
-    const e = parseJsonObject(req.mediaType === 'application/x-www-form-urlencoded' ? formPayload(body) : body);
-    const repo = e.repository as Record<string, unknown> | undefined;
+    const [repository] = readFields(req.mediaType === 'application/x-www-form-urlencoded' ? formPayload(body) : body);
     return envelope({
       eventId: hookId ? `${hookId}:${delivery}` : delivery,
       eventType: requireEventType(req.single('x-github-event'), 'X-GitHub-Event header'),
-      objectId: idString(repo?.full_name),
+      objectId: idString(repository),
     });
   },
   // Form deliveries are stored as received; the handler gets the JSON inside their `payload` field.

@@ -1,5 +1,10 @@
 import { IngressError } from '../errors.js';
 import type { Envelope } from './contract.js';
+import { compilePaths, scanJsonObject, type ScanFailure, type ScannedValue } from './json-scan.js';
+
+function malformed(why: ScanFailure): IngressError {
+  return new IngressError('malformed_payload', why === 'invalid' ? 'body is not valid JSON' : 'body is not a JSON object');
+}
 
 /** Parses a verified body. Only ever called after the signature checked out. */
 export function parseJsonObject(body: Buffer): Record<string, unknown> {
@@ -7,11 +12,9 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
   try {
     value = JSON.parse(body.toString('utf8'));
   } catch {
-    throw new IngressError('malformed_payload', 'body is not valid JSON');
+    throw malformed('invalid');
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    throw new IngressError('malformed_payload', 'body is not a JSON object');
-  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw malformed('not_object');
   return value as Record<string, unknown>;
 }
 
@@ -81,18 +84,41 @@ export interface EnvelopePaths {
   readonly createdAt?: string;
 }
 
-/** The envelope of a verified JSON event whose fields sit at fixed paths (Stripe, Paddle, PayPal, …). */
-export function jsonEnvelope(body: Buffer, p: EnvelopePaths): Envelope {
-  const e = parseJsonObject(body);
-  const at = (path: string | undefined) => (path === undefined ? undefined : pathValue(e, path));
-  return envelope({
-    eventId: requireEventId(at(p.id), p.id),
-    eventType: requireEventType(at(p.type), p.type),
-    objectId: idString(at(p.objectId)),
-    objectVersion: idString(at(p.objectVersion)),
-    providerCreatedAtMs: toEpochMs(at(p.createdAt)),
-    parsed: e,
-  });
+/**
+ * A reader of the values at fixed dotted paths (through objects only) of a verified body that
+ * must be a JSON object: validated whole, but no tree is built (json-scan.ts). An object or
+ * array at a path reads as NON_SCALAR, which no id or time accepts.
+ */
+export function jsonFields(paths: readonly string[]): (body: Buffer) => ScannedValue[] {
+  const compiled = compilePaths(paths);
+  return (body) => {
+    const r = scanJsonObject(body, compiled);
+    if (typeof r === 'string') throw malformed(r);
+    return r;
+  };
+}
+
+/**
+ * The envelope reader of a verified JSON event whose fields sit at fixed paths (Stripe, Paddle,
+ * PayPal, …). The body is validated whole but not built into a tree (json-scan.ts): the ingress
+ * needs five values, and a worker that wants the payload parses it when it asks.
+ */
+export function jsonEnvelope(p: EnvelopePaths): (body: Buffer) => Envelope {
+  const order = [p.id, p.type, p.objectId, p.objectVersion, p.createdAt];
+  const wanted = order.filter((path): path is string => path !== undefined);
+  const read = jsonFields(wanted);
+  const slot = order.map((path) => (path === undefined ? -1 : wanted.indexOf(path)));
+  return (body) => {
+    const r = read(body);
+    const at = (field: number): ScannedValue => (slot[field]! < 0 ? undefined : r[slot[field]!]);
+    return envelope({
+      eventId: requireEventId(at(0), p.id),
+      eventType: requireEventType(at(1), p.type),
+      objectId: idString(at(2)),
+      objectVersion: idString(at(3)),
+      providerCreatedAtMs: toEpochMs(at(4)),
+    });
+  };
 }
 
 /** Parses a signed decimal Unix-seconds timestamp strictly. */

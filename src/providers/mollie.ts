@@ -65,7 +65,7 @@ const signed: ProviderAdapter = {
   verify(meta, body, keys, nowMs) {
     return matchHmac('sha256', [body], [(meta as MollieSignature).digest!], keys, nowMs);
   },
-  envelope: (body) => jsonEnvelope(body, { id: 'id', type: 'type', objectId: 'entityId', createdAt: 'createdAt' }),
+  envelope: jsonEnvelope({ id: 'id', type: 'type', objectId: 'entityId', createdAt: 'createdAt' }),
   sign(body, secret) {
     return { [HEADER]: PREFIX + hmac('sha256', Buffer.from(secret, 'utf8'), [body]).toString('hex') };
   },

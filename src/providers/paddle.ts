@@ -48,7 +48,7 @@ const adapter: ProviderAdapter = {
     return matchHmac('sha256', [`${m.ts}:`, body], m.h1, keys, nowMs);
   },
   // objectVersion: the entity's own last-change time (RFC 3339), per-object ordering evidence; absent on some entities.
-  envelope: (body) => jsonEnvelope(body, { id: 'event_id', type: 'event_type', objectId: 'data.id', objectVersion: 'data.updated_at', createdAt: 'occurred_at' }),
+  envelope: jsonEnvelope({ id: 'event_id', type: 'event_type', objectId: 'data.id', objectVersion: 'data.updated_at', createdAt: 'occurred_at' }),
   sign(body, secret, opts) {
     const ts = opts.timestamp ?? Math.floor(Date.now() / 1000);
     return { [HEADER]: `ts=${ts};h1=${hmac('sha256', Buffer.from(secret, 'utf8'), [`${ts}:`, body]).toString('hex')}` };

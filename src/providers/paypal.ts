@@ -387,7 +387,7 @@ export const createPaypal: AdapterFactory = (options, path) => {
       }
       return matched;
     },
-    envelope: (body) => jsonEnvelope(body, { id: 'id', type: 'event_type', objectId: 'resource.id', objectVersion: 'resource.update_time', createdAt: 'create_time' }),
+    envelope: jsonEnvelope({ id: 'id', type: 'event_type', objectId: 'resource.id', objectVersion: 'resource.update_time', createdAt: 'create_time' }),
     sign(body, secret, opts) {
       if (!signer) throw new Error('PayPal signs deliveries with its own private key: send a test event from the PayPal webhooks simulator, or configure options.signer (JavaScript only) to sign locally');
       const transmissionId = opts.id ?? randomUUID();

@@ -3,7 +3,7 @@ import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify, 
 import { hmac, matchHmac, decodeBase64, type TrustedKey } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
-import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+import { envelope, jsonFields, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
 
 /**
  * Standard Webhooks (Svix and others): `webhook-id`, `webhook-timestamp`,
@@ -188,6 +188,8 @@ export function signStandardEntries(secrets: string, id: string, timestamp: numb
   }).join(' ');
 }
 
+const readFields = jsonFields(['type', 'data.id', 'timestamp']);
+
 const adapter: ProviderAdapter = {
   name: 'standard-webhooks',
   contentTypes: ['application/json'],
@@ -200,12 +202,12 @@ const adapter: ProviderAdapter = {
     return verifyStandard(meta as StandardSignature, body, keys, nowMs);
   },
   envelope(body, _req, meta) {
-    const e = parseJsonObject(body);
+    const [type, dataId, timestamp] = readFields(body);
     return envelope({
       eventId: requireEventId((meta as StandardSignature).id, 'webhook-id header'),
-      eventType: requireEventType(e.type, 'type'),
-      objectId: idString(pathValue(e, 'data.id')),
-      providerCreatedAtMs: toEpochMs(e.timestamp),
+      eventType: requireEventType(type, 'type'),
+      objectId: idString(dataId),
+      providerCreatedAtMs: toEpochMs(timestamp),
     });
   },
   sign(body, secret, opts) {

@@ -36,7 +36,7 @@ const adapter: ProviderAdapter = {
     const m = meta as StripeSignature;
     return matchHmac('sha256', [`${m.timestamp}.`, body], m.v1, keys, nowMs);
   },
-  envelope: (body) => jsonEnvelope(body, { id: 'id', type: 'type', objectId: 'data.object.id', createdAt: 'created' }),
+  envelope: jsonEnvelope({ id: 'id', type: 'type', objectId: 'data.object.id', createdAt: 'created' }),
   sign(body, secret, opts) {
     const t = opts.timestamp ?? Math.floor(Date.now() / 1000);
     const sig = hmac('sha256', Buffer.from(secret, 'utf8'), [`${t}.`, body]).toString('hex');

@@ -158,7 +158,6 @@ describe('stripe: envelope (verified body → logical event)', () => {
       objectId: 'pi_3NG8Du2eZvKYlo2C0ERwbx1J',
       objectVersion: null,
       providerCreatedAtMs: 1686089970_000,
-      parsed: JSON.parse(EVENT.toString()), // the whole body, for the workers of this process
     });
   });
 

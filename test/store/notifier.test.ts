@@ -24,7 +24,8 @@ describe('PostgreSQL new-work NOTIFY pacing', () => {
     expect(sent).toHaveLength(1);
     await sleep(80);
     expect(sent).toHaveLength(2);
-    expect(sent[1]! - sent[0]!).toBeGreaterThanOrEqual(59);
+    // Node's timers run on the loop's whole-millisecond clock: one may fire up to 1 ms early by performance.now().
+    expect(sent[1]! - sent[0]!).toBeGreaterThanOrEqual(58);
     answer();
     await sleep(100);
     expect(sent).toHaveLength(2); // nothing was accepted since: no third NOTIFY

@@ -1,0 +1,162 @@
+import { describe, expect, it } from 'vitest';
+import { compilePaths, NON_SCALAR, scanJsonObject, type ScannedValue } from '../../src/providers/json-scan.js';
+import { pathValue } from '../../src/providers/json.js';
+
+/** What the scanner must agree with: JSON.parse of the UTF-8 text, then the dotted paths. */
+function reference(body: Buffer, paths: readonly string[]): ScannedValue[] | 'invalid' | 'not_object' {
+  let v: unknown;
+  try {
+    v = JSON.parse(body.toString('utf8'));
+  } catch {
+    return 'invalid';
+  }
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) return 'not_object';
+  return paths.map((p) => {
+    const x = pathValue(v, p);
+    return x !== null && typeof x === 'object' ? NON_SCALAR : (x as ScannedValue);
+  });
+}
+
+const PATHS = ['id', 'type', 'data.object.id', 'created', 'data.object'];
+const compiled = compilePaths(PATHS);
+const scan = (s: string | Buffer) => scanJsonObject(typeof s === 'string' ? Buffer.from(s, 'utf8') : s, compiled);
+
+describe('json-scan: validates like JSON.parse, keeps only the paths', () => {
+  it('reads the values at the paths of a Stripe-shaped event', () => {
+    const body = '{"id":"evt_1","object":"event","created":1686089970,"type":"charge.refunded","data":{"object":{"id":"ch_1","amount":5,"refunds":[{"id":"re_1"}]}}}';
+    expect(scan(body)).toEqual(['evt_1', 'charge.refunded', 'ch_1', 1686089970, NON_SCALAR]);
+  });
+
+  it.each([
+    ['duplicate key: the last value wins', '{"id":"a","id":"b"}', ['b', undefined, undefined, undefined, undefined]],
+    ['a later scalar replaces an object and what was under it', '{"data":{"object":{"id":"x"}},"data":1}', [undefined, undefined, undefined, undefined, undefined]],
+    ['a later object replaces an earlier one', '{"data":{"object":{"id":"x"}},"data":{"other":{}}}', [undefined, undefined, undefined, undefined, undefined]],
+    ['paths do not go through arrays', '{"data":[{"object":{"id":"x"}}]}', [undefined, undefined, undefined, undefined, undefined]],
+    ['escaped keys match', '{"\\u0069d":"e1","typ\\u0065":"t"}', ['e1', 't', undefined, undefined, undefined]],
+    ['escaped values are decoded', '{"id":"a\\"b\\\\c\\/d\\n\\u00e9\\ud83d\\ude00"}', ['a"b\\c/d\né😀', undefined, undefined, undefined, undefined]],
+    ['a lone surrogate escape is kept, as JSON.parse does', '{"id":"\\ud800"}', ['\ud800', undefined, undefined, undefined, undefined]],
+    ['multi-byte UTF-8 text', '{"id":"évt_ü_€_😀","type":"日本"}', ['évt_ü_€_😀', '日本', undefined, undefined, undefined]],
+    ['literals and numbers', '{"id":null,"type":true,"created":-1.5e+3,"data":{"object":false}}', [null, true, undefined, -1500, false]],
+    ['whitespace everywhere', ' \t\r\n{ "id" : "a" , "data" : { "object" : { } } } \n', ['a', undefined, undefined, undefined, NON_SCALAR]],
+    ['empty containers', '{"a":{},"b":[],"c":[[]],"id":"x"}', ['x', undefined, undefined, undefined, undefined]],
+  ])('%s', (_, body, want) => {
+    expect(scan(body)).toEqual(want);
+    expect(scan(body)).toEqual(reference(Buffer.from(body), PATHS));
+  });
+
+  it.each([
+    ['empty', ''],
+    ['whitespace only', ' \n'],
+    ['a byte-order mark', '\ufeff{}'],
+    ['trailing garbage', '{} x'],
+    ['two documents', '{}{}'],
+    ['trailing comma in an object', '{"a":1,}'],
+    ['trailing comma in an array', '{"a":[1,]}'],
+    ['leading comma', '{,"a":1}'],
+    ['missing colon', '{"a" 1}'],
+    ['unquoted key', '{a:1}'],
+    ['single quotes', "{'a':1}"],
+    ['unclosed object', '{"a":1'],
+    ['unclosed string', '{"a":"x}'],
+    ['unclosed array', '{"a":[1}'],
+    ['mismatched close', '{"a":[1}]'],
+    ['leading zero', '{"a":01}'],
+    ['bare minus', '{"a":-}'],
+    ['dot without digits', '{"a":1.}'],
+    ['leading dot', '{"a":.5}'],
+    ['exponent without digits', '{"a":1e}'],
+    ['plus sign', '{"a":+1}'],
+    ['hex number', '{"a":0x10}'],
+    ['NaN', '{"a":NaN}'],
+    ['raw tab inside a string', '{"a":"x\ty"}'],
+    ['raw newline inside a string', '{"a":"x\ny"}'],
+    ['unknown escape', '{"a":"\\x"}'],
+    ['short unicode escape', '{"a":"\\u12"}'],
+    ['bad unicode escape', '{"a":"\\u12G4"}'],
+    ['truncated literal', '{"a":tru}'],
+    ['capitalised literal', '{"a":True}'],
+    ['comment', '{"a":1 /* x */}'],
+  ])('invalid: %s', (_, body) => {
+    expect(scan(body)).toBe('invalid');
+    expect(reference(Buffer.from(body), PATHS)).toBe('invalid');
+  });
+
+  it.each([['an array', '[{"id":"x"}]'], ['a string', '"x"'], ['a number', ' 1 '], ['null', 'null']])('valid JSON but %s at the top: not_object', (_, body) => {
+    expect(scan(body)).toBe('not_object');
+  });
+
+  it('invalid UTF-8 inside a string is replaced as toString does', () => {
+    const body = Buffer.concat([Buffer.from('{"id":"a'), Buffer.from([0xff, 0xc3]), Buffer.from('","type":"t\xe9"}', 'latin1')]);
+    expect(scan(body)).toEqual(reference(body, PATHS));
+    expect((scan(body) as ScannedValue[])[0]).toBe('a\ufffd\ufffd');
+  });
+
+  it('reads a Buffer that is a view into a larger allocation', () => {
+    const big = Buffer.from('xxxx{"id":"inner"}yyyy');
+    expect(scan(big.subarray(4, big.length - 4))).toEqual(['inner', undefined, undefined, undefined, undefined]);
+  });
+
+  it('deep nesting needs no recursion', () => {
+    const body = `{"a":${'['.repeat(100_000)}${']'.repeat(100_000)},"id":"deep"}`;
+    expect((scan(body) as ScannedValue[])[0]).toBe('deep');
+  });
+
+  it('refuses paths into arrays when compiled, since it does not follow them', () => {
+    expect(() => compilePaths(['items.0.id'])).toThrow(/segment "0"/);
+    expect(() => compilePaths(['items.length'])).toThrow(/segment "length"/);
+    expect(() => compilePaths(['a..b'])).toThrow(/segment ""/);
+  });
+
+  // Differential check: random documents and random damage to them, against JSON.parse.
+  it('agrees with JSON.parse + pathValue on 20,000 random and damaged documents', () => {
+    let seed = 0x2545f491;
+    const rnd = () => {
+      seed ^= seed << 13;
+      seed ^= seed >>> 17;
+      seed ^= seed << 5;
+      return (seed >>> 0) / 2 ** 32;
+    };
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
+    const ws = () => pick(['', '', '', ' ', '\n', '\t', '\r\n  ']);
+    const KEYS = ['id', 'type', 'data', 'object', 'created', 'x', 'id', '\\u0069d', 'da\\u0074a', 'ïd', ''];
+    const STRINGS = ['', 'evt_1', 'a\\"b', '\\\\', '\\/', '\\u00e9', '\\ud83d\\ude00', 'é€😀', '\\n\\t\\b\\f\\r', 'x y'];
+    const NUMBERS = ['0', '-0', '1', '-12', '3.25', '1e5', '1E-2', '-0.5e+3', '123456789012345678901234567890', '1e400'];
+    const value = (depth: number): string => {
+      const r = rnd();
+      if (depth < 5 && r < 0.3) {
+        const n = Math.floor(rnd() * 4);
+        const members = Array.from({ length: n }, () => `${ws()}"${pick(KEYS)}"${ws()}:${ws()}${value(depth + 1)}${ws()}`);
+        return `{${members.join(',')}${n === 0 ? ws() : ''}}`;
+      }
+      if (depth < 5 && r < 0.4) return `[${Array.from({ length: Math.floor(rnd() * 3) }, () => `${ws()}${value(depth + 1)}${ws()}`).join(',')}]`;
+      if (r < 0.7) return `"${pick(STRINGS)}"`;
+      if (r < 0.9) return pick(NUMBERS);
+      return pick(['true', 'false', 'null']);
+    };
+    const NOISE = [...'{}[],:"\\ \t\n0123456789-+.eEtfnux/'].map((c) => c.charCodeAt(0)).concat([0x00, 0x1f, 0x7f, 0x80, 0xc3, 0xff]);
+    let invalid = 0;
+    let notObject = 0;
+    for (let k = 0; k < 20_000; k++) {
+      const members = Array.from({ length: 1 + Math.floor(rnd() * 5) }, () => `"${pick(KEYS)}":${value(0)}`);
+      let bytes = Buffer.from(`${ws()}{${members.join(',')}}${ws()}`, 'utf8');
+      const damage = Math.floor(rnd() * 3); // 0: intact; 1-2 edits
+      for (let d = 0; d < damage && bytes.length > 0; d++) {
+        const at = Math.floor(rnd() * bytes.length);
+        const op = rnd();
+        if (op < 0.33) bytes = Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)]);
+        else if (op < 0.66) bytes = Buffer.concat([bytes.subarray(0, at), Buffer.from([pick(NOISE)]), bytes.subarray(at)]);
+        else bytes = Buffer.concat([bytes.subarray(0, at), Buffer.from([pick(NOISE)]), bytes.subarray(at + 1)]);
+      }
+      const want = reference(bytes, PATHS);
+      if (want === 'invalid') invalid++;
+      if (want === 'not_object') notObject++;
+      const got = scanJsonObject(bytes, compiled);
+      if (JSON.stringify(got, (_, v: unknown) => (v === NON_SCALAR ? '<object>' : v === undefined ? '<undefined>' : v)) !== JSON.stringify(want, (_, v: unknown) => (v === NON_SCALAR ? '<object>' : v === undefined ? '<undefined>' : v))) {
+        expect({ body: bytes.toString('latin1'), got }).toEqual({ body: bytes.toString('latin1'), got: want });
+      }
+    }
+    // The damage must have produced both kinds of case, or the check proves little.
+    expect(invalid).toBeGreaterThan(3_000);
+    expect(20_000 - invalid - notObject).toBeGreaterThan(8_000);
+  });
+});
