@@ -29,6 +29,16 @@ export function ownsItsMemory(b: Uint8Array): boolean {
 }
 
 /**
+ * The accept records' ciphertexts that own their memory, to move to a store's thread instead of
+ * copying them (seal() gives each its own); nothing on this side reads them again.
+ */
+export function movableCiphertexts(records: readonly { readonly payload: { readonly ciphertext: Buffer } }[]): ArrayBuffer[] {
+  const out: ArrayBuffer[] = [];
+  for (const r of records) if (ownsItsMemory(r.payload.ciphertext)) out.push(r.payload.ciphertext.buffer as ArrayBuffer);
+  return out;
+}
+
+/**
  * Request and reply over one worker thread. Each call posts `{ ...msg, id }` and settles when
  * the reply with that id arrives (`settle` turns it into the value, or throws to reject). The
  * thread starts on the first call; if it dies, every pending call is rejected with
@@ -44,6 +54,11 @@ export class WorkerCalls<Reply extends { readonly id: number }> {
     readonly settle: (reply: Reply) => unknown;
     readonly stopped: (cause: Error) => Error;
   }) {}
+
+  /** Whether the thread is running (a call has started it and it has not died or been closed). */
+  get started(): boolean {
+    return this.worker !== undefined;
+  }
 
   /** Throws at once, having transferred nothing, if `msg` does not clone (DataCloneError). */
   call<T>(msg: object, transfer: readonly ArrayBuffer[] = []): Promise<T> {

@@ -2,7 +2,7 @@ import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { acceptUnique } from '../dedupe.js';
 import { MIGRATIONS } from '../migrations.js';
-import { logicalKey, type AcceptRecord, type AcceptResult, type InboxRow, type InboxStore, type StoredPayload } from '../port.js';
+import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
   eventListLimit, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
   toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
@@ -10,6 +10,9 @@ import {
 import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, StoreTx,
 } from '../work-port.js';
+import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
+import { acceptValues, COLS } from './accept.js';
+import type { AcceptWorkerInit } from './accept-worker.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
 import * as SQL from './sql.js';
@@ -27,18 +30,12 @@ export interface PostgresOptions {
   readonly durableEngineCommits?: boolean;
 }
 
-const COLS = 18;
 /** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-/** One record's parameters for SQL.acceptStatement, in COLS order. */
-function acceptValues(r: AcceptRecord): unknown[] {
-  return [r.inboxId, r.payloadId, r.outboxId, r.provider, r.endpointId, r.providerEventId, r.eventType,
-    r.objectId, r.objectVersion, r.providerCreatedAtMs, r.receivedAtMs, r.payloadHash, r.matchedSecretVersion,
-    r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay];
-}
+type AcceptReply = { readonly id: number; readonly ok: boolean; readonly results?: AcceptResult[]; readonly inserted?: boolean; readonly message?: string };
 
-/** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch. */
+/** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch, run on the accept thread. */
 export class PostgresStore implements InboxStore {
   readonly kind = 'postgres' as const;
   /**
@@ -48,8 +45,10 @@ export class PostgresStore implements InboxStore {
    * 2026-12-01).
    */
   readonly groupCommitDefaults = { maxInFlight: 4, maxWaitMs: 0 };
-  /** Ingress: accepts, readiness, reads. */
+  /** Readiness, reads, notices and NOTIFYs. Batch accepts run on the accept thread's own connections. */
   readonly pool: pg.Pool;
+  /** The accept thread (accept-worker.ts), started by the first batch. */
+  private readonly acceptLane: WorkerCalls<AcceptReply>;
   /**
    * The processing engine's own connections (claims, settles, handler transactions), so a
    * busy engine never makes an accept wait for a connection: 2xx latency stays the ingress's.
@@ -57,6 +56,7 @@ export class PostgresStore implements InboxStore {
   private readonly workPool: pg.Pool;
   private readonly listener: PgListener;
   private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
+  private closed = false;
 
   constructor(url: string, opts: PostgresOptions = {}) {
     this.listener = new PgListener({
@@ -73,6 +73,15 @@ export class PostgresStore implements InboxStore {
       options: '-c plan_cache_mode=force_generic_plan',
     };
     this.pool = new pg.Pool({ ...poolConfig, max: opts.poolSize ?? 4 });
+    const init: AcceptWorkerInit = { pool: { ...poolConfig, max: opts.poolSize ?? 4 } };
+    this.acceptLane = new WorkerCalls<AcceptReply>({
+      start: () => startWorker(import.meta.url, 'accept-worker', init),
+      settle: (r) => {
+        if (!r.ok) throw new StorageUnavailableError(`PostgreSQL: ${r.message}`);
+        return r;
+      },
+      stopped: (cause) => new StorageUnavailableError(`PostgreSQL accept thread stopped (${cause.message}); the batch's outcome is unknown`),
+    });
     this.workPool = new pg.Pool({
       ...poolConfig,
       max: opts.workPoolSize ?? 4,
@@ -170,34 +179,9 @@ export class PostgresStore implements InboxStore {
   }
 
   private async insertUnique(records: AcceptRecord[]): Promise<AcceptResult[]> {
-    // A fixed key order across batches means two concurrent batches lock rows in the same
-    // order, so overlapping batches wait for each other instead of deadlocking.
-    const order = records.map((r, i) => ({ k: logicalKey(r), i })).sort((a, b) => (a.k < b.k ? -1 : a.k > b.k ? 1 : 0));
-    const values: unknown[] = [];
-    for (const { i } of order) values.push(...acceptValues(records[i]!));
-    const n = SQL.acceptSize(records.length);
-    values.length = n * COLS; // spare rows all NULL: padding the statement skips
-    values.fill(null, records.length * COLS);
-    const inserted = await this.query<{ inbox_id: string }>({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
-    const won = new Set(inserted.rows.map((r) => r.inbox_id));
-    if (won.size > 0) this.notifier.poke();
-    const results: (AcceptResult | undefined)[] = records.map((r) => (won.has(r.inboxId) ? { inboxId: r.inboxId, duplicate: false } : undefined));
-    const losers = records.filter((_, i) => results[i] === undefined);
-    if (losers.length > 0) {
-      const { rows } = await this.query<{ inbox_id: string; provider: string; endpoint_id: string; provider_event_id: string }>({
-        name: 'wi_winners',
-        text: SQL.SELECT_WINNERS,
-        values: [losers.map((r) => r.provider), losers.map((r) => r.endpointId), losers.map((r) => r.providerEventId)],
-      });
-      const byKey = new Map(rows.map((w) => [logicalKey({ provider: w.provider, endpointId: w.endpoint_id, providerEventId: w.provider_event_id }), w.inbox_id]));
-      records.forEach((r, i) => {
-        if (results[i]) return;
-        const winner = byKey.get(logicalKey(r));
-        if (winner === undefined) throw new StorageUnavailableError('unique conflict without a visible winner');
-        results[i] = { inboxId: winner, duplicate: true };
-      });
-    }
-    return results as AcceptResult[];
+    const reply = await this.acceptLane.call<AcceptReply>({ op: 'accept', records }, movableCiphertexts(records));
+    if (reply.inserted) this.notifier.poke();
+    return reply.results!;
   }
 
   async ping(): Promise<void> {
@@ -312,8 +296,16 @@ export class PostgresStore implements InboxStore {
   }
 
   async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
     this.notifier.close();
     await this.listener.close();
-    await Promise.all([this.pool.end(), this.workPool.end()]);
+    await Promise.all([this.pool.end(), this.workPool.end(), this.closeAcceptLane()]);
+  }
+
+  /** Lets the accept thread close its connections, then ends it (a thread never started is left alone). */
+  private async closeAcceptLane(): Promise<void> {
+    if (this.acceptLane.started) await this.acceptLane.call({ op: 'close' }).catch(() => undefined);
+    await this.acceptLane.close();
   }
 }

@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { StorageUnavailableError } from '../../errors.js';
-import { ownsItsMemory, startWorker, WorkerCalls } from '../../threads.js';
+import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptUnique } from '../dedupe.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
@@ -29,13 +29,6 @@ export function parseSqliteUrl(url: string): WorkerInit {
   };
   if (!file) throw new Error('sqlite URL needs a file path, e.g. sqlite:./data/webhook-inbox.db');
   return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', 2000), txTimeoutMs: num('txTimeoutMs', 10_000), durableEngineCommits: true };
-}
-
-/** Ciphertexts that own their memory are moved to the writer thread instead of copied; nothing reads them again. */
-function ownedBuffers(records: readonly AcceptRecord[]): ArrayBuffer[] {
-  const out: ArrayBuffer[] = [];
-  for (const r of records) if (ownsItsMemory(r.payload.ciphertext)) out.push(r.payload.ciphertext.buffer as ArrayBuffer);
-  return out;
 }
 
 /** SQLite adapter: a single writer thread owns the connection; this side only passes messages. */
@@ -81,7 +74,7 @@ export class SqliteStore implements InboxStore {
   }
 
   async acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
-    const results = await acceptUnique(records, (unique) => this.call<AcceptResult[]>('accept', unique, ownedBuffers(unique))).catch((err) => {
+    const results = await acceptUnique(records, (unique) => this.call<AcceptResult[]>('accept', unique, movableCiphertexts(unique))).catch((err) => {
       throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite commit failed: ${(err as Error).message}`, { cause: err });
     });
     if (results.some((r) => !r.duplicate)) this.notifyNewWork();

@@ -1,0 +1,51 @@
+import type pg from 'pg';
+import { StorageUnavailableError } from '../../errors.js';
+import { logicalKey, type AcceptRecord, type AcceptResult } from '../port.js';
+import * as SQL from './sql.js';
+
+/** Columns per record in SQL.acceptStatement. */
+export const COLS = 18;
+
+/** One record's parameters for SQL.acceptStatement, in COLS order. */
+export function acceptValues(r: AcceptRecord): unknown[] {
+  return [r.inboxId, r.payloadId, r.outboxId, r.provider, r.endpointId, r.providerEventId, r.eventType,
+    r.objectId, r.objectVersion, r.providerCreatedAtMs, r.receivedAtMs, r.payloadHash, r.matchedSecretVersion,
+    r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay];
+}
+
+export type Query = <R extends pg.QueryResultRow>(config: pg.QueryConfig) => Promise<pg.QueryResult<R>>;
+
+/**
+ * Accepts records with distinct logical keys in one statement (one transaction): the ones that
+ * win their key are inserted with payload and outbox rows; the others read the winner's id.
+ * `inserted` says whether any row is new (a NOTIFY is due).
+ */
+export async function insertUnique(query: Query, records: readonly AcceptRecord[]): Promise<{ results: AcceptResult[]; inserted: boolean }> {
+  // A fixed key order across batches means two concurrent batches lock rows in the same
+  // order, so overlapping batches wait for each other instead of deadlocking.
+  const order = records.map((r, i) => ({ k: logicalKey(r), i })).sort((a, b) => (a.k < b.k ? -1 : a.k > b.k ? 1 : 0));
+  const values: unknown[] = [];
+  for (const { i } of order) values.push(...acceptValues(records[i]!));
+  const n = SQL.acceptSize(records.length);
+  values.length = n * COLS; // spare rows all NULL: padding the statement skips
+  values.fill(null, records.length * COLS);
+  const inserted = await query<{ inbox_id: string }>({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
+  const won = new Set(inserted.rows.map((r) => r.inbox_id));
+  const results: (AcceptResult | undefined)[] = records.map((r) => (won.has(r.inboxId) ? { inboxId: r.inboxId, duplicate: false } : undefined));
+  const losers = records.filter((_, i) => results[i] === undefined);
+  if (losers.length > 0) {
+    const { rows } = await query<{ inbox_id: string; provider: string; endpoint_id: string; provider_event_id: string }>({
+      name: 'wi_winners',
+      text: SQL.SELECT_WINNERS,
+      values: [losers.map((r) => r.provider), losers.map((r) => r.endpointId), losers.map((r) => r.providerEventId)],
+    });
+    const byKey = new Map(rows.map((w) => [logicalKey({ provider: w.provider, endpointId: w.endpoint_id, providerEventId: w.provider_event_id }), w.inbox_id]));
+    records.forEach((r, i) => {
+      if (results[i]) return;
+      const winner = byKey.get(logicalKey(r));
+      if (winner === undefined) throw new StorageUnavailableError('unique conflict without a visible winner');
+      results[i] = { inboxId: winner, duplicate: true };
+    });
+  }
+  return { results: results as AcceptResult[], inserted: won.size > 0 };
+}
