@@ -11,7 +11,7 @@ import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, StoreTx,
 } from '../work-port.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
-import { acceptValues, COLS } from './accept.js';
+import { acceptValues, COLS, insertUnique } from './accept.js';
 import type { AcceptWorkerInit } from './accept-worker.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
@@ -32,6 +32,16 @@ export interface PostgresOptions {
 
 /** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * Batches of this many events go to the accept thread; smaller ones run here. Small batches mean
+ * moderate load, where the event loop has time and the two thread hops would only add CPU (all
+ * batches on the thread: 609 vs 491 µs per request at 1,000 req/s, batches of ~1.5) and the
+ * thread's memory (~30 MiB) would be spent for nothing; large ones mean the event loop is the
+ * bottleneck (at 4,000 req/s batches hold ~70 events). A few 1 MiB events (a byte-capped batch)
+ * stay here too: their Bind copy is a fraction of a millisecond.
+ */
+const THREAD_MIN_ROWS = 16;
 
 type AcceptReply = { readonly id: number; readonly ok: boolean; readonly results?: AcceptResult[]; readonly inserted?: boolean; readonly message?: string };
 
@@ -179,9 +189,12 @@ export class PostgresStore implements InboxStore {
   }
 
   private async insertUnique(records: AcceptRecord[]): Promise<AcceptResult[]> {
-    const reply = await this.acceptLane.call<AcceptReply>({ op: 'accept', records }, movableCiphertexts(records));
-    if (reply.inserted) this.notifier.poke();
-    return reply.results!;
+    if (this.closed) throw new StorageUnavailableError('store is closed'); // and must not start a new thread
+    const { results, inserted } = records.length >= THREAD_MIN_ROWS
+      ? ((await this.acceptLane.call<AcceptReply>({ op: 'accept', records }, movableCiphertexts(records))) as Required<AcceptReply>)
+      : await insertUnique((config) => this.query(config), records);
+    if (inserted) this.notifier.poke();
+    return results;
   }
 
   async ping(): Promise<void> {
