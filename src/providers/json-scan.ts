@@ -47,6 +47,8 @@ export function compilePaths(paths: readonly string[]): CompiledPaths {
   };
 }
 
+// Module-private on purpose (json-slices.ts has the same few): imported or exported, V8 reads a
+// module binding through its cell, and the scan ran ~25 % slower (9.5 vs 11.9 µs per bench event).
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const COMMA = 0x2c;
