@@ -2,13 +2,13 @@
  * Bodies this process has just accepted, kept for its own workers (`serve` with the workers on):
  * the verified bytes. An event claimed here moments later then skips reading its payload back
  * and decrypting it (in a CPU profile at 2,000 req/s with handlers that read every body, that
- * work and a second parse were ~17 % of the event loop; since the ingress stopped building the
- * parse tree (json-scan.ts), a handler that reads the payload parses it once, in the worker). Bounded by raw bytes, oldest out first; each entry is taken
- * once, so a retry reads the stored bytes. A taken body stays within the bound until the worker
- * gives it back (`giveBack`, when its attempt is over), so the bodies kept here and those the
- * workers hold from here are bounded together, and no worker ever waits for them. A miss
- * (evicted, not kept, another process claimed it, a restart) only means the worker reads the
- * store, as it always can.
+ * work and a second parse were ~17 % of the event loop; the ingress no longer builds a parse
+ * tree (json-scan.ts), so a handler that reads the payload parses it once, in the worker).
+ * Bounded by raw bytes, oldest out first; each entry is taken once, so a retry reads the stored
+ * bytes. A taken body stays within the bound until the worker gives it back (`giveBack`, when its
+ * attempt is over), so the bodies kept here and those the workers hold from here are bounded
+ * together, and no worker ever waits for them. A miss (evicted, not kept, another process claimed
+ * it, a restart) only means the worker reads the store, as it always can.
  */
 export interface FreshBody {
   readonly raw: Buffer;

@@ -45,7 +45,7 @@ const THREAD_MIN_ROWS = 16;
 
 type AcceptReply = { readonly id: number; readonly ok: boolean; readonly results?: AcceptResult[]; readonly inserted?: boolean; readonly message?: string };
 
-/** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch, run on the accept thread. */
+/** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch; batches of THREAD_MIN_ROWS+ run on the accept thread. */
 export class PostgresStore implements InboxStore {
   readonly kind = 'postgres' as const;
   /**
@@ -55,9 +55,9 @@ export class PostgresStore implements InboxStore {
    * 2026-12-01).
    */
   readonly groupCommitDefaults = { maxInFlight: 4, maxWaitMs: 0 };
-  /** Readiness, reads, notices and NOTIFYs. Batch accepts run on the accept thread's own connections. */
+  /** Small accept batches, notices, NOTIFYs, readiness and reads. Large batches use the accept thread's own connections. */
   readonly pool: pg.Pool;
-  /** The accept thread (accept-worker.ts), started by the first batch. */
+  /** The accept thread (accept-worker.ts), started by the first large batch. */
   private readonly acceptLane: WorkerCalls<AcceptReply>;
   /**
    * The processing engine's own connections (claims, settles, handler transactions), so a
