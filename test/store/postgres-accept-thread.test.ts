@@ -60,6 +60,16 @@ describe.runIf(await pgAvailable())('PostgreSQL accept thread', () => {
     expect(counts.payload).toBe(counts.inbox);
   });
 
+  it('PostgreSQL unreachable: a large batch fails as storage_unavailable from the thread, nothing is acknowledged', async () => {
+    const down = openStore('postgres://postgres@127.0.0.1:1/none');
+    try {
+      await expect(down.acceptBatch(batch('evt_down'))).rejects.toMatchObject({ name: 'StorageUnavailableError', message: expect.stringMatching(/^PostgreSQL: .*ECONNREFUSED/) });
+      expect((down as unknown as { acceptLane: { worker?: unknown } }).acceptLane.worker).toBeDefined(); // it was the thread that answered
+    } finally {
+      await down.close();
+    }
+  });
+
   it('small batches start no thread; a large one does, and close ends it', async () => {
     expect(thread()).toBeUndefined();
     await store.acceptBatch([record('evt_small')]);
