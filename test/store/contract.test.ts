@@ -1,18 +1,22 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MIGRATIONS } from '../../src/store/migrations.js';
-import { openStore } from '../../src/store/open.js';
+import { openStore, type OpenOptions } from '../../src/store/open.js';
+import { pgAvailable } from '../helpers/pg.js';
 import type { InboxStore } from '../../src/store/port.js';
 import { cipher, record } from '../helpers/records.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
-/** The storage port contract; the same assertions for both adapters. */
-describeEachStore('store contract', (kind) => {
+/** The storage port contract; the same assertions for both adapters (PostgreSQL: on both accept paths). */
+describeEachStore('store contract', (kind) => contract(kind));
+describe.runIf(await pgAvailable())('store contract [postgres, every batch on the accept thread]', () => contract('postgres', { acceptThreadMinRows: 1 }));
+
+function contract(kind: 'sqlite' | 'postgres', opts: OpenOptions = {}): void {
   let db: TestDatabase;
   let store: InboxStore;
   beforeAll(async () => {
     db = await freshDatabase(kind);
-    store = openStore(db.url);
+    store = openStore(db.url, opts);
     expect(await store.migrate()).toEqual(MIGRATIONS.map((m) => m.version));
   });
   afterAll(async () => {
@@ -135,7 +139,7 @@ describeEachStore('store contract', (kind) => {
   });
 
   it('a second store instance on the same database sees the same rows (and the unique key across processes)', async () => {
-    const other = openStore(db.url);
+    const other = openStore(db.url, opts);
     try {
       const first = record('evt_cross');
       await store.acceptBatch([first]);
@@ -145,4 +149,4 @@ describeEachStore('store contract', (kind) => {
       await other.close();
     }
   });
-});
+}

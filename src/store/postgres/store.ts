@@ -28,6 +28,8 @@ export interface PostgresOptions {
   readonly connectTimeoutMs?: number;
   /** false: the engine's connections commit with synchronous_commit = off (accepts never do). */
   readonly durableEngineCommits?: boolean;
+  /** Accept batches of at least this many events run on the accept thread (default THREAD_MIN_ROWS; 1 = all of them). */
+  readonly acceptThreadMinRows?: number;
 }
 
 /** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
@@ -67,6 +69,7 @@ export class PostgresStore implements InboxStore {
   private readonly listener: PgListener;
   private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
   private closed = false;
+  private readonly threadMinRows: number;
 
   constructor(url: string, opts: PostgresOptions = {}) {
     this.listener = new PgListener({
@@ -83,6 +86,7 @@ export class PostgresStore implements InboxStore {
       options: '-c plan_cache_mode=force_generic_plan',
     };
     this.pool = new pg.Pool({ ...poolConfig, max: opts.poolSize ?? 4 });
+    this.threadMinRows = opts.acceptThreadMinRows ?? THREAD_MIN_ROWS;
     const init: AcceptWorkerInit = { pool: { ...poolConfig, max: opts.poolSize ?? 4 } };
     this.acceptLane = new WorkerCalls<AcceptReply>({
       start: () => startWorker(import.meta.url, 'accept-worker', init),
@@ -190,7 +194,7 @@ export class PostgresStore implements InboxStore {
 
   private async insertUnique(records: AcceptRecord[]): Promise<AcceptResult[]> {
     if (this.closed) throw new StorageUnavailableError('store is closed'); // and must not start a new thread
-    const { results, inserted } = records.length >= THREAD_MIN_ROWS
+    const { results, inserted } = records.length >= this.threadMinRows
       ? ((await this.acceptLane.call<AcceptReply>({ op: 'accept', records }, movableCiphertexts(records))) as Required<AcceptReply>)
       : await insertUnique((config) => this.query(config), records);
     if (inserted) this.notifier.poke();
