@@ -10,15 +10,11 @@
  * together, and no worker ever waits for them. A miss (evicted, not kept, another process claimed
  * it, a restart) only means the worker reads the store, as it always can.
  */
-export interface FreshBody {
-  readonly raw: Buffer;
-}
-
 /** Whether a worker of this process would open the body of such an event (a reading handler, an HTTP forward). */
 export type OpensBody = (provider: string, endpointId: string, eventType: string) => boolean;
 
 export class FreshBodies {
-  private readonly entries = new Map<string, FreshBody>();
+  private readonly entries = new Map<string, Buffer>();
   /** Raw bytes of the entries kept here. */
   private bytes = 0;
   /** Raw bytes taken by workers and not yet given back. */
@@ -28,9 +24,9 @@ export class FreshBodies {
   constructor(private readonly maxBytes: number, private readonly opensBody: OpensBody) {}
 
   /** Keeps the body unless no target here would open it: holding it would only cost GC time. */
-  put(inboxId: string, provider: string, endpointId: string, eventType: string, body: FreshBody): void {
-    if (body.raw.length > this.maxBytes / 16) return; // a few large bodies must not flush the rest
-    if (this.lent + body.raw.length > this.maxBytes) return; // the workers hold the whole bound
+  put(inboxId: string, provider: string, endpointId: string, eventType: string, raw: Buffer): void {
+    if (raw.length > this.maxBytes / 16) return; // a few large bodies must not flush the rest
+    if (this.lent + raw.length > this.maxBytes) return; // the workers hold the whole bound
     const key = `${endpointId}\u0000${eventType}`;
     let opens = this.opens.get(key);
     if (opens === undefined) {
@@ -38,23 +34,23 @@ export class FreshBodies {
       this.opens.set(key, (opens = this.opensBody(provider, endpointId, eventType)));
     }
     if (!opens) return;
-    this.entries.set(inboxId, body);
-    this.bytes += body.raw.length;
+    this.entries.set(inboxId, raw);
+    this.bytes += raw.length;
     // Map iteration is insertion order: the oldest go first.
     for (const [id, e] of this.entries) {
       if (this.bytes + this.lent <= this.maxBytes) break;
       this.entries.delete(id);
-      this.bytes -= e.raw.length;
+      this.bytes -= e.length;
     }
   }
 
   /** The entry, once; its bytes count as lent until `giveBack`. */
-  take(inboxId: string): FreshBody | undefined {
+  take(inboxId: string): Buffer | undefined {
     const e = this.entries.get(inboxId);
     if (e) {
       this.entries.delete(inboxId);
-      this.bytes -= e.raw.length;
-      this.lent += e.raw.length;
+      this.bytes -= e.length;
+      this.lent += e.length;
     }
     return e;
   }

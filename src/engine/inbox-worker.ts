@@ -11,7 +11,7 @@ import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { classify, FAILURE, NeedsDecisionError, RetryableError } from './failure.js';
-import type { FreshBodies, FreshBody } from './fresh-bodies.js';
+import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
 
@@ -54,7 +54,7 @@ interface Plan {
   /** The sealed payload, once read (absent if purged). */
   sealed?: StoredPayload;
   /** Or the body as this process's ingress accepted it (FreshBodies). */
-  fresh?: FreshBody;
+  fresh?: Buffer;
   /** The opened body and its parse, once a target asked. */
   raw?: Buffer;
   parsed?: { readonly value: unknown };
@@ -206,7 +206,7 @@ export class InboxWorker {
     // Read only if some target opens it, then decrypted and parsed on first use (pino's rule: no
     // work that can be done later or never). A failure to open or parse surfaces there, as the
     // typed error it is (payload_unavailable, payload_corrupt, schema_error, …).
-    const open = () => (p.raw ??= p.fresh?.raw ?? this.open(p));
+    const open = () => (p.raw ??= p.fresh ?? this.open(p));
     const parse = this.d.endpoints.get(row.endpointId)?.adapter.parsePayload ?? parseJson;
     const identity = {
       inboxId: row.inboxId, provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId,
@@ -257,7 +257,7 @@ export class InboxWorker {
         p.fresh = fresh;
         n++;
       } else {
-        unused += fresh.raw.length;
+        unused += fresh.length;
       }
     }
     cache.giveBack(unused);
@@ -311,7 +311,7 @@ export class InboxWorker {
   private releaseBodies(plans: Plan[], heldBytes: number): void {
     let fresh = 0;
     for (const p of plans) {
-      fresh += p.fresh?.raw.length ?? 0;
+      fresh += p.fresh?.length ?? 0;
       p.released = true;
       p.sealed = p.fresh = p.raw = p.parsed = undefined;
     }

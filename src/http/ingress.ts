@@ -182,7 +182,7 @@ export class Ingress {
         const rec = this.record(config, ep, single, body, matched.version, receivedAtMs, cipher, offloaded);
         // Kept before the commit: the workers may claim the row before this continuation runs.
         const fresh = offloaded || single.payload ? undefined : this.deps.fresh;
-        fresh?.put(rec.inboxId, config.provider, config.id, single.eventType, { raw: body });
+        fresh?.put(rec.inboxId, config.provider, config.id, single.eventType, body);
         let r: AcceptResult | undefined;
         try {
           r = await this.deps.committer.submit(rec);
