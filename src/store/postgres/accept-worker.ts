@@ -5,8 +5,8 @@ import { bytes, movableCiphertexts } from '../../threads.js';
 import { insertUnique, type Query } from './accept.js';
 
 /**
- * The PostgreSQL accept thread: it owns the accept connections and runs each batch's statement
- * (postgres/accept.ts). The event loop is the ingress's bottleneck at high rates (in a 4,300
+ * The PostgreSQL accept thread: it owns its own accept connections and runs the statement of each
+ * batch it is given (postgres/accept.ts): the large ones (store.ts THREAD_MIN_ROWS). The event loop is the ingress's bottleneck at high rates (in a 4,300
  * req/s step it was runnable ~100 % of the time: 73 % running, 28 % waiting for a core), and
  * building a batch's Bind message (~700 KB for 70 events: the driver copies every ciphertext
  * into it) and writing it to the socket was ~15 % of its time. Here that work runs beside it.

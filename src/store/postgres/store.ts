@@ -195,7 +195,7 @@ export class PostgresStore implements InboxStore {
   private async insertUnique(records: AcceptRecord[]): Promise<AcceptResult[]> {
     if (this.closed) throw new StorageUnavailableError('store is closed'); // and must not start a new thread
     const { results, inserted } = records.length >= this.threadMinRows
-      ? ((await this.acceptLane.call<AcceptReply>({ op: 'accept', records }, movableCiphertexts(records))) as Required<AcceptReply>)
+      ? await this.acceptLane.call<{ results: AcceptResult[]; inserted: boolean }>({ op: 'accept', records }, movableCiphertexts(records))
       : await insertUnique((config) => this.query(config), records);
     if (inserted) this.notifier.poke();
     return results;
