@@ -1,6 +1,5 @@
 import { createCipheriv, createDecipheriv, hash } from 'node:crypto';
 import { randomBytesFromPool } from './ids.js';
-import { bytes } from '../threads.js';
 
 /** An encrypted raw payload as stored: the key id travels with the ciphertext. */
 export interface SealedPayload {
@@ -16,9 +15,13 @@ export interface PayloadBinding {
   readonly providerEventId: string;
 }
 
-export interface PayloadKeyMaterial {
-  readonly keys: readonly (readonly [string, Uint8Array])[];
-  readonly current: string;
+/**
+ * The key new payloads are sealed with, as plain data: it travels with the work to a thread
+ * that seals on the event loop's behalf (same process; never logged or stored).
+ */
+export interface SealingKey {
+  readonly keyId: string;
+  readonly key: Uint8Array;
 }
 
 const TAG_BYTES = 16;
@@ -45,11 +48,27 @@ export function sha256(data: Buffer | string): Buffer {
   return hash('sha256', data, 'buffer');
 }
 
+/** Seals `plain` under `k` (AES-256-GCM, a fresh random nonce), bound to its row's unique key. */
+export function sealPayload(plain: Buffer, k: SealingKey, binding: PayloadBinding): SealedPayload {
+  const nonce = randomBytesFromPool(NONCE_BYTES);
+  const cipher = createCipheriv('aes-256-gcm', k.key, nonce);
+  cipher.setAAD(payloadAad(binding));
+  const out = Buffer.allocUnsafeSlow(plain.length + TAG_BYTES);
+  let n = 0;
+  for (let at = 0; at < plain.length; at += SLICE_BYTES) n += cipher.update(plain.subarray(at, at + SLICE_BYTES)).copy(out, n);
+  const tail = cipher.final();
+  tail.copy(out, n);
+  cipher.getAuthTag().copy(out, n + tail.length);
+  return { keyId: k.keyId, nonce, ciphertext: out };
+}
+
 /**
  * AES-256-GCM with random 96-bit nonces (NIST SP 800-38D §8.3 bound: rotate `current`
  * before ~2^32 payloads under one key). Old keys stay to decrypt old rows.
  */
 export class PayloadCipher {
+  readonly sealingKey: SealingKey;
+
   constructor(
     private readonly keys: ReadonlyMap<string, Buffer>,
     readonly currentKeyId: string,
@@ -57,28 +76,13 @@ export class PayloadCipher {
     const current = keys.get(currentKeyId);
     if (!current) throw new Error(`current payload key "${currentKeyId}" is not among the keys`);
     for (const [id, k] of keys) if (k.length !== 32) throw new Error(`payload key "${id}" must be 32 bytes`);
+    // Its own copy: a Buffer decoded from base64 may share a pooled slab, and a clone sent to a
+    // thread would carry the whole slab.
+    this.sealingKey = { keyId: currentKeyId, key: new Uint8Array(current) };
   }
 
   seal(plain: Buffer, binding: PayloadBinding): SealedPayload {
-    const nonce = randomBytesFromPool(NONCE_BYTES);
-    const cipher = createCipheriv('aes-256-gcm', this.keys.get(this.currentKeyId)!, nonce);
-    cipher.setAAD(payloadAad(binding));
-    const out = Buffer.allocUnsafeSlow(plain.length + TAG_BYTES);
-    let n = 0;
-    for (let at = 0; at < plain.length; at += SLICE_BYTES) n += cipher.update(plain.subarray(at, at + SLICE_BYTES)).copy(out, n);
-    const tail = cipher.final();
-    tail.copy(out, n);
-    cipher.getAuthTag().copy(out, n + tail.length);
-    return { keyId: this.currentKeyId, nonce, ciphertext: out };
-  }
-
-  /** The keys, for a thread that seals on this one's behalf (http/offload.ts): same process, never logged. */
-  keyMaterial(): PayloadKeyMaterial {
-    return { keys: [...this.keys], current: this.currentKeyId };
-  }
-
-  static fromKeyMaterial(m: PayloadKeyMaterial): PayloadCipher {
-    return new PayloadCipher(new Map(m.keys.map(([id, k]) => [id, bytes(k)])), m.current);
+    return sealPayload(plain, this.sealingKey, binding);
   }
 
   has(keyId: string): boolean {

@@ -4,7 +4,7 @@
  * pipeline (the adapter's `envelope`) and the sealing of step 8 for one large body at a time.
  */
 import { parentPort } from 'node:worker_threads';
-import { PayloadCipher, sha256, type PayloadKeyMaterial } from '../crypto/payload-cipher.js';
+import { sealPayload, sha256, type SealingKey } from '../crypto/payload-cipher.js';
 import { IngressError } from '../errors.js';
 import { bytes } from '../threads.js';
 import type { ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
@@ -19,7 +19,7 @@ export interface OffloadRequest {
   readonly snapshot: RequestSnapshot;
   readonly meta: SignatureMetadata;
   readonly body: Uint8Array;
-  readonly keys: PayloadKeyMaterial;
+  readonly sealingKey: SealingKey;
 }
 
 const adapters = new Map<string, ProviderAdapter>();
@@ -35,7 +35,7 @@ parentPort!.on('message', (m: OffloadRequest) => {
     const body = bytes(m.body);
     const { payload, ...envelope } = adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta);
     const stored = payload ?? body;
-    const sealed = PayloadCipher.fromKeyMaterial(m.keys).seal(stored, { provider: m.provider, endpointId: m.endpointId, providerEventId: envelope.eventId });
+    const sealed = sealPayload(stored, m.sealingKey, { provider: m.provider, endpointId: m.endpointId, providerEventId: envelope.eventId });
     // seal() gives the ciphertext its own memory: it moves back without a copy.
     parentPort!.postMessage({ id: m.id, ok: true, envelope, payloadHash: sha256(stored), sealed }, [sealed.ciphertext.buffer as ArrayBuffer]);
   } catch (err) {

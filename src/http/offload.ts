@@ -73,7 +73,7 @@ export class OffloadLane {
    */
   run(endpoint: EndpointConfig, snapshot: RequestSnapshot, meta: SignatureMetadata, body: Buffer, cipher: PayloadCipher): Promise<Offloaded> | null {
     const msg: Omit<OffloadRequest, 'id'> = {
-      provider: endpoint.provider, options: endpoint.adapterOptions, endpointId: endpoint.id, snapshot, meta, body, keys: cipher.keyMaterial(),
+      provider: endpoint.provider, options: endpoint.adapterOptions, endpointId: endpoint.id, snapshot, meta, body, sealingKey: cipher.sealingKey,
     };
     try {
       // Serialising fails (DataCloneError) before anything is transferred.

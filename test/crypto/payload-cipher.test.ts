@@ -1,7 +1,7 @@
 import { createDecipheriv, randomBytes } from 'node:crypto';
 import { MessageChannel, receiveMessageOnPort } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
-import { PayloadCipher, payloadAad } from '../../src/crypto/payload-cipher.js';
+import { PayloadCipher, payloadAad, sealPayload, type SealingKey } from '../../src/crypto/payload-cipher.js';
 import { uuidv7 } from '../../src/crypto/ids.js';
 
 const k1 = Buffer.alloc(32, 1);
@@ -73,6 +73,23 @@ describe('payload encryption', () => {
     port1.close();
     expect(got.nonce.buffer.byteLength).toBe(12);
     expect(c.open({ keyId: got.keyId, nonce: Buffer.from(got.nonce), ciphertext: Buffer.from(got.ciphertext) }, bind('evt_thread')).toString()).toBe('{"id":"evt_thread"}');
+  });
+
+  it('a thread that seals (the offload lane) gets the current key alone, as its own 32 bytes, and its payloads open here', () => {
+    // Keys decoded from base64 are small Buffers that share a pooled slab with other allocations.
+    const pooled = (b: Buffer) => Buffer.from(b.toString('base64'), 'base64');
+    const c = new PayloadCipher(new Map([['k1', pooled(k1)], ['k2', pooled(k2)]]), 'k2');
+    expect(pooled(k1).buffer.byteLength).toBeGreaterThan(32);
+    const { port1, port2 } = new MessageChannel();
+    port1.postMessage(c.sealingKey);
+    const got = receiveMessageOnPort(port2)!.message as SealingKey;
+    port1.close();
+    expect(got.keyId).toBe('k2');
+    expect(got.key.buffer.byteLength).toBe(32);
+    expect(Buffer.from(got.key).equals(k2)).toBe(true);
+    const sealed = sealPayload(Buffer.from('{"id":"evt_lane"}'), got, bind('evt_lane'));
+    expect(sealed.keyId).toBe('k2');
+    expect(c.open(sealed, bind('evt_lane')).toString()).toBe('{"id":"evt_lane"}');
   });
 
   it('rejects keys that are not 32 bytes and a current id that is not a key', () => {
