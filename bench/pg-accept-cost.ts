@@ -16,6 +16,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { PayloadCipher } from '../src/crypto/payload-cipher.js';
 import type { AcceptRecord, InboxStore } from '../src/store/port.js';
+import { dropDb, PG_ADMIN, recreateDb } from './databases.js';
 import { EventFactory, prng } from './events.js';
 import { sealedRecord } from './records.js';
 import { cpuDelta, cpuOfCommand } from './sys.js';
@@ -40,18 +41,14 @@ if (!ddl || !(events > WARM) || !(batch >= 1)) {
   process.exit(2);
 }
 
-const adminUrl = process.env.BENCH_PG_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-const admin = new pg.Client({ connectionString: adminUrl });
+const url = await recreateDb(DB);
+const admin = new pg.Client({ connectionString: PG_ADMIN }); // for the database's commit counter
 await admin.connect();
-await admin.query(`DROP DATABASE IF EXISTS ${DB}`);
-await admin.query(`CREATE DATABASE ${DB}`);
-const url = new URL(adminUrl);
-url.pathname = `/${DB}`;
 
 const { openStore } = (await import(`${process.env.BENCH_SRC ?? '../src'}/store/open.js`)) as typeof import('../src/store/open.js');
-const store: InboxStore = openStore(url.toString());
+const store: InboxStore = openStore(url);
 await store.migrate();
-const schema = new pg.Client({ connectionString: url.toString() });
+const schema = new pg.Client({ connectionString: url });
 await schema.connect();
 for (const s of ddl) await schema.query(s);
 await schema.end();
@@ -97,5 +94,5 @@ console.log(JSON.stringify({
   pgCpuUsPerEvent: +((pgMs * 1000) / measured).toFixed(1), clientCpuUsPerEvent: +((me.user + me.system) / measured).toFixed(1),
 }));
 await store.close();
-await admin.query(`DROP DATABASE ${DB}`);
 await admin.end();
+await dropDb(DB);

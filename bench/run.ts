@@ -20,17 +20,18 @@
  *   npm run bench -- --node-args '--initial-old-space-size=64' ...     (our server under Node/V8 flags)
  *   npm run bench -- --only postgres --rates 4000 --log-level info    (with the one log line per request)
  */
-import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { appendFileSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
 import ts from 'typescript';
 import type { FloodResult, FloodSpec, LoadMessage, LoadResult, RateResult, RateSpec } from './loadgen.js';
 import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js';
+import { killAll, launch, RUN_DIR, track, type Running } from './children.js';
+import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
 import { cpuDelta, cpuOfCommand, diskWrites, threadCpuMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
@@ -39,7 +40,6 @@ export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const BUILD = join(ROOT, 'dist-bench', 'bench');
 export let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
-export const PG_ADMIN = process.env.BENCH_PG_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 export const STRIPE_SECRET = 'whsec_bench_' + randomBytes(12).toString('hex');
 export const PAYLOAD_KEY = randomBytes(32).toString('base64');
 export const PATH = '/webhooks/stripe-bench';
@@ -142,47 +142,6 @@ const LABELS: Record<TargetName, string> = {
   postgres: 'webhook-inbox PostgreSQL',
 };
 
-// ---------------------------------------------------------------- child processes
-
-const children = new Set<ChildProcess>();
-export function track(c: ChildProcess): ChildProcess {
-  children.add(c);
-  c.once('exit', () => children.delete(c));
-  return c;
-}
-function killAll(): void {
-  for (const c of children) if (c.pid !== undefined && c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-}
-process.on('exit', killAll);
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-  process.once(sig, () => {
-    console.error(`\nbench: ${sig}, stopping children`);
-    killAll();
-    rmSync(RUN_DIR, { recursive: true, force: true });
-    process.exit(130);
-  });
-}
-
-function waitExit(c: ChildProcess, ms: number): Promise<boolean> {
-  if (c.exitCode !== null || c.signalCode !== null) return Promise.resolve(true);
-  return new Promise((res) => {
-    const t = setTimeout(() => res(false), ms);
-    c.once('exit', () => {
-      clearTimeout(t);
-      res(true);
-    });
-  });
-}
-
-export async function stopChild(c: ChildProcess, graceMs = 10_000): Promise<void> {
-  if (c.exitCode !== null || c.signalCode !== null) return;
-  c.kill('SIGTERM');
-  if (!(await waitExit(c, graceMs))) {
-    c.kill('SIGKILL');
-    await waitExit(c, 5000);
-  }
-}
-
 /** The children run as plain JavaScript (no tsx loader thread in their CPU/RSS): transpile bench/*.ts. */
 function buildChildren(): void {
   mkdirSync(BUILD, { recursive: true });
@@ -197,49 +156,11 @@ function buildChildren(): void {
   // dist-bench/ is under the repo root, whose package.json says "type": "module".
 }
 
-// ---------------------------------------------------------------- PostgreSQL
-
-/** One connection for fn: to the admin database, or to `url`. */
-export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>, url = PG_ADMIN): Promise<T> {
-  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000 });
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end().catch(() => undefined);
-  }
-}
-
-export async function recreateDb(name: string): Promise<string> {
-  await pgAdmin(async (c) => {
-    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    await c.query(`CREATE DATABASE ${name}`);
-  });
-  const u = new URL(PG_ADMIN);
-  u.pathname = `/${name}`;
-  return u.toString();
-}
-
-export async function dropDb(name: string): Promise<void> {
-  await pgAdmin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).catch(() => undefined);
-}
-
 // ---------------------------------------------------------------- targets
-
-export interface Running {
-  readonly pid: number;
-  readonly url: string;
-  readonly child: ChildProcess;
-  readonly logFile: string;
-  stop(): Promise<void>;
-}
 
 /** The box's speed at the run's start (sys.ts cpuSpeed). */
 const speedLine = (m: MachineInfo): string =>
   `HMAC-SHA256 over 10 KiB ${m.speed.hmacUs} µs, JSON.parse of a ${f0(m.speed.parseBytes)}-byte bench event ${m.speed.parseUs} µs`;
-
-export const RUN_DIR = mkdtempSync(join(os.tmpdir(), 'wi-bench-'));
-let serial = 0;
 
 /** Our server's config for a bench run; `workers` replaces the default (off for the ingress ladder). */
 export function serverConfig(database: string, workers: object = { enabled: false }): object {
@@ -253,54 +174,6 @@ export function serverConfig(database: string, workers: object = { enabled: fals
     // measures draining and accept → PROCESSED with the workers on.
     workers,
     endpoints: [{ id: 'stripe-bench', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }],
-  };
-}
-
-/**
- * Starts a child and waits until its output matches `ready` (whose first group, if any, is its
- * URL). The child writes stdout and stderr straight into its log file, as a server writing its
- * logs to a file would: no pipe through this process, whose CPU would sit in the "other" column
- * (with `--log-level info` the old pipe-and-rescan read cost ~45 % of a core at 5,000 req/s).
- */
-export async function launch(cmd: string[], env: NodeJS.ProcessEnv, name: string, cleanup: () => Promise<void>, ready = /listening on (http:\/\/127\.0\.0\.1:\d+)/): Promise<Running> {
-  const logFile = join(RUN_DIR, `${name}-${++serial}.log`);
-  const fd = openSync(logFile, 'a');
-  const child = track(spawn(process.execPath, cmd, { env: { ...process.env, ...env }, stdio: ['ignore', fd, fd] }));
-  closeSync(fd); // the child holds its own copy
-  const url = await new Promise<string>((res, rej) => {
-    const timer = setTimeout(() => done(new Error(`${name}: not ready after 30 s (log: ${logFile})`)), 30_000);
-    const poll = setInterval(() => {
-      const m = ready.exec(readFileSync(logFile, 'utf8'));
-      if (m) done(null, m[1] ?? '');
-    }, 20);
-    const onExit = (code: number | null, sig: string | null) =>
-      done(new Error(`${name} exited before it was ready (code ${code}, signal ${sig}):\n${readFileSync(logFile, 'utf8').slice(-2000)}`));
-    child.once('exit', onExit);
-    function done(err: Error | null, value = ''): void {
-      clearTimeout(timer);
-      clearInterval(poll);
-      child.off('exit', onExit);
-      if (err) rej(err);
-      else res(value);
-    }
-  }).catch(async (err: unknown) => {
-    child.kill('SIGKILL');
-    await cleanup();
-    throw err;
-  });
-  let stopping: Promise<void> | undefined;
-  return {
-    pid: child.pid!,
-    url,
-    child,
-    logFile,
-    stop() {
-      stopping ??= (async () => {
-        await stopChild(child);
-        await cleanup();
-      })();
-      return stopping;
-    },
   };
 }
 

@@ -35,7 +35,7 @@ export const READ_CLAIMED_INBOX = `
  * running total never touches a ciphertext and only the payloads that fit are read. (With
  * length(p.ciphertext) inside the window query, SQLite carried every ciphertext through the
  * window's sorter: 163 vs 3.3 ms for 8 of 100 one-MiB payloads, and 600 of them drained in 16 s
- * instead of 2.2–2.3 s: bench/big-bodies.mjs, bench/RESULTS.md.)
+ * instead of 2.2–2.3 s: bench/big-bodies.ts, bench/RESULTS.md.)
  */
 export const READ_PAYLOADS = `
   WITH lens AS (
