@@ -7,6 +7,8 @@
  * more and wait for the batches in flight. Claim errors (database down) back off instead of
  * spinning.
  */
+import { Sleeper } from '../sleeper.js';
+
 /** A claimed row with the lease token it was claimed under. */
 export interface Claimed<T> {
   readonly row: T;
@@ -28,8 +30,7 @@ export class ClaimLoop<T> {
   private wakeRequested = false;
   /** A partial batch is in flight: wake-ups wait for it (see run). */
   private gathering = false;
-  private timer: NodeJS.Timeout | undefined;
-  private sleeping: (() => void) | undefined;
+  private readonly sleeper = new Sleeper();
   private idle: (() => void)[] = [];
   private errorDelayMs = 0;
 
@@ -49,13 +50,13 @@ export class ClaimLoop<T> {
   /** New work may be due: claim now instead of at the next poll. */
   wake(): void {
     this.wakeRequested = true;
-    if (!this.gathering) this.sleeping?.();
+    if (!this.gathering) this.sleeper.wake();
   }
 
   /** Claims nothing more; resolves when every batch in flight has settled. */
   async stop(): Promise<void> {
     this.running = false;
-    this.sleeping?.();
+    this.sleeper.wake();
     if (this.inFlight === 0 && !this.claiming) return;
     await new Promise<void>((resolve) => this.idle.push(resolve));
   }
@@ -84,7 +85,7 @@ export class ClaimLoop<T> {
         this.inFlight += batch.length;
         void this.process(batch).catch(this.onError).finally(() => {
           this.inFlight -= batch.length;
-          this.sleeping?.();
+          this.sleeper.wake();
           this.checkIdle();
         });
         if (batch.length >= wanted) continue; // a full claim: more may be due, claim again while there is room
@@ -113,15 +114,7 @@ export class ClaimLoop<T> {
   }
 
   private sleep(ms: number): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const done = () => {
-        clearTimeout(this.timer);
-        this.sleeping = undefined;
-        resolve();
-      };
-      this.sleeping = done;
-      this.timer = setTimeout(done, ms);
-    });
+    return this.sleeper.sleep(ms);
   }
 
   private checkIdle(): void {

@@ -1,3 +1,5 @@
+import { Sleeper } from '../../sleeper.js';
+
 /**
  * NOTIFY after accepts commit, in a statement of its own. Inside the accept transaction it
  * would take PostgreSQL's cluster-wide notify lock and hold it through the commit's WAL flush,
@@ -20,7 +22,7 @@ export class Notifier {
   private again = false;
   private closed = false;
   private lastStart = Number.NEGATIVE_INFINITY;
-  private pause: { timer: NodeJS.Timeout; resume: () => void } | undefined;
+  private readonly pacer = new Sleeper();
 
   constructor(private readonly send: () => Promise<unknown>, private readonly minIntervalMs = 20) {}
 
@@ -37,20 +39,14 @@ export class Notifier {
   /** Sends nothing more; a pending paced NOTIFY is dropped (nothing waits on it). */
   close(): void {
     this.closed = true;
-    if (this.pause) {
-      clearTimeout(this.pause.timer);
-      this.pause.resume();
-    }
+    this.pacer.wake();
   }
 
   private async drain(): Promise<void> {
     do {
       const wait = this.lastStart + this.minIntervalMs - performance.now();
       if (wait > 0) {
-        await new Promise<void>((resume) => {
-          this.pause = { timer: setTimeout(resume, wait), resume };
-        });
-        this.pause = undefined;
+        await this.pacer.sleep(wait);
         if (this.closed) break;
       }
       // Every accept that poked before this point committed before it: this NOTIFY covers them.
