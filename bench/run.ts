@@ -561,8 +561,11 @@ function maxSustained(steps: StepRecord<RateResult>[] | undefined): { rate: numb
   return { rate, capped: fails.length === 0 && rate > 0 };
 }
 
-/** Which server build was measured: commit, and whether src/ had uncommitted changes. */
-export function buildIdentity(): string {
+/**
+ * Which server build a run measures: commit, and whether src/ had uncommitted changes. Taken when
+ * the run starts, as dist/ is built then: src/ edited during a run is not in what it measures.
+ */
+function identifyBuild(): string {
   if (args.server) return `server build ${SERVER_MAIN}`;
   try {
     const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
@@ -572,6 +575,7 @@ export function buildIdentity(): string {
     return 'webhook-inbox (git revision unknown)';
   }
 }
+const MEASURED_BUILD = identifyBuild();
 
 function renderReport(
   machine: MachineInfo,
@@ -589,7 +593,7 @@ function renderReport(
   out.push(`- machine: ${machine.cores} cores (\`nproc\`), ${machine.model}, ${machine.ramGiB} GiB RAM, Linux ${machine.kernel}`);
   out.push(`- Node ${machine.node}; PostgreSQL ${machine.postgres}`);
   out.push(`- speed at the start: ${speedLine(machine)}`);
-  out.push(`- measured: ${buildIdentity()}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);
+  out.push(`- measured: ${MEASURED_BUILD}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);
   if (ladder.size || floods.length) out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (rate steps: bench/h1-client.ts; flood: undici Pool; pipelining 1), ` +
     `${opts.dupFraction * 100}% exact duplicates, ${(opts.largeFraction * 100).toFixed(1)}% bodies of 1 MiB, the rest 1–13 KiB; every step on a fresh server process and fresh database; ` +
     `pass = p99 ≤ ${P99_LIMIT_MS} ms and achieved ≥ ${ACHIEVED_MIN * 100}% of offered. Latency from the scheduled send time. CPU % is of one core (the box has ${machine.cores}).`);
