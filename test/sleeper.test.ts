@@ -14,4 +14,19 @@ describe('Sleeper', () => {
     await s.sleep(30);
     expect(performance.now() - t1).toBeGreaterThanOrEqual(28); // Node timers may fire a ms early
   });
+
+  it('two overlapping sleeps each end on their own timer, and a wake-up ends the later one', async () => {
+    const s = new Sleeper();
+    const t0 = performance.now();
+    const first = s.sleep(10);
+    const second = s.sleep(50);
+    await first; // must not cancel the later sleep's timer
+    await second;
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(48);
+    const early = s.sleep(40);
+    const late = s.sleep(60_000);
+    s.wake();
+    await late;
+    await early;
+  });
 });
