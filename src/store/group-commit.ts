@@ -125,7 +125,13 @@ export class GroupCommitter<I, R> {
     const timer = setTimeout(() => {
       settle(false, null, new StorageUnavailableError(`commit did not finish within ${this.opts.commitTimeoutMs} ms; outcome unknown`));
     }, this.opts.commitTimeoutMs);
-    this.commit(batch.map((p) => p.item)).then(
+    let committing: Promise<R[]>;
+    try {
+      committing = this.commit(batch.map((p) => p.item));
+    } catch (err) {
+      committing = Promise.reject(err); // a store that throws instead of rejecting must not keep its slot
+    }
+    committing.then(
       (results) => {
         if (results.length !== batch.length) settle(false, null, new StorageUnavailableError('store returned a wrong result count'));
         else settle(true, results, null);

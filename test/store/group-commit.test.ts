@@ -61,6 +61,19 @@ describe('group commit', () => {
     await expect(c).resolves.toBe('ok4');
   });
 
+  it('a store that throws instead of rejecting fails only that batch, at once, and keeps no slot', async () => {
+    let calls = 0;
+    const commit = (items: number[]): Promise<string[]> => {
+      if (++calls === 1) throw new Error('thread could not take the message');
+      return Promise.resolve(items.map((i) => `ok${i}`));
+    };
+    const gc = new GroupCommitter(commit, opts); // one batch in flight at most
+    const started = performance.now();
+    await expect(gc.submit(1)).rejects.toBeInstanceOf(StorageUnavailableError);
+    expect(performance.now() - started).toBeLessThan(1000); // not the 10 s commit timeout
+    await expect(gc.submit(2)).resolves.toBe('ok2');
+  });
+
   it('a commit that does not finish in time is answered unavailable (outcome unknown)', async () => {
     const { commit } = manualCommit();
     const gc = new GroupCommitter(commit, { ...opts, commitTimeoutMs: 100 });
