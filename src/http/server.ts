@@ -46,17 +46,24 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
         return void res.end('{"error":"method_not_allowed"}');
       }
       if (path === '/healthz') return sendJson(res, 200, '{"status":"ok"}');
+      // A failing admin handler answers 503; its rejection must never go unhandled (that ends the process).
       if (path === '/metrics') {
-        void admin.metrics().then((text) => {
-          res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
-          res.end(text);
-        });
+        void admin.metrics().then(
+          (text) => {
+            res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+            res.end(text);
+          },
+          () => sendJson(res, 503, '{"error":"metrics_unavailable"}', { 'retry-after': 5 }),
+        );
         return;
       }
-      void admin.notReady().then((problems) => {
-        if (problems === null) sendJson(res, 200, '{"status":"ready"}');
-        else sendJson(res, 503, JSON.stringify({ status: 'not_ready', problems }), { 'retry-after': 5 });
-      });
+      void admin.notReady().then(
+        (problems) => {
+          if (problems === null) sendJson(res, 200, '{"status":"ready"}');
+          else sendJson(res, 503, JSON.stringify({ status: 'not_ready', problems }), { 'retry-after': 5 });
+        },
+        () => sendJson(res, 503, '{"status":"not_ready","problems":["readiness check failed"]}', { 'retry-after': 5 }),
+      );
       return;
     }
     sendJson(res, 404, '{"error":"not_found"}', req.complete ? {} : { connection: 'close' });
