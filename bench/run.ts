@@ -249,6 +249,10 @@ export async function scrapeCommitStats(url: string): Promise<Usage['commit']> {
  * quiet (< 10% busy) for 1 s, so a step does not start in the middle of someone's test run.
  */
 export async function waitQuiet(): Promise<number> {
+  // The previous step's writes are still in PostgreSQL's buffers, and its WAL will soon trigger
+  // a checkpoint: written out now, before this step, they are not written on its time. Best
+  // effort (no PostgreSQL: nothing to write).
+  await pgAdmin((c) => c.query('CHECKPOINT')).catch(() => undefined);
   let last = NaN;
   for (let i = 0; i < 30; i++) {
     const a = machineJiffies();
