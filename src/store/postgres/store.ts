@@ -85,9 +85,11 @@ export class PostgresStore implements InboxStore {
       // generic plan skips re-planning thousands of parameters on every execution.
       options: '-c plan_cache_mode=force_generic_plan',
     };
-    this.pool = new pg.Pool({ ...poolConfig, max: opts.poolSize ?? 4 });
+    // The accept thread's pool is this one's twin: either may run a batch.
+    const acceptPool = { ...poolConfig, max: opts.poolSize ?? 4 };
+    this.pool = new pg.Pool(acceptPool);
     this.threadMinRows = opts.acceptThreadMinRows ?? THREAD_MIN_ROWS;
-    const init: AcceptWorkerInit = { pool: { ...poolConfig, max: opts.poolSize ?? 4 } };
+    const init: AcceptWorkerInit = { pool: acceptPool };
     this.acceptLane = new WorkerCalls<AcceptReply>({
       start: () => startWorker(import.meta.url, 'accept-worker', init),
       settle: (r) => {
@@ -146,10 +148,10 @@ export class PostgresStore implements InboxStore {
 
   acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
     return acceptUnique(records, async (unique) => {
-      if (unique.every((r) => r.coalesceKey === undefined)) return this.insertUnique(unique);
+      if (unique.every((r) => r.coalesceKey === undefined)) return this.acceptEvents(unique);
       // Notices (rare, rate-limited) take their own short transaction each; events the batch statement.
       const events = unique.filter((r) => r.coalesceKey === undefined);
-      const eventResults = events.length > 0 ? await this.insertUnique(events) : [];
+      const eventResults = events.length > 0 ? await this.acceptEvents(events) : [];
       const byId = new Map(events.map((r, i) => [r.inboxId, eventResults[i]!]));
       const results: AcceptResult[] = [];
       for (const r of unique) results.push(byId.get(r.inboxId) ?? (await this.acceptNotice(r)));
@@ -192,7 +194,8 @@ export class PostgresStore implements InboxStore {
     }
   }
 
-  private async insertUnique(records: AcceptRecord[]): Promise<AcceptResult[]> {
+  /** Events with distinct keys, in one statement: on the accept thread if the batch is large, else here. */
+  private async acceptEvents(records: AcceptRecord[]): Promise<AcceptResult[]> {
     if (this.closed) throw new StorageUnavailableError('store is closed'); // and must not start a new thread
     const { results, inserted } = records.length >= this.threadMinRows
       ? await this.acceptLane.call<{ results: AcceptResult[]; inserted: boolean }>({ op: 'accept', records }, movableCiphertexts(records))
