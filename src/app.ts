@@ -91,6 +91,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       }
       return problems.length ? problems : null;
     },
+    failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
   });
 
   // Secrets that failed to load are retried: a late secret mount heals without a restart.

@@ -8,6 +8,8 @@ export interface AdminHandlers {
   metrics(): Promise<string>;
   /** null when ready; otherwise the reasons it is not. */
   notReady(): Promise<string[] | null>;
+  /** A handler above rejected (its request got 503): the place to log why. */
+  failed(path: '/metrics' | '/readyz', err: unknown): void;
 }
 
 const WEBHOOK_PREFIX = '/webhooks/';
@@ -53,7 +55,10 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
             res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
             res.end(text);
           },
-          () => sendJson(res, 503, '{"error":"metrics_unavailable"}', { 'retry-after': 5 }),
+          (err: unknown) => {
+            admin.failed(path, err);
+            sendJson(res, 503, '{"error":"metrics_unavailable"}', { 'retry-after': 5 });
+          },
         );
         return;
       }
@@ -62,7 +67,10 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
           if (problems === null) sendJson(res, 200, '{"status":"ready"}');
           else sendJson(res, 503, JSON.stringify({ status: 'not_ready', problems }), { 'retry-after': 5 });
         },
-        () => sendJson(res, 503, '{"status":"not_ready","problems":["readiness check failed"]}', { 'retry-after': 5 }),
+        (err: unknown) => {
+          admin.failed('/readyz', err);
+          sendJson(res, 503, '{"status":"not_ready","problems":["readiness check failed"]}', { 'retry-after': 5 });
+        },
       );
       return;
     }

@@ -151,4 +151,20 @@ describe('logs and metrics', () => {
       await t.stop();
     }
   });
+
+  it('a failing /metrics render answers 503 and is logged with its cause; the app keeps serving', async () => {
+    const t = await appWithLog({});
+    try {
+      t.app.metrics.registry.render = () => { throw new Error('render broke'); };
+      const m = await post(`${t.app.url}/metrics`, '', {}, 'GET');
+      expect(m.status).toBe(503);
+      expect(m.json()).toEqual({ error: 'metrics_unavailable' });
+      const line = t.lines.map((l) => JSON.parse(l) as { msg?: string; path?: string; level?: number; err?: { message?: string } })
+        .find((l) => l.msg === 'operational endpoint failed');
+      expect(line).toMatchObject({ path: '/metrics', level: 50, err: { message: 'render broke' } });
+      expect((await post(`${t.app.url}/healthz`, '', {}, 'GET')).status).toBe(200);
+    } finally {
+      await t.stop();
+    }
+  });
 });

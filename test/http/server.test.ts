@@ -10,11 +10,13 @@ import { post } from '../helpers/http.js';
 describe('operational endpoints whose check fails', () => {
   let url: string;
   let close: () => Promise<void>;
+  const reported: string[] = [];
   beforeAll(async () => {
     const config = parseConfig(configDoc('sqlite::memory:'));
     const failing = () => Promise.reject(new Error('gauges unreachable'));
     // No webhook is sent here: the ingress is never called.
-    const server = createHttpServer(config, {} as Ingress, { metrics: failing, notReady: failing });
+    const failed = (path: string, err: unknown) => void reported.push(`${path}: ${(err as Error).message}`);
+    const server = createHttpServer(config, {} as Ingress, { metrics: failing, notReady: failing, failed });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
     close = () => new Promise((r) => server.close(() => r()));
@@ -30,5 +32,6 @@ describe('operational endpoints whose check fails', () => {
     expect(r.status).toBe(503);
     expect(r.json()).toEqual({ status: 'not_ready', problems: ['readiness check failed'] });
     expect((await post(`${url}/healthz`, '', {}, 'GET')).status).toBe(200);
+    expect(reported).toEqual(['/metrics: gauges unreachable', '/readyz: gauges unreachable']);
   });
 });
