@@ -19,6 +19,7 @@
  *   npm run bench -- --server /other/checkout/dist/cli/main.js         (measure another build)
  *   npm run bench -- --node-args '--initial-old-space-size=64' ...     (our server under Node/V8 flags)
  *   npm run bench -- --only postgres --rates 4000 --log-level info    (with the one log line per request)
+ *   npm run bench -- --only postgres --rates 2000 --large-fraction 0  (no 1 MiB bodies: prices them)
  */
 import { execFileSync, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -67,6 +68,7 @@ const { values: args } = parseArgs({
     'inflight-mib': { type: 'string' },
     'log-level': { type: 'string' },
     timeline: { type: 'string' },
+    'large-fraction': { type: 'string' },
     server: { type: 'string' },
     'node-args': { type: 'string' },
     backlog: { type: 'string' },
@@ -111,7 +113,8 @@ export const opts = {
   /** The engine scenarios' handler parses every body (bench/reading-handlers.mjs) instead of reading none. */
   handlersRead: Boolean(args['handlers-read']),
   dupFraction: 0.01,
-  largeFraction: 0.003,
+  /** Share of 1 MiB bodies (the issue's "a few at 1 MiB"); --large-fraction 0 prices them. */
+  largeFraction: num(args['large-fraction'], 0.003),
   // bench/engine.ts
   backlog: num(args.backlog, quick ? 20_000 : 100_000),
   e2eDurationS: num(args['e2e-duration'], quick ? 6 : 15),
