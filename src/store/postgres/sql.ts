@@ -81,11 +81,22 @@ export const NOTIFY_NEW_WORK = {
   text: `SELECT set_config('synchronous_commit', 'off', true), pg_notify('${NEW_WORK_CHANNEL}', '')`,
 };
 
+/**
+ * The winners of keys that lost their insert: one unique-index lookup per key. The accept pool
+ * keeps generic plans, made at a statement's first use, which on a new database is an empty
+ * table: a join of the keys with webhook_inbox was then planned as a hash join over a full scan
+ * of the inbox, kept for good (on a server without autovacuum, never re-planned), so every
+ * batch holding a duplicate read the whole inbox. A lateral lookup with LIMIT 1 is planned as an
+ * index probe whatever the table's size (test/store/postgres-plans.test.ts).
+ */
 export const SELECT_WINNERS = `
-  SELECT w.inbox_id::text, w.provider, w.endpoint_id, w.provider_event_id
-  FROM webhook_inbox w
-  JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint_id, provider_event_id)
-    USING (provider, endpoint_id, provider_event_id)`;
+  SELECT w.inbox_id::text AS inbox_id, w.provider, w.endpoint_id, w.provider_event_id
+  FROM unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint_id, provider_event_id)
+  CROSS JOIN LATERAL (
+    SELECT i.inbox_id, i.provider, i.endpoint_id, i.provider_event_id FROM webhook_inbox i
+    WHERE i.provider = k.provider AND i.endpoint_id = k.endpoint_id AND i.provider_event_id = k.provider_event_id
+    LIMIT 1
+  ) w`;
 
 /** A timestamptz as Unix ms (float8: keeps sub-ms digits, arrives as a JS number). */
 export const epochMs = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;

@@ -45,6 +45,19 @@ const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
  */
 const THREAD_MIN_ROWS = 16;
 
+/**
+ * How each pool plans (test/store/postgres-plans.test.ts holds both to their indexes).
+ * Accept: accept statements differ only in their row count and are prepared once per count; a
+ * generic plan skips re-planning thousands of parameters on every execution. Its other
+ * statements are written to plan as index lookups whatever the tables' size (SELECT_WINNERS).
+ * Work: the engine's statements are planned at each call, for the tables as they are then. A
+ * generic plan is made once, at a statement's first use, on a new database for empty tables,
+ * where a full scan is cheapest; kept, it read the whole inbox on every claim (on a server
+ * without autovacuum, for good). A few plans per batch of events cost little.
+ */
+export const ACCEPT_PLANS = '-c plan_cache_mode=force_generic_plan';
+export const WORK_PLANS = '-c plan_cache_mode=force_custom_plan';
+
 type AcceptReply = { readonly id: number; readonly ok: boolean; readonly results?: AcceptResult[]; readonly inserted?: boolean; readonly message?: string };
 
 /** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch; batches of THREAD_MIN_ROWS+ run on the accept thread. */
@@ -81,9 +94,7 @@ export class PostgresStore implements InboxStore {
       query_timeout: opts.queryTimeoutMs ?? 10_000,
       keepAlive: true,
       application_name: 'webhook-inbox',
-      // Accept statements differ only in their row count and are prepared once per count; a
-      // generic plan skips re-planning thousands of parameters on every execution.
-      options: '-c plan_cache_mode=force_generic_plan',
+      options: ACCEPT_PLANS,
     };
     // The accept thread's pool is this one's twin: either may run a batch.
     const acceptPool = { ...poolConfig, max: opts.poolSize ?? 4 };
@@ -104,7 +115,7 @@ export class PostgresStore implements InboxStore {
       application_name: 'webhook-inbox-work',
       // Engine commits need not wait for the WAL flush (see WorkersConfig.durableCommits): a lost
       // one is redone, while an accept's flush must never queue behind them.
-      options: opts.durableEngineCommits === false ? `${poolConfig.options} -c synchronous_commit=off` : poolConfig.options,
+      options: opts.durableEngineCommits === false ? `${WORK_PLANS} -c synchronous_commit=off` : WORK_PLANS,
     });
     // An idle client losing its connection must not crash the process; the next query reconnects.
     this.pool.on('error', () => undefined);

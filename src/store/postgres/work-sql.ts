@@ -9,14 +9,19 @@ import { epochMs } from './sql.js';
 
 const ts = (param: string) => `to_timestamp(${param} / 1000.0)`;
 
-/** A named statement: each connection prepares it once (no parse or plan per call). */
+/**
+ * A named statement: each connection parses it once. The work pool plans it at every call
+ * (plan_cache_mode=force_custom_plan, store.ts), for the tables as they are then.
+ */
 export interface Statement { readonly name: string; readonly text: string }
 const named = (name: string, text: string): Statement => ({ name: `wi_${name}`, text });
 /**
- * Statements that join a parameter array against a growing table are planned at every
- * execution instead: a named statement keeps the generic plan made at its first use, and a
- * plan made while processed_events was empty scanned the whole table on every batch later
- * (measured: 64-key lookups took 21 ms at 40 k rows, against 1 ms for a fresh plan).
+ * Statements that may run inside a handler's transaction, where plan_cache_mode is back to
+ * `auto` for the handler's own SQL (tx.ts): there a named statement would settle on a generic
+ * plan after five runs, made perhaps while the table was still empty, and a plan made while
+ * processed_events was empty scanned the whole table on every batch later (measured: 64-key
+ * lookups took 21 ms at 40 k rows, against 1 ms for a fresh plan). Unnamed, they are planned at
+ * every execution.
  */
 const planned = (text: string): Statement => ({ name: '', text });
 
@@ -131,8 +136,8 @@ export const READ_LEASED = named('read_leased', `
   SELECT inbox_id::text AS inbox_id FROM webhook_inbox
   WHERE inbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND status = 'PROCESSING'`);
 
-/** The rows of $1 that $2 still leases, locked for the rest of the transaction. */
-export const LOCK_LEASED = named('lock_leased', `
+/** The rows of $1 that $2 still leases, locked for the rest of the transaction (the handler's: see `planned`). */
+export const LOCK_LEASED = planned(`
   SELECT inbox_id::text AS inbox_id FROM webhook_inbox
   WHERE inbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND status = 'PROCESSING'
   ORDER BY inbox_id FOR UPDATE`);

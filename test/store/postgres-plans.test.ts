@@ -1,0 +1,89 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore } from '../../src/store/open.js';
+import type { InboxStore } from '../../src/store/port.js';
+import * as SQL from '../../src/store/postgres/sql.js';
+import { ACCEPT_PLANS, WORK_PLANS } from '../../src/store/postgres/store.js';
+import * as W from '../../src/store/postgres/work-sql.js';
+import { pgAvailable } from '../helpers/pg.js';
+import { record } from '../helpers/records.js';
+import { freshDatabase, type TestDatabase } from '../helpers/stores.js';
+
+const NIL = '00000000-0000-0000-0000-000000000000';
+const GROWN_TO = 5000;
+
+/**
+ * A statement's plan can be made once, at its first use, which on a new database is against
+ * empty tables. Plans made then must still probe indexes when the tables have grown: a full scan
+ * of webhook_inbox on every duplicate or every claim makes each one slower as the inbox grows.
+ * Each statement runs here on a connection planning as its pool does (store.ts), first on empty
+ * tables, then is explained after GROWN_TO events were accepted.
+ */
+describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database', () => {
+  let db: TestDatabase;
+  let store: InboxStore;
+  const clients: pg.Client[] = [];
+  const connect = async (options?: string) => {
+    const c = new pg.Client({ connectionString: db.url, options });
+    await c.connect();
+    clients.push(c);
+    return c;
+  };
+  beforeAll(async () => {
+    db = await freshDatabase('postgres');
+    store = openStore(db.url);
+    await store.migrate();
+  });
+  afterAll(async () => {
+    for (const c of clients) await c.end();
+    await store?.close();
+    await db?.cleanup();
+  });
+
+  const FULL_SCAN = /Seq Scan on webhook_(inbox|outbox|payload)\b/;
+
+  it('the accept pool’s winners lookup and the work pool’s claims, lease reads, payload reads and relay settles probe indexes', async () => {
+    const accept = await connect(ACCEPT_PLANS);
+    const work = await connect(WORK_PLANS);
+    const now = Date.now();
+    const statements: [pg.Client, string, string, string][] = [
+      [accept, 'winners', SQL.SELECT_WINNERS, `('{stripe}', '{ep}', '{evt_absent}')`],
+      [work, 'claim_inbox', W.CLAIM_INBOX.text, `(10, 'owner', ${now}, ${now + 30_000})`],
+      [work, 'claim_outbox', W.CLAIM_OUTBOX.text, `(10, 'owner', ${now}, ${now + 30_000})`],
+      [work, 'read_leased', W.READ_LEASED.text, `('{${NIL}}', 'owner')`],
+      [work, 'extend_leases', W.EXTEND_INBOX_LEASES.text, `('{${NIL}}', 'owner', ${now})`],
+      [work, 'read_payloads', W.READ_PAYLOADS.text, `('{${NIL}}', 1048576)`],
+      [work, 'settle_outbox', W.SETTLE_OUTBOX_BATCH.text, `('{${NIL}}', '{${now}}', '{NULL}', '{NULL}', 'owner')`],
+    ];
+    // First uses, on empty tables (past `auto`'s five custom plans, had a pool used it).
+    for (const [c, name, text, args] of statements) {
+      await c.query(`PREPARE ${name} AS ${text}`);
+      for (let i = 0; i < 6; i++) await c.query(`EXECUTE ${name}${args}`);
+    }
+    for (let b = 0; b < GROWN_TO / 100; b++) {
+      await store.acceptBatch(Array.from({ length: 100 }, (_, i) => record(`evt_${b}_${i}`)));
+    }
+    expect((await store.countRows()).inbox).toBe(GROWN_TO);
+
+    const plans: Record<string, string> = {};
+    for (const [c, name, , args] of statements) {
+      plans[name] = (await c.query<{ 'QUERY PLAN': string }>(`EXPLAIN EXECUTE ${name}${args}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    }
+    // Inside a handler's transaction plan_cache_mode is `auto` (tx.ts); LOCK_LEASED is unnamed
+    // there, so it is planned afresh at each run, as here.
+    const auto = await connect();
+    plans.lock_leased = (await auto.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${W.LOCK_LEASED.text.replace('$1::uuid[]', `'{${NIL}}'::uuid[]`).replace('$2', `'owner'`)}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+
+    for (const [name, plan] of Object.entries(plans)) expect(plan, `${name}:\n${plan}`).not.toMatch(FULL_SCAN);
+    expect(plans.winners).toMatch(/Index Scan using webhook_inbox_provider_endpoint_id_provider_event_id_key/);
+    expect(plans.claim_inbox).toMatch(/Index Scan using webhook_inbox_pkey|Bitmap Index Scan on webhook_inbox_pkey/);
+    expect(plans.lock_leased).toMatch(/webhook_inbox_pkey/);
+  });
+
+  it('a batch with a duplicate still answers the winner after the inbox grew (the lateral lookup)', async () => {
+    const [dup, fresh] = await store.acceptBatch([record('evt_0_7'), record('evt_new')]);
+    expect(dup!.duplicate).toBe(true);
+    expect(await store.getInbox(dup!.inboxId)).toMatchObject({ providerEventId: 'evt_0_7' });
+    expect(fresh!.duplicate).toBe(false);
+  });
+});
