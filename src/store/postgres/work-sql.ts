@@ -40,9 +40,10 @@ const EFFECT_COLS = (t: string) => `${t}.effect_id::text AS effect_id, ${t}.inbo
  * One leased claim: lock up to $1 due rows (SKIP LOCKED: concurrent claimers take disjoint
  * rows instead of queueing), push their `next_attempt_at` to the lease end (so an abandoned
  * lease becomes due again by the same index), and return them oldest-due first.
- * The update finds its rows by `= ANY(ARRAY(…))`, an index lookup whatever the row estimate:
- * a generic plan (the pool forces them) guesses `LIMIT $1` at 10% of the table, and a join
- * on that guess hashes the whole table.
+ * The update finds its rows by `= ANY(ARRAY(…))`, a primary-key lookup at any plausible row
+ * estimate: a join on the due rows, estimated from `LIMIT $1` in a generic plan at 10% of the
+ * table, hashed the whole table. (A plan made for empty tables scans whatever the form; the work
+ * pool plans each call: store.ts WORK_PLANS.)
  * $1 n, $2 owner, $3 now ms, $4 lease end ms. `select` reads `upd` (updated rows) and `due`.
  */
 function leasedClaim(table: string, id: string, due: string, set: string, select: string): string {
