@@ -315,7 +315,7 @@ export class PostgresStore implements InboxStore {
 
   async requeueFailed(reasons: readonly string[], nowMs: number): Promise<number> {
     if (reasons.length === 0) return 0;
-    return (await this.query({ ...W.REQUEUE_FAILED, values: [reasons, nowMs] })).rowCount ?? 0;
+    return (await this.query({ ...W.REQUEUE_FAILED, values: [reasons, nowMs] }, this.workPool)).rowCount ?? 0;
   }
 
   async backlog(): Promise<BacklogStat[]> {
