@@ -81,6 +81,20 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
     expect(plans.lock_leased).toMatch(/webhook_inbox_pkey/);
   });
 
+  it('the /metrics backlog reads the rows still to do, not every processed one', async () => {
+    const work = await connect(WORK_PLANS);
+    // Most of an inbox is done; statistics as autovacuum would leave them.
+    await work.query(`UPDATE webhook_inbox SET status = 'PROCESSED', next_attempt_at = NULL WHERE provider_event_id !~ '^evt_0_'`);
+    await work.query(`UPDATE webhook_inbox SET status = 'FAILED', failure_reason = 'handler_error' WHERE provider_event_id ~ '^evt_0_1'`);
+    await work.query('VACUUM ANALYZE webhook_inbox');
+    const plan = (await work.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${W.BACKLOG.text}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    expect(plan, plan).not.toMatch(FULL_SCAN);
+    expect(plan).toMatch(/webhook_inbox_due/);
+    expect(plan).toMatch(/webhook_inbox_failed/);
+    const backlog = await store.backlog();
+    expect(backlog.map((b) => [b.status, b.count])).toEqual([['FAILED', 11], ['PENDING', 89]]);
+  });
+
   it('a batch with a duplicate still answers the winner after the inbox grew (the lateral lookup)', async () => {
     const [dup, fresh] = await store.acceptBatch([record('evt_0_7'), record('evt_new')]);
     expect(dup!.duplicate).toBe(true);

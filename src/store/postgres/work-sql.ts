@@ -237,9 +237,18 @@ export const RETRY_FAILED = named('retry_failed', `
 export const REQUEUE_FAILED = named('requeue_failed', `
   UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE status = 'FAILED' AND failure_reason = ANY($1::text[])`);
 
+/**
+ * Read at every /metrics scrape. Each branch's condition is a partial index's predicate
+ * (webhook_inbox_due, webhook_inbox_failed), so the cost follows the backlog, not the inbox:
+ * one `status IN` over the three matched neither index and read every PROCESSED row too.
+ */
 export const BACKLOG = named('backlog', `
   SELECT endpoint_id, event_type, status, count(*)::int AS count, ${epochMs('min(received_at)')} AS oldest_received_at
-  FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING', 'FAILED')
+  FROM (
+    SELECT endpoint_id, event_type, status, received_at FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING')
+    UNION ALL
+    SELECT endpoint_id, event_type, status, received_at FROM webhook_inbox WHERE status = 'FAILED'
+  ) b
   GROUP BY endpoint_id, event_type, status ORDER BY endpoint_id, event_type, status`);
 
 /** Rows for rows.ts toQueueStats. */

@@ -147,9 +147,14 @@ export const INBOX_EXISTS = `SELECT 1 FROM webhook_inbox WHERE inbox_id = ?`;
 export const REQUEUE_FAILED = `
   UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons))`;
 
+/** Each branch's condition is a partial index's predicate, as on PostgreSQL (postgres/work-sql.ts BACKLOG). */
 export const BACKLOG = `
   SELECT endpoint_id, event_type, status, count(*) AS count, min(received_at) AS oldest_received_at
-  FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING', 'FAILED')
+  FROM (
+    SELECT endpoint_id, event_type, status, received_at FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING')
+    UNION ALL
+    SELECT endpoint_id, event_type, status, received_at FROM webhook_inbox WHERE status = 'FAILED'
+  )
   GROUP BY endpoint_id, event_type, status ORDER BY endpoint_id, event_type, status`;
 
 /** Rows for rows.ts toQueueStats. */

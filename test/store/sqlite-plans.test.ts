@@ -1,0 +1,16 @@
+import Database from 'better-sqlite3';
+import { describe, expect, it } from 'vitest';
+import { MIGRATIONS } from '../../src/store/migrations.js';
+import { BACKLOG } from '../../src/store/sqlite/work-sql.js';
+
+describe('SQLite plans', () => {
+  it('the /metrics backlog reads the partial indexes of the rows still to do, not the whole inbox', () => {
+    const db = new Database(':memory:');
+    for (const m of MIGRATIONS) db.exec(m.sqlite);
+    const plan = (db.prepare(`EXPLAIN QUERY PLAN ${BACKLOG}`).all() as { detail: string }[]).map((r) => r.detail);
+    db.close();
+    expect(plan).toContain('SCAN webhook_inbox USING INDEX webhook_inbox_due');
+    expect(plan).toContain('SCAN webhook_inbox USING INDEX webhook_inbox_failed');
+    expect(plan).not.toContain('SCAN webhook_inbox');
+  });
+});
