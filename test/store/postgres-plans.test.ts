@@ -42,7 +42,7 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
 
   const FULL_SCAN = /Seq Scan on webhook_(inbox|outbox|payload)\b/;
 
-  it('the accept pool’s winners lookup and the work pool’s claims, lease reads, payload reads and relay settles probe indexes', async () => {
+  it('the accept pool’s winners lookup and the work pool’s claims, lease reads, payload reads, relay settles and requeues probe indexes', async () => {
     const accept = await connect(ACCEPT_PLANS);
     const work = await connect(WORK_PLANS);
     const now = Date.now();
