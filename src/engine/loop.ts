@@ -65,7 +65,7 @@ export class ClaimLoop<T> {
     while (this.running) {
       const free = this.opts.concurrency - this.inFlight;
       if (free <= 0) {
-        await this.sleep(this.opts.pollMs);
+        await this.sleeper.sleep(this.opts.pollMs);
         continue;
       }
       this.wakeRequested = false;
@@ -96,25 +96,21 @@ export class ClaimLoop<T> {
         // PostgreSQL's pool).
         this.gathering = true;
         const gatheredAt = Date.now() + this.opts.gatherMs;
-        await this.sleep(this.opts.pollMs);
+        await this.sleeper.sleep(this.opts.pollMs);
         // And at least gatherMs after this claim: at 2,000 events/s, 30 ms gathers ~60 events per
         // claim (e2e, bench/RESULTS.md 2026-11-30: PostgreSQL CPU 92–104 % → 74–81 %, SQLite
         // server 104 → 89 %, for ~20–30 ms more accept → PROCESSED).
         // Wake-ups cut a sleep short, so sleep again until then; stop() ends the loop.
-        while (this.running && Date.now() < gatheredAt) await this.sleep(gatheredAt - Date.now());
+        while (this.running && Date.now() < gatheredAt) await this.sleeper.sleep(gatheredAt - Date.now());
         this.gathering = false;
         continue;
       }
       this.checkIdle();
       if (!this.running) break;
-      if (this.errorDelayMs > 0) await this.sleep(this.errorDelayMs);
-      else if (!this.wakeRequested) await this.sleep(this.opts.pollMs);
+      if (this.errorDelayMs > 0) await this.sleeper.sleep(this.errorDelayMs);
+      else if (!this.wakeRequested) await this.sleeper.sleep(this.opts.pollMs);
     }
     this.checkIdle();
-  }
-
-  private sleep(ms: number): Promise<void> {
-    return this.sleeper.sleep(ms);
   }
 
   private checkIdle(): void {
