@@ -53,6 +53,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     const applied = await store.migrate();
     if (applied.length) log.info({ applied }, 'migrations applied');
   }
+  // Connections and statements are made before the first request, not by it (a restart under load).
+  await store.warm?.(config.groupCommit.maxBatch).catch((err: unknown) => log.warn({ err }, 'store warm-up failed; the first batches will open connections and prepare statements'));
   const metrics = ingressMetrics();
   const committer = new GroupCommitter<AcceptRecord, AcceptResult>(
     (items) => store.acceptBatch(items),

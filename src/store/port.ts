@@ -70,6 +70,11 @@ export interface InboxStore extends WorkStore {
   migrate(): Promise<number[]>;
   /** Results in input order. Rejects (StorageUnavailableError) if the batch did not commit. */
   acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]>;
+  /**
+   * Optional start-up work, before the first request: opens connections and prepares statements
+   * for batches up to `maxBatch` (PostgreSQL). A failure leaves that work to the first batches.
+   */
+  warm?(maxBatch: number): Promise<void>;
   /** Cheap reachability check for /readyz. */
   ping(): Promise<void>;
   getInbox(inboxId: string): Promise<InboxRow | null>;

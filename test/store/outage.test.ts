@@ -1,3 +1,4 @@
+import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import pino from 'pino';
@@ -74,5 +75,35 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
     const direct = openStore(db.url);
     expect((await direct.countRows()).inbox).toBe(2);
     await direct.close();
+  });
+
+  it('starts while PostgreSQL is unreachable (migrations already applied): logs that its warm-up failed, answers 503, and accepts once it is reachable', async () => {
+    const db = await freshDatabase('postgres');
+    cleanups.push(() => db.cleanup());
+    const migrated = openStore(db.url);
+    await migrated.migrate();
+    await migrated.close();
+    const proxy = new TcpProxy(5432);
+    const port = await proxy.start();
+    await proxy.stop(); // its port is now closed
+    cleanups.push(() => proxy.stop());
+    const url = new URL(db.url);
+    url.port = String(port);
+    const lines: string[] = [];
+    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
+    const config = parseConfig(configDoc(url.toString(), { groupCommit: { commitTimeoutMs: 3000 } }), {});
+    const app = await startApp(config, { logger: pino({ level: 'info' }, sink), env: {}, migrate: false, shutdownGraceMs: 200 });
+    cleanups.push(() => app.close());
+
+    const warmLog = lines.map((l) => JSON.parse(l) as { msg?: string; level?: number }).find((l) => l.msg?.startsWith('store warm-up failed'));
+    expect(warmLog?.level).toBe(40); // warn: the server runs; its first batches open what warm-up could not
+    const down = await send(app.url, 'evt_cold');
+    expect(down.status).toBe(503);
+    expect(down.json().error).toBe('storage_unavailable');
+
+    await proxy.start(port);
+    const up = await send(app.url, 'evt_cold');
+    expect(up.status).toBe(200);
+    expect(up.json().duplicate).toBe(false);
   });
 });

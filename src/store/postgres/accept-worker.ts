@@ -2,7 +2,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import type { AcceptRecord } from '../port.js';
 import { bytes, movableCiphertexts } from '../../threads.js';
-import { insertUnique, type Query } from './accept.js';
+import { insertUnique, warmPool, type Query } from './accept.js';
 
 /**
  * The PostgreSQL accept thread: it owns its own accept connections and runs the statement of each
@@ -15,9 +15,13 @@ export interface AcceptWorkerInit {
   readonly pool: pg.PoolConfig;
 }
 
-export type AcceptRequest = { readonly id: number; readonly op: 'accept'; readonly records: AcceptRecord[] } | { readonly id: number; readonly op: 'close' };
+export type AcceptRequest =
+  | { readonly id: number; readonly op: 'accept'; readonly records: AcceptRecord[] }
+  | { readonly id: number; readonly op: 'warm'; readonly sizes: number[] }
+  | { readonly id: number; readonly op: 'close' };
 
-const pool = new pg.Pool((workerData as AcceptWorkerInit).pool);
+const config = (workerData as AcceptWorkerInit).pool;
+const pool = new pg.Pool(config);
 // An idle client losing its connection must not end the thread; the next query reconnects.
 pool.on('error', () => undefined);
 const query: Query = (config) => pool.query(config);
@@ -30,6 +34,13 @@ function revive(r: AcceptRecord): AcceptRecord {
 parentPort!.on('message', (m: AcceptRequest) => {
   if (m.op === 'close') {
     void pool.end().catch(() => undefined).then(() => parentPort!.postMessage({ id: m.id, ok: true }));
+    return;
+  }
+  if (m.op === 'warm') {
+    warmPool(pool, config.max ?? 1, m.sizes).then(
+      () => parentPort!.postMessage({ id: m.id, ok: true }),
+      (err: unknown) => parentPort!.postMessage({ id: m.id, ok: false, message: (err as Error).message }),
+    );
     return;
   }
   const records = m.records.map(revive);

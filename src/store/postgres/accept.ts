@@ -15,6 +15,37 @@ export function acceptValues(r: AcceptRecord): unknown[] {
 
 export type Query = <R extends pg.QueryResultRow>(config: pg.QueryConfig) => Promise<pg.QueryResult<R>>;
 
+const acceptQuery = (n: number, values: unknown[]): pg.QueryConfig => ({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
+const winnersQuery = (values: unknown[]): pg.QueryConfig => ({ name: 'wi_winners', text: SQL.SELECT_WINNERS, values });
+
+/**
+ * Prepares, on one connection, the accept statement of each size (SQL.acceptSize) and the
+ * winner lookup, as a batch would: each runs once with padding rows only, which insert nothing.
+ * A statement's first run (parse and generic plan) costs about twice a prepared one; paid at
+ * start-up instead of by the first batches of load (store.warm).
+ */
+async function prepareAccept(query: Query, sizes: readonly number[]): Promise<void> {
+  for (const n of sizes) await query(acceptQuery(n, new Array<unknown>(n * COLS).fill(null)));
+  await query(winnersQuery([[], [], []]));
+}
+
+/**
+ * Opens `connections` of the pool's connections at once (so each is its own) and prepares the
+ * statements of `sizes` on every one. With the pool's `min` at its size they stay open, and
+ * prepared, through quiet spells.
+ */
+export async function warmPool(pool: pg.Pool, connections: number, sizes: readonly number[]): Promise<void> {
+  const opened = await Promise.allSettled(Array.from({ length: connections }, () => pool.connect()));
+  const clients = opened.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+  try {
+    const failed = opened.find((o) => o.status === 'rejected');
+    if (failed) throw failed.reason;
+    await Promise.all(clients.map((c) => prepareAccept((config) => c.query(config), sizes)));
+  } finally {
+    for (const c of clients) c.release();
+  }
+}
+
 /**
  * Accepts records with distinct logical keys in one statement (one transaction): the ones that
  * win their key are inserted with payload and outbox rows; the others read the winner's id.
@@ -29,16 +60,14 @@ export async function insertUnique(query: Query, records: readonly AcceptRecord[
   const n = SQL.acceptSize(records.length);
   values.length = n * COLS; // spare rows all NULL: padding the statement skips
   values.fill(null, records.length * COLS);
-  const inserted = await query<{ inbox_id: string }>({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
+  const inserted = await query<{ inbox_id: string }>(acceptQuery(n, values));
   const won = new Set(inserted.rows.map((r) => r.inbox_id));
   const results: (AcceptResult | undefined)[] = records.map((r) => (won.has(r.inboxId) ? { inboxId: r.inboxId, duplicate: false } : undefined));
   const losers = records.filter((_, i) => results[i] === undefined);
   if (losers.length > 0) {
-    const { rows } = await query<{ inbox_id: string; provider: string; endpoint_id: string; provider_event_id: string }>({
-      name: 'wi_winners',
-      text: SQL.SELECT_WINNERS,
-      values: [losers.map((r) => r.provider), losers.map((r) => r.endpointId), losers.map((r) => r.providerEventId)],
-    });
+    const { rows } = await query<{ inbox_id: string; provider: string; endpoint_id: string; provider_event_id: string }>(
+      winnersQuery([losers.map((r) => r.provider), losers.map((r) => r.endpointId), losers.map((r) => r.providerEventId)]),
+    );
     const byKey = new Map(rows.map((w) => [logicalKey({ provider: w.provider, endpointId: w.endpoint_id, providerEventId: w.provider_event_id }), w.inbox_id]));
     records.forEach((r, i) => {
       if (results[i]) return;

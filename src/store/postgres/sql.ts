@@ -17,6 +17,13 @@ export function acceptSize(n: number): number {
   return SIZES.find((s) => s >= n) ?? n;
 }
 
+/** The fixed statement sizes that batches of `from` to `to` records run. */
+export function acceptSizes(from: number, to: number): number[] {
+  const first = acceptSize(from);
+  const last = acceptSize(to);
+  return SIZES.filter((s) => s >= first && s <= last);
+}
+
 /**
  * One statement = one transaction for a whole batch: insert the inbox rows that win their
  * unique key (ON CONFLICT DO NOTHING — atomic, never read-then-write), and, for exactly

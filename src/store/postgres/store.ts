@@ -11,7 +11,7 @@ import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, StoreTx,
 } from '../work-port.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
-import { acceptValues, COLS, insertUnique } from './accept.js';
+import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
 import type { AcceptWorkerInit } from './accept-worker.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
@@ -83,6 +83,7 @@ export class PostgresStore implements InboxStore {
   private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
   private closed = false;
   private readonly threadMinRows: number;
+  private readonly poolSize: number;
 
   constructor(url: string, opts: PostgresOptions = {}) {
     this.listener = new PgListener({
@@ -96,8 +97,10 @@ export class PostgresStore implements InboxStore {
       application_name: 'webhook-inbox',
       options: ACCEPT_PLANS,
     };
-    // The accept thread's pool is this one's twin: either may run a batch.
-    const acceptPool = { ...poolConfig, max: opts.poolSize ?? 4 };
+    // The accept thread's pool is this one's twin: either may run a batch. Its connections stay
+    // open while idle (min = max), and with them their prepared statements (warm).
+    this.poolSize = opts.poolSize ?? 4;
+    const acceptPool = { ...poolConfig, max: this.poolSize, min: this.poolSize };
     this.pool = new pg.Pool(acceptPool);
     this.threadMinRows = opts.acceptThreadMinRows ?? THREAD_MIN_ROWS;
     const init: AcceptWorkerInit = { pool: acceptPool };
@@ -213,6 +216,25 @@ export class PostgresStore implements InboxStore {
       : await insertUnique((config) => this.query(config), records);
     if (inserted) this.notifier.poke();
     return results;
+  }
+
+  /**
+   * Opens every accept connection (here and on the accept thread, which starts now) and prepares
+   * on each the statements of the batch sizes it will run, up to `maxBatch`: a restart under load
+   * otherwise queued its first second of requests behind a thread start, connections and first
+   * executions (bench/RESULTS.md, 2026-12-01 "cold start").
+   */
+  async warm(maxBatch: number): Promise<void> {
+    const small = this.threadMinRows > 1 ? SQL.acceptSizes(1, Math.min(maxBatch, this.threadMinRows - 1)) : [];
+    const large = maxBatch >= this.threadMinRows ? SQL.acceptSizes(this.threadMinRows, maxBatch) : [];
+    try {
+      await Promise.all([
+        small.length > 0 ? warmPool(this.pool, this.poolSize, small) : undefined,
+        large.length > 0 ? this.acceptLane.call({ op: 'warm', sizes: large }) : undefined,
+      ]);
+    } catch (err) {
+      throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
+    }
   }
 
   async ping(): Promise<void> {

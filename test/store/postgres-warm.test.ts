@@ -1,0 +1,62 @@
+import pg from 'pg';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PostgresStore } from '../../src/store/postgres/store.js';
+import { record } from '../helpers/records.js';
+import { pgAvailable } from '../helpers/pg.js';
+import { freshDatabase, type TestDatabase } from '../helpers/stores.js';
+
+/**
+ * PostgresStore.warm (run by startApp before it listens): the accept connections and their
+ * prepared statements exist before the first request, and stay through quiet spells.
+ */
+describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
+  let db: TestDatabase;
+  let store: PostgresStore;
+  let admin: pg.Client;
+  beforeEach(async () => {
+    db = await freshDatabase('postgres');
+    store = new PostgresStore(db.url);
+    await store.migrate();
+    admin = new pg.Client({ connectionString: db.url, application_name: 'warm-test' });
+    await admin.connect();
+  });
+  afterEach(async () => {
+    await admin?.end();
+    await store?.close();
+    await db?.cleanup();
+  });
+
+  /** Connections of this store: its main accept pool plus the accept thread's (the engine's are named apart). */
+  const acceptConnections = async () =>
+    Number((await admin.query("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'webhook-inbox'")).rows[0].n);
+
+  it('opens all eight accept connections and prepares each batch size on them, inserting nothing; they stay open through a quiet spell', async () => {
+    expect(await acceptConnections()).toBe(1); // the one migrate used
+    await store.warm(256);
+    expect(await acceptConnections()).toBe(8); // 4 here, 4 on the accept thread
+    expect(await store.countRows()).toEqual({ inbox: 0, outbox: 0, payload: 0 });
+
+    // Every main-pool connection already holds the statements of the batches it runs (1–15 events).
+    const clients = await Promise.all(Array.from({ length: 4 }, () => store.pool.connect()));
+    try {
+      expect(store.pool.totalCount).toBe(4); // the same four, none opened now
+      for (const c of clients) {
+        const { rows } = await c.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name');
+        expect(rows.map((r) => r.name).sort()).toEqual(['wi_accept_1', 'wi_accept_12', 'wi_accept_16', 'wi_accept_2', 'wi_accept_3', 'wi_accept_4', 'wi_accept_6', 'wi_accept_8', 'wi_winners']);
+      }
+    } finally {
+      for (const c of clients) c.release();
+    }
+
+    // Batches on both paths (5 events here, 20 on the thread) and a duplicate behave as without warm-up.
+    const small = Array.from({ length: 5 }, (_, i) => record(`evt_small_${i}`));
+    const large = Array.from({ length: 20 }, (_, i) => record(`evt_large_${i}`));
+    expect((await store.acceptBatch(small)).every((r) => !r.duplicate)).toBe(true);
+    expect((await store.acceptBatch([...large, record('evt_small_0')])).map((r) => r.duplicate).filter(Boolean)).toHaveLength(1);
+    expect(await store.countRows()).toEqual({ inbox: 25, outbox: 25, payload: 25 });
+
+    // pg-pool closes connections idle for 10 s unless the pool is at its minimum: these stay.
+    await new Promise((r) => setTimeout(r, 10_600));
+    expect(await acceptConnections()).toBe(8);
+  });
+});
