@@ -20,8 +20,7 @@ export type AcceptRequest =
   | { readonly id: number; readonly op: 'warm'; readonly sizes: number[] }
   | { readonly id: number; readonly op: 'close' };
 
-const config = (workerData as AcceptWorkerInit).pool;
-const pool = new pg.Pool(config);
+const pool = new pg.Pool((workerData as AcceptWorkerInit).pool);
 // An idle client losing its connection must not end the thread; the next query reconnects.
 pool.on('error', () => undefined);
 const query: Query = (config) => pool.query(config);
@@ -37,7 +36,7 @@ parentPort!.on('message', (m: AcceptRequest) => {
     return;
   }
   if (m.op === 'warm') {
-    warmPool(pool, config.max ?? 1, m.sizes).then(
+    warmPool(pool, m.sizes).then(
       () => parentPort!.postMessage({ id: m.id, ok: true }),
       (err: unknown) => parentPort!.postMessage({ id: m.id, ok: false, message: (err as Error).message }),
     );

@@ -30,12 +30,12 @@ async function prepareAccept(query: Query, sizes: readonly number[]): Promise<vo
 }
 
 /**
- * Opens `connections` of the pool's connections at once (so each is its own) and prepares the
- * statements of `sizes` on every one. With the pool's `min` at its size they stay open, and
- * prepared, through quiet spells.
+ * Opens all of the pool's connections at once (so each is its own) and prepares the statements
+ * of `sizes` on every one. With the pool's `min` at its size they stay open, and prepared,
+ * through quiet spells.
  */
-export async function warmPool(pool: pg.Pool, connections: number, sizes: readonly number[]): Promise<void> {
-  const opened = await Promise.allSettled(Array.from({ length: connections }, () => pool.connect()));
+export async function warmPool(pool: pg.Pool, sizes: readonly number[]): Promise<void> {
+  const opened = await Promise.allSettled(Array.from({ length: pool.options.max }, () => pool.connect()));
   const clients = opened.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
   try {
     const failed = opened.find((o) => o.status === 'rejected');

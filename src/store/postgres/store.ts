@@ -83,7 +83,6 @@ export class PostgresStore implements InboxStore {
   private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
   private closed = false;
   private readonly threadMinRows: number;
-  private readonly poolSize: number;
 
   constructor(url: string, opts: PostgresOptions = {}) {
     this.listener = new PgListener({
@@ -99,8 +98,8 @@ export class PostgresStore implements InboxStore {
     };
     // The accept thread's pool is this one's twin: either may run a batch. Its connections stay
     // open while idle (min = max), and with them their prepared statements (warm).
-    this.poolSize = opts.poolSize ?? 4;
-    const acceptPool = { ...poolConfig, max: this.poolSize, min: this.poolSize };
+    const size = opts.poolSize ?? 4;
+    const acceptPool = { ...poolConfig, max: size, min: size };
     this.pool = new pg.Pool(acceptPool);
     this.threadMinRows = opts.acceptThreadMinRows ?? THREAD_MIN_ROWS;
     const init: AcceptWorkerInit = { pool: acceptPool };
@@ -227,14 +226,10 @@ export class PostgresStore implements InboxStore {
   async warm(maxBatch: number): Promise<void> {
     const small = this.threadMinRows > 1 ? SQL.acceptSizes(1, Math.min(maxBatch, this.threadMinRows - 1)) : [];
     const large = maxBatch >= this.threadMinRows ? SQL.acceptSizes(this.threadMinRows, maxBatch) : [];
-    try {
-      await Promise.all([
-        small.length > 0 ? warmPool(this.pool, this.poolSize, small) : undefined,
-        large.length > 0 ? this.acceptLane.call({ op: 'warm', sizes: large }) : undefined,
-      ]);
-    } catch (err) {
-      throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
-    }
+    await Promise.all([
+      small.length > 0 ? warmPool(this.pool, small) : undefined,
+      large.length > 0 ? this.acceptLane.call({ op: 'warm', sizes: large }) : undefined,
+    ]);
   }
 
   async ping(): Promise<void> {
