@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PostgresStore } from '../../src/store/postgres/store.js';
+import * as SQL from '../../src/store/postgres/sql.js';
 import { record } from '../helpers/records.js';
 import { pgAvailable } from '../helpers/pg.js';
 import { freshDatabase, type TestDatabase } from '../helpers/stores.js';
@@ -34,6 +35,13 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
     expect(await acceptConnections()).toBe(1); // the one migrate used
     await store.warm(256);
     expect(await acceptConnections()).toBe(8); // 4 here, 4 on the accept thread
+
+    // The thread's connections are not reachable from here, but each one's last statement is: the
+    // winner lookup that ends a connection's warm-up, after every batch size's statement.
+    const { rows: last } = await admin.query<{ query: string }>(
+      "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'webhook-inbox'",
+    );
+    expect(last.map((r) => r.query.trim())).toEqual(Array(8).fill(SQL.SELECT_WINNERS.trim()));
     expect(await store.countRows()).toEqual({ inbox: 0, outbox: 0, payload: 0 });
 
     // Every main-pool connection already holds the statements of the batches it runs (1–15 events).
