@@ -16,7 +16,7 @@ export function engineMetrics(registry: Registry) {
     oldestUnprocessed: registry.register(new Gauge('webhook_inbox_oldest_unprocessed_age_seconds', 'Age of the oldest PENDING/PROCESSING row, by endpoint and event type.', ['endpoint', 'type'])),
     relayLag: registry.register(new Gauge('webhook_outbox_relay_lag_seconds', 'Age of the oldest unpublished outbox row (0 when none).')),
     outboxUnpublished: registry.register(new Gauge('webhook_outbox_unpublished', 'Outbox rows not yet published.')),
-    effectRows: registry.register(new Gauge('webhook_effects', 'Side-effect rows by status.', ['status'])),
+    effectRows: registry.register(new Gauge('webhook_effects', 'Side-effect rows by status (PENDING, PROCESSING, FAILED; not DONE).', ['status'])),
   };
 }
 
@@ -40,5 +40,6 @@ export async function refreshQueueGauges(m: EngineMetrics, store: WorkStore, now
   for (const [status, n] of Object.entries(byStatus)) m.inboxRows.set([status], n);
   m.outboxUnpublished.set([], queues.outboxUnpublished);
   m.relayLag.set([], queues.outboxOldestMs === null ? 0 : Math.max(0, (nowMs - queues.outboxOldestMs) / 1000));
+  // Likewise DONE effects: their rate is webhook_effect_attempts_total{result="success"}.
   for (const [status, n] of Object.entries(queues.effects)) m.effectRows.set([status], n);
 }

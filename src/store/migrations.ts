@@ -223,4 +223,17 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE webhook_payload SET (toast_tuple_target = 8160);
     `,
   },
+  {
+    version: 5,
+    name: 'effects: partial index of FAILED rows, for /metrics',
+    // /metrics counted effects by status over the whole table, DONE included: a scan of every effect
+    // ever recorded, on every scrape. It now counts only the rows still to do (webhook_effects_due)
+    // and the FAILED ones (this index), as the inbox backlog does.
+    sqlite: `
+      CREATE INDEX webhook_effects_failed ON webhook_effects (failure_reason) WHERE status = 'FAILED';
+    `,
+    postgres: `
+      CREATE INDEX webhook_effects_failed ON webhook_effects (failure_reason) WHERE status = 'FAILED';
+    `,
+  },
 ];

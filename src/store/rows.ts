@@ -1,6 +1,6 @@
 import { bytes } from '../threads.js';
 import type { InboxRow, StoredPayload } from './port.js';
-import type { BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, InboxDetail, OutboxClaim, OutboxSettlement, Settlement } from './work-port.js';
+import type { BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, InboxDetail, OutboxClaim, OutboxSettlement, QueueStats, Settlement } from './work-port.js';
 
 /**
  * Row → port mapping shared by both stores. Both select the same column names; timestamps
@@ -95,8 +95,8 @@ export function toBacklogStat(r: RawRow): BacklogStat {
 }
 
 /** Rows of `kind` ('outbox' or an effect status), `count`, `oldest` (outbox created_at ms) → queue stats. */
-export function toQueueStats(rows: readonly RawRow[]): { outboxUnpublished: number; outboxOldestMs: number | null; effects: Record<EffectStatus, number> } {
-  const effects: Record<EffectStatus, number> = { PENDING: 0, PROCESSING: 0, DONE: 0, FAILED: 0 };
+export function toQueueStats(rows: readonly RawRow[]): QueueStats {
+  const effects: QueueStats['effects'] = { PENDING: 0, PROCESSING: 0, FAILED: 0 };
   let outboxUnpublished = 0;
   let outboxOldestMs: number | null = null;
   for (const r of rows) {
@@ -104,7 +104,7 @@ export function toQueueStats(rows: readonly RawRow[]): { outboxUnpublished: numb
       outboxUnpublished = Number(r.count);
       outboxOldestMs = ms(r.oldest);
     } else {
-      effects[r.kind as EffectStatus] = Number(r.count);
+      effects[r.kind as keyof QueueStats['effects']] = Number(r.count);
     }
   }
   return { outboxUnpublished, outboxOldestMs, effects };

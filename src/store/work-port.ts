@@ -98,6 +98,16 @@ export interface StoreTx {
 
 export type EffectStatus = 'PENDING' | 'PROCESSING' | 'DONE' | 'FAILED';
 
+/**
+ * What /metrics reads of the queues. Effects are counted only while still to do or FAILED: DONE
+ * rows grow without bound (their rate is webhook_effect_attempts_total{result="success"}).
+ */
+export interface QueueStats {
+  readonly outboxUnpublished: number;
+  readonly outboxOldestMs: number | null;
+  readonly effects: Record<Exclude<EffectStatus, 'DONE'>, number>;
+}
+
 export interface EffectRow {
   readonly effectId: string;
   readonly inboxId: string;
@@ -206,5 +216,5 @@ export interface WorkStore {
   /** Inbox counts and oldest age by endpoint, type and status (non-terminal rows, plus FAILED). */
   backlog(): Promise<BacklogStat[]>;
   /** Outbox: unpublished rows and the oldest one's created_at; effects by status. */
-  queueStats(): Promise<{ outboxUnpublished: number; outboxOldestMs: number | null; effects: Record<EffectStatus, number> }>;
+  queueStats(): Promise<QueueStats>;
 }

@@ -95,6 +95,23 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
     expect(backlog.map((b) => [b.status, b.count])).toEqual([['FAILED', 11], ['PENDING', 89]]);
   });
 
+  it('the /metrics queue stats count the effects still to do and the FAILED ones, not every DONE effect', async () => {
+    const work = await connect(WORK_PLANS);
+    // One effect per event: 1 in 50 PENDING, 1 in 50 FAILED, the rest DONE (the history that grows).
+    await work.query(`
+      INSERT INTO webhook_effects (effect_id, inbox_id, name, idempotency_key, data, status, failure_reason, next_attempt_at, created_at)
+      SELECT gen_random_uuid(), inbox_id, 'notify', 'key-' || inbox_id, '{}',
+             CASE n % 50 WHEN 0 THEN 'PENDING' WHEN 1 THEN 'FAILED' ELSE 'DONE' END,
+             CASE n % 50 WHEN 1 THEN 'effect_error' END, now(), now()
+      FROM (SELECT inbox_id, row_number() OVER (ORDER BY inbox_id) AS n FROM webhook_inbox) i`);
+    await work.query('VACUUM ANALYZE webhook_effects');
+    const plan = (await work.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${W.QUEUE_STATS.text}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    expect(plan, plan).not.toMatch(/Seq Scan on webhook_(effects|outbox)\b/);
+    expect(plan).toMatch(/webhook_effects_due/);
+    expect(plan).toMatch(/webhook_effects_failed/);
+    expect((await store.queueStats()).effects).toEqual({ PENDING: GROWN_TO / 50, PROCESSING: 0, FAILED: GROWN_TO / 50 });
+  });
+
   it('a batch with a duplicate still answers the winner after the inbox grew (the lateral lookup)', async () => {
     const [dup, fresh] = await store.acceptBatch([record('evt_0_7'), record('evt_new')]);
     expect(dup!.duplicate).toBe(true);

@@ -581,14 +581,14 @@ describeEachStore('work store', (kind) => {
       const [first] = await store.claimEffects(1, 'e1', LEASE, T + 20);
       await store.settleEffect(first!.effectId, 'e1', { status: 'DONE', nowMs: T + 21 });
       await store.claimEffects(1, 'e1', LEASE, T + 22);
-      expect(await store.queueStats()).toEqual({ outboxUnpublished: 2, outboxOldestMs: T, effects: { PENDING: 1, PROCESSING: 1, DONE: 1, FAILED: 0 } });
+      expect(await store.queueStats()).toEqual({ outboxUnpublished: 2, outboxOldestMs: T, effects: { PENDING: 1, PROCESSING: 1, FAILED: 0 } });
       await store.claimOutbox(1, 'relay1', LEASE, T + 30);
       expect(await settleOutbox(a.outboxId, 'relay1', { published: true, nowMs: T + 31 })).toBe(true);
       expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 1, outboxOldestMs: T + 5 });
     });
 
     it('queueStats on an empty store', async () => {
-      expect(await store.queueStats()).toEqual({ outboxUnpublished: 0, outboxOldestMs: null, effects: { PENDING: 0, PROCESSING: 0, DONE: 0, FAILED: 0 } });
+      expect(await store.queueStats()).toEqual({ outboxUnpublished: 0, outboxOldestMs: null, effects: { PENDING: 0, PROCESSING: 0, FAILED: 0 } });
     });
   });
 

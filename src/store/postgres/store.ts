@@ -8,7 +8,7 @@ import {
   toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, StoreTx,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, QueueStats, StoreTx,
 } from '../work-port.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
@@ -339,7 +339,7 @@ export class PostgresStore implements InboxStore {
     return (await this.rows(W.BACKLOG)).map(toBacklogStat);
   }
 
-  async queueStats(): Promise<{ outboxUnpublished: number; outboxOldestMs: number | null; effects: Record<EffectStatus, number> }> {
+  async queueStats(): Promise<QueueStats> {
     return toQueueStats(await this.rows(W.QUEUE_STATS));
   }
 

@@ -8,7 +8,7 @@ import {
   toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectStatus, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, StoreTx,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, QueueStats, StoreTx,
 } from '../work-port.js';
 import { SqliteTx } from './tx.js';
 import type { ClaimArgs } from './work-ops.js';
@@ -166,7 +166,7 @@ export class SqliteStore implements InboxStore {
     return (await this.call<RawRow[]>('backlog')).map(toBacklogStat);
   }
 
-  async queueStats(): Promise<{ outboxUnpublished: number; outboxOldestMs: number | null; effects: Record<EffectStatus, number> }> {
+  async queueStats(): Promise<QueueStats> {
     return toQueueStats(await this.call<RawRow[]>('queueStats'));
   }
 

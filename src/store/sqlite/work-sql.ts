@@ -157,8 +157,10 @@ export const BACKLOG = `
   )
   GROUP BY endpoint_id, event_type, status ORDER BY endpoint_id, event_type, status`;
 
-/** Rows for rows.ts toQueueStats. */
+/** Rows for rows.ts toQueueStats: the unpublished outbox, and effects still to do or FAILED (not DONE: see migration 5). */
 export const QUEUE_STATS = `
   SELECT 'outbox' AS kind, count(*) AS count, min(created_at) AS oldest FROM webhook_outbox WHERE published_at IS NULL
   UNION ALL
-  SELECT status, count(*), NULL FROM webhook_effects GROUP BY status`;
+  SELECT status, count(*), NULL FROM webhook_effects WHERE status IN ('PENDING', 'PROCESSING') GROUP BY status
+  UNION ALL
+  SELECT 'FAILED', count(*), NULL FROM webhook_effects WHERE status = 'FAILED'`;
