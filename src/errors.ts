@@ -42,6 +42,8 @@ export const REASONS = {
   malformed_payload: { status: 400, outcome: 'malformed' },
   missing_event_id: { status: 400, outcome: 'malformed' },
   missing_event_type: { status: 400, outcome: 'malformed' },
+  invalid_event_id: { status: 400, outcome: 'malformed' },
+  invalid_envelope: { status: 400, outcome: 'malformed' },
   secrets_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 10 },
   verification_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 30 },
   storage_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 5 },

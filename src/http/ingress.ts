@@ -11,6 +11,7 @@ import type { IngressMetrics } from '../metrics/registry.js';
 import type { GroupCommitter } from '../store/group-commit.js';
 import type { AcceptRecord, AcceptResult } from '../store/port.js';
 import type { AcceptedEvent, Envelope } from '../providers/contract.js';
+import { storableEnvelope } from '../providers/storable.js';
 import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { readBody, declaredContentLength, type BodyBudget } from './body.js';
 import { eventMatcher } from './event-filter.js';
@@ -165,8 +166,8 @@ export class Ingress {
       const lane = this.deps.lane;
       const sent = lane?.applies(adapter, body) ? lane.run(config, snapshot, meta, body, cipher) : null;
       const offloaded = sent ? await sent : undefined;
-      const envelopes: readonly Envelope[] = offloaded ? [offloaded.envelope]
-        : adapter.envelopes ? adapter.envelopes(body, view, meta) : [adapter.envelope(body, view, meta)];
+      const envelopes: readonly Envelope[] = (offloaded ? [offloaded.envelope]
+        : adapter.envelopes ? adapter.envelopes(body, view, meta) : [adapter.envelope(body, view, meta)]).map(storableEnvelope);
       if (envelopes.length === 0) throw new IngressError('malformed_payload', 'the delivery holds no event');
       verified.eventId = envelopes.length === 1 ? envelopes[0]!.eventId : `${envelopes[0]!.eventId} (+${envelopes.length - 1})`;
       verified.eventType = envelopes[0]!.eventType;
