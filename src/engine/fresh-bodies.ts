@@ -55,6 +55,15 @@ export class FreshBodies {
     return e;
   }
 
+  /** Drops the entry without lending it: its accept made no row of its own (a duplicate, a failed commit). */
+  discard(inboxId: string): void {
+    const e = this.entries.get(inboxId);
+    if (e) {
+      this.entries.delete(inboxId);
+      this.bytes -= e.length;
+    }
+  }
+
   /** The worker is done with taken bodies of `bytes` raw bytes in all. */
   giveBack(bytes: number): void {
     this.lent -= bytes;

@@ -188,7 +188,7 @@ export class Ingress {
         try {
           r = await this.deps.committer.submit(rec);
         } finally {
-          if (!r || r.duplicate) fresh?.take(rec.inboxId); // no row of its own: nothing to hand over
+          if (!r || r.duplicate) fresh?.discard(rec.inboxId); // no row of its own: nothing to hand over
         }
         sendJson(res, 200, acceptedJson(r.inboxId, r.duplicate));
         return { status: 200, outcome: r.duplicate ? 'duplicate' : 'accepted', inboxId: r.inboxId };

@@ -42,3 +42,14 @@ it('FreshBodies: a taken body stays within the bound until given back; while wor
   expect(fresh.take('n3')?.length).toBe(100);
   expect(fresh.heldBytes).toBe(1400);
 });
+
+it('FreshBodies: a discarded entry (its accept was a duplicate or failed) frees its bytes at once, lending nothing', () => {
+  const fresh = new FreshBodies(1600, () => true);
+  for (let i = 0; i < 16; i++) {
+    fresh.put(`dup${i}`, 'stripe', 'ep', 't', raw(100));
+    fresh.discard(`dup${i}`);
+  }
+  expect([fresh.size, fresh.heldBytes]).toEqual([0, 0]);
+  fresh.put('next', 'stripe', 'ep', 't', raw(100)); // still kept: the bound is not spent
+  expect(fresh.take('next')?.length).toBe(100);
+});

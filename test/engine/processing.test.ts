@@ -308,6 +308,20 @@ describeEachStore('processing engine', (kind) => {
     expect(app.engine.fresh!.heldBytes).toBe(0); // every body taken from memory was given back
   });
 
+  it('serve: duplicates of a processed event leave no body held in memory (the bound stays free for new events)', async () => {
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', () => undefined);
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    const body = stripeEvent('evt_dup_mem', { size: 4_000 });
+    const first = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+    await waitFor(() => app!.store.getEvent(first.json().inbox_id).then((x) => x?.status === 'PROCESSED'), 10_000, 'PROCESSED');
+    await waitFor(async () => app!.engine.fresh!.heldBytes === 0, 5_000, 'the first body given back');
+    for (let i = 0; i < 20; i++) {
+      const again = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+      expect(again.json()).toEqual({ inbox_id: first.json().inbox_id, duplicate: true });
+    }
+    expect(app.engine.fresh!.heldBytes).toBe(0); // each was kept before its commit, and dropped when it proved a duplicate
+  });
+
   it('workers in the accepting process use the body it just accepted; a retry reads the stored bytes, so a payload the first attempt mutated is not seen again', async () => {
     const seen: { attempt: number; id: string; rawOk: boolean }[] = [];
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
