@@ -1,6 +1,6 @@
 import { hmac, matchHmac, decodeDigest, decodeBase64, decodeHex, type HmacAlgorithm } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
-import { asObject, child, optEnum, optInt, optString, optStringArray, reqString } from '../config/read.js';
+import { asObject, child, optBool, optEnum, optInt, optString, optStringArray, reqString } from '../config/read.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
 
@@ -14,28 +14,33 @@ import { envelope, parseJsonObject, pathValue, idString, requireEventId, require
  *     prefix: "sha256="                   # stripped before decoding (optional)
  *     separator: ","                      # several signatures in one header (optional)
  *     secretEncoding: utf8                # utf8 | base64 | hex
- *     signedContent: "{timestamp}.{body}" # placeholders {id} {timestamp} {body}; default "{body}"
+ *     signedContent: "{timestamp}.{body}" # placeholders {id} {timestamp} {type} {body}; default "{body}"
  *     timestampHeader: x-timestamp        # Unix seconds; must appear in signedContent
  *     idHeader: x-event-id                # or idPath: id (JSON path in the body)
- *     typeHeader: x-event-type            # or typePath: type (default typePath "type")
+ *     typeHeader: x-event-type            # or typePath: type (default typePath "type"); must appear
+ *                                         # as {type} unless unsignedTypeHeader: true
  *     objectIdPath, objectVersionPath, createdAtPath
  *     contentTypes: [application/json]
  *
- * Header values used for the key or for freshness must be covered by the signature, otherwise
- * an attacker could replay a captured body under a new id or a fresh timestamp: config refuses that.
+ * Header values used for the key, the type or freshness must be covered by the signature,
+ * otherwise an attacker could replay a captured body under a new id, another type (past the
+ * endpoint's `events` filter, to other handlers) or a fresh timestamp: config refuses that. A
+ * sender that does not sign its type header can only be taken with `unsignedTypeHeader: true`.
  */
 const KEYS = [
   'signatureHeader', 'algorithm', 'encoding', 'prefix', 'separator', 'secretEncoding', 'signedContent',
-  'timestampHeader', 'idHeader', 'idPath', 'typeHeader', 'typePath', 'objectIdPath', 'objectVersionPath',
+  'timestampHeader', 'idHeader', 'idPath', 'typeHeader', 'unsignedTypeHeader', 'typePath', 'objectIdPath', 'objectVersionPath',
   'createdAtPath', 'contentTypes', 'toleranceSeconds',
 ] as const;
 
-type Part = { literal: string } | { field: 'id' | 'timestamp' | 'body' };
+type Part = { literal: string } | { field: 'id' | 'timestamp' | 'type' | 'body' };
 
 interface GenericSignature extends SignatureMetadata {
   readonly candidates: readonly Buffer[];
   readonly id: string | undefined;
   readonly timestampText: string | undefined;
+  /** The type header's value when it is signed ({type}). */
+  readonly type: string | undefined;
 }
 
 function parseTemplate(t: string, path: string): Part[] {
@@ -45,7 +50,7 @@ function parseTemplate(t: string, path: string): Part[] {
   for (let m = re.exec(t); m; m = re.exec(t)) {
     if (m.index > last) parts.push({ literal: t.slice(last, m.index) });
     const f = m[1];
-    if (f !== 'id' && f !== 'timestamp' && f !== 'body') throw new ConfigError(path, `unknown placeholder {${f}} (use {id}, {timestamp}, {body})`);
+    if (f !== 'id' && f !== 'timestamp' && f !== 'type' && f !== 'body') throw new ConfigError(path, `unknown placeholder {${f}} (use {id}, {timestamp}, {type}, {body})`);
     parts.push({ field: f });
     last = m.index + m[0].length;
   }
@@ -67,6 +72,7 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
   const idHeader = optString(o, 'idHeader', path)?.toLowerCase();
   const idPath = optString(o, 'idPath', path);
   const typeHeader = optString(o, 'typeHeader', path)?.toLowerCase();
+  const unsignedTypeHeader = optBool(o, 'unsignedTypeHeader', path) ?? false;
   const typePath = optString(o, 'typePath', path) ?? (typeHeader ? undefined : 'type');
   const objectIdPath = optString(o, 'objectIdPath', path);
   const objectVersionPath = optString(o, 'objectVersionPath', path);
@@ -80,11 +86,16 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
   if (idHeader && !uses('id')) throw new ConfigError(child(path, 'idHeader'), 'the id header must be signed: add {id} to signedContent');
   if (uses('id') && !idHeader) throw new ConfigError(child(path, 'signedContent'), '{id} needs idHeader');
   if (timestampHeader && !uses('timestamp')) throw new ConfigError(child(path, 'timestampHeader'), 'the timestamp must be signed: add {timestamp} to signedContent');
+  if (typeHeader && !uses('type') && !unsignedTypeHeader) {
+    throw new ConfigError(child(path, 'typeHeader'), 'the type header must be signed: add {type} to signedContent (or, if the sender does not sign it, set unsignedTypeHeader: true and accept that a replay can claim another type)');
+  }
+  if (uses('type') && !typeHeader) throw new ConfigError(child(path, 'signedContent'), '{type} needs typeHeader');
+  if (unsignedTypeHeader && (!typeHeader || uses('type'))) throw new ConfigError(child(path, 'unsignedTypeHeader'), typeHeader ? 'contradicts {type} in signedContent' : 'needs typeHeader');
   if (uses('timestamp') && !timestampHeader) throw new ConfigError(child(path, 'signedContent'), '{timestamp} needs timestampHeader');
   if (tolerance !== undefined && !timestampHeader) throw new ConfigError(child(path, 'toleranceSeconds'), 'needs timestampHeader');
 
-  function signedParts(m: { id?: string | undefined; timestampText?: string | undefined }, body: Buffer): (Buffer | string)[] {
-    return template.map((p) => ('literal' in p ? p.literal : p.field === 'body' ? body : p.field === 'id' ? m.id! : m.timestampText!));
+  function signedParts(m: { id?: string | undefined; timestampText?: string | undefined; type?: string | undefined }, body: Buffer): (Buffer | string)[] {
+    return template.map((p) => ('literal' in p ? p.literal : p.field === 'body' ? body : p.field === 'id' ? m.id! : p.field === 'type' ? m.type! : m.timestampText!));
   }
 
   function decodeSecret(value: string): Buffer {
@@ -120,7 +131,9 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
       }
       const id = idHeader ? req.single(idHeader) : undefined;
       if (idHeader && !id) throw new IngressError('malformed_signature', `${idHeader} header is absent`);
-      return { timestamp, timestampText, id, candidates };
+      const type = uses('type') ? req.single(typeHeader!) : undefined;
+      if (uses('type') && !type) throw new IngressError('malformed_signature', `${typeHeader} header is absent`);
+      return { timestamp, timestampText, id, type, candidates };
     },
     verify(meta, body, keys, nowMs) {
       const m = meta as GenericSignature;
@@ -131,7 +144,7 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
       const m = meta as GenericSignature;
       return envelope({
         eventId: idHeader ? requireEventId(m.id, `${idHeader} header`) : requireEventId(pathValue(e, idPath!), idPath!),
-        eventType: typeHeader ? requireEventType(req.single(typeHeader), `${typeHeader} header`) : requireEventType(pathValue(e, typePath!), typePath!),
+        eventType: typeHeader ? requireEventType(m.type ?? req.single(typeHeader), `${typeHeader} header`) : requireEventType(pathValue(e, typePath!), typePath!),
         objectId: objectIdPath ? idString(pathValue(e, objectIdPath)) : null,
         objectVersion: objectVersionPath ? idString(pathValue(e, objectVersionPath)) : null,
         providerCreatedAtMs: createdAtPath ? toEpochMs(pathValue(e, createdAtPath)) : null,
@@ -140,11 +153,12 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
     sign(body, secret, opts) {
       const timestampText = String(opts.timestamp ?? Math.floor(Date.now() / 1000));
       const id = opts.id ?? `evt_${Date.now().toString(36)}`;
-      const digest = hmac(algorithm, decodeSecret(secret), signedParts({ id, timestampText }, body));
+      const type = opts.type ?? (uses('type') ? 'sample.event' : undefined);
+      const digest = hmac(algorithm, decodeSecret(secret), signedParts({ id, timestampText, type }, body));
       const headers: Record<string, string> = { [signatureHeader]: prefix + digest.toString(encoding) };
       if (timestampHeader) headers[timestampHeader] = timestampText;
       if (idHeader) headers[idHeader] = id;
-      if (typeHeader && opts.type) headers[typeHeader] = opts.type;
+      if (typeHeader && type) headers[typeHeader] = type;
       return headers;
     },
     sample(seq) {

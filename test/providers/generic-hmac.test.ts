@@ -118,6 +118,10 @@ describe('generic-hmac: configuration is validated and errors name the path', ()
     ['{id} without idHeader', { ...base, signedContent: '{id}.{body}' }, `${PATH}.signedContent`],
     ['timestampHeader not covered by signedContent', { ...base, timestampHeader: 'x-timestamp' }, `${PATH}.timestampHeader`],
     ['{timestamp} without timestampHeader', { ...base, signedContent: '{timestamp}.{body}' }, `${PATH}.signedContent`],
+    ['typeHeader not covered by signedContent', { ...base, typeHeader: 'x-event-type' }, `${PATH}.typeHeader`],
+    ['{type} without typeHeader', { ...base, signedContent: '{type}.{body}' }, `${PATH}.signedContent`],
+    ['unsignedTypeHeader without typeHeader', { ...base, unsignedTypeHeader: true }, `${PATH}.unsignedTypeHeader`],
+    ['unsignedTypeHeader beside {type}', { ...base, typeHeader: 'x-t', signedContent: '{type}.{body}', unsignedTypeHeader: true }, `${PATH}.unsignedTypeHeader`],
     ['toleranceSeconds without timestampHeader', { ...base, toleranceSeconds: 60 }, `${PATH}.toleranceSeconds`],
     ['toleranceSeconds out of range', { ...base, timestampHeader: 'x-ts', signedContent: '{timestamp}.{body}', toleranceSeconds: 0 }, `${PATH}.toleranceSeconds`],
     ['unknown placeholder', { ...base, signedContent: '{url}{body}' }, `${PATH}.signedContent`],
@@ -243,8 +247,21 @@ describe('generic-hmac: envelope', () => {
     });
   });
 
-  it('idPath and typeHeader', () => {
-    const a = generic({ signatureHeader: 'x-sig', idPath: 'meta.id', typeHeader: 'X-Event-Type' });
+  it('a signed type header ({type}): another type under the same signature does not verify; an absent one is malformed', () => {
+    const a = generic({ signatureHeader: 'x-sig', idPath: 'id', typeHeader: 'X-Event-Type', signedContent: '{type}.{body}' });
+    const body = '{"id":"evt_t"}';
+    const h = a.sign(Buffer.from(body), 's', { type: 'order.paid' });
+    expect(h['x-event-type']).toBe('order.paid');
+    const keys = trustedKeys(a, ['v1', 's']);
+    expect(verifyWith(a, Object.entries(h), body, keys)).toBe('v1');
+    expect(verifyWith(a, Object.entries({ ...h, 'x-event-type': 'user.deleted' }), body, keys)).toBeNull();
+    const meta = a.parseSignature(view(Object.entries(h)));
+    expect(a.envelope(Buffer.from(body), view(Object.entries(h)), meta)).toMatchObject({ eventId: 'evt_t', eventType: 'order.paid' });
+    expect(reasonOf(() => a.parseSignature(view([['x-sig', h['x-sig']!]])))).toBe('malformed_signature');
+  });
+
+  it('idPath and an unsigned typeHeader (unsignedTypeHeader: true)', () => {
+    const a = generic({ signatureHeader: 'x-sig', idPath: 'meta.id', typeHeader: 'X-Event-Type', unsignedTypeHeader: true });
     const body = Buffer.from('{"meta":{"id":"evt_body"}}');
     const meta = a.parseSignature(view(Object.entries(a.sign(body, 's', {}))));
     expect(a.envelope(body, view([['x-event-type', 'thing.happened']]), meta)).toMatchObject({ eventId: 'evt_body', eventType: 'thing.happened' });
