@@ -56,6 +56,8 @@ export class GroupCommitter<I, R> {
   private queue: Pending<I, R>[] = [];
   private queuedBytes = 0;
   private inFlight = 0;
+  /** In-flight commits past commitTimeoutMs whose store call has not returned: they keep their slot. */
+  private stuck = 0;
   private scheduled = false;
 
   constructor(
@@ -66,6 +68,7 @@ export class GroupCommitter<I, R> {
   ) {}
 
   submit(item: I): Promise<R> {
+    if (this.blocked()) return Promise.reject(blockedError());
     return new Promise<R>((resolve, reject) => {
       const size = this.sizeOf(item);
       this.queue.push({ item, size, resolve, reject });
@@ -76,6 +79,14 @@ export class GroupCommitter<I, R> {
 
   get queued(): number {
     return this.queue.length;
+  }
+
+  /**
+   * Every slot is held by a commit that timed out and has not returned (a hung disk or
+   * connection): nothing queued could start, so it is answered now, not when the client gives up.
+   */
+  private blocked(): boolean {
+    return this.stuck >= this.opts.maxInFlight;
   }
 
   private canStart(): boolean {
@@ -114,16 +125,24 @@ export class GroupCommitter<I, R> {
     this.inFlight++;
     const started = performance.now();
     let settled = false;
+    let timedOut = false;
     const settle = (ok: boolean, results: R[] | null, err: unknown) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      this.onBatch?.({ size: batch.length, commitMs: performance.now() - started, ok });
+      try {
+        this.onBatch?.({ size: batch.length, commitMs: performance.now() - started, ok });
+      } catch {
+        // Bookkeeping must never leave the batch's callers unanswered.
+      }
       if (ok && results) for (let i = 0; i < batch.length; i++) batch[i]!.resolve(results[i]!);
       else for (const p of batch) p.reject(err);
     };
     const timer = setTimeout(() => {
+      timedOut = true;
+      this.stuck++;
       settle(false, null, new StorageUnavailableError(`commit did not finish within ${this.opts.commitTimeoutMs} ms; outcome unknown`));
+      if (this.blocked()) this.failQueued();
     }, this.opts.commitTimeoutMs);
     let committing: Promise<R[]>;
     try {
@@ -140,8 +159,20 @@ export class GroupCommitter<I, R> {
     ).finally(() => {
       // The slot frees only when the store is really done, even if callers were already answered.
       this.inFlight--;
+      if (timedOut) this.stuck--;
       this.schedule();
     });
     this.schedule();
   }
+
+  /** Answers everything queued (never sent to the store) as unavailable. */
+  private failQueued(): void {
+    const queued = this.queue;
+    this.queue = [];
+    this.queuedBytes = 0;
+    const err = blockedError();
+    for (const p of queued) p.reject(err);
+  }
 }
+
+const blockedError = () => new StorageUnavailableError('every commit slot is held by a commit that did not finish; nothing was sent to the store');

@@ -80,6 +80,33 @@ describe('group commit', () => {
     await expect(gc.submit(1)).rejects.toThrow(/outcome unknown/);
   });
 
+  it('while every slot is held by a timed-out commit (a hung store), what waits and what arrives is answered unavailable at once, unsent; service resumes when the store returns', async () => {
+    const { batches, commit } = manualCommit();
+    const gc = new GroupCommitter(commit, { ...opts, commitTimeoutMs: 100 }); // one slot
+    const hung = gc.submit(1);
+    await tick();
+    const waiting = gc.submit(2); // queued behind the hung commit
+    await expect(hung).rejects.toThrow(/outcome unknown/);
+    await expect(waiting).rejects.toThrow(/nothing was sent to the store/);
+    const started = performance.now();
+    await expect(gc.submit(3)).rejects.toBeInstanceOf(StorageUnavailableError);
+    expect(performance.now() - started).toBeLessThan(50); // not another commit timeout
+    expect(batches.map((b) => b.items)).toEqual([[1]]); // 2 and 3 never reached the store
+    batches[0]!.resolve(['late']); // the store finally returns: its slot is free again
+    await tick();
+    const next = gc.submit(4);
+    await tick();
+    batches[1]!.resolve(['ok4']);
+    await expect(next).resolves.toBe('ok4');
+  });
+
+  it('a throwing batch callback (metrics) still answers every item', async () => {
+    const gc = new GroupCommitter((items: number[]) => Promise.resolve(items.map((i) => `ok${i}`)), opts, () => {
+      throw new Error('metrics bug');
+    });
+    await expect(Promise.all([gc.submit(1), gc.submit(2)])).resolves.toEqual(['ok1', 'ok2']);
+  });
+
   it('overlaps a second commit only when a quarter of maxBatch is waiting, and never more than maxInFlight', async () => {
     const { batches, commit } = manualCommit();
     const gc = new GroupCommitter(commit, { ...opts, maxBatch: 8, maxInFlight: 2 });
