@@ -1,4 +1,4 @@
-import { Worker } from 'node:worker_threads';
+import { parentPort, Worker } from 'node:worker_threads';
 
 /**
  * Starts a worker thread from a module next to the caller. Built code (dist/) runs the plain
@@ -11,6 +11,15 @@ export function startWorker(callerUrl: string, name: string, workerData: unknown
   if (!fromSource) return new Worker(url, { workerData });
   const boot = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(url.href)}); })`;
   return new Worker(boot, { eval: true, workerData });
+}
+
+/**
+ * In a thread: a request that cannot be read took its id with it, so its caller would wait for
+ * good. Ending the thread fails every pending call at once (WorkerCalls), and the next call
+ * starts a new thread.
+ */
+export function exitOnUnreadableRequest(): void {
+  parentPort?.on('messageerror', () => process.exit(1));
 }
 
 /** A Buffer view (no copy) of bytes that crossed a thread as a plain Uint8Array. */
@@ -87,6 +96,12 @@ export class WorkerCalls<Reply extends { readonly id: number }> {
     };
     w.on('error', fail);
     w.on('exit', (code) => fail(new Error(`exit ${code}`)));
+    // A reply that cannot be read took its id with it: its call (and the commit slot behind it)
+    // would wait for good. End the thread instead, failing every pending call; the next starts anew.
+    w.on('messageerror', (err) => {
+      fail(err);
+      void w.terminate();
+    });
     this.worker = w;
     return w;
   }

@@ -6,7 +6,7 @@
 import { parentPort } from 'node:worker_threads';
 import { sealPayload, sha256, type SealingKey } from '../crypto/payload-cipher.js';
 import { IngressError } from '../errors.js';
-import { bytes } from '../threads.js';
+import { bytes, exitOnUnreadableRequest } from '../threads.js';
 import type { ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
 import { viewOf, type RequestSnapshot } from './request-view.js';
@@ -30,6 +30,7 @@ function adapterFor(provider: string, options: Record<string, unknown> | undefin
   return a;
 }
 
+exitOnUnreadableRequest();
 parentPort!.on('message', (m: OffloadRequest) => {
   try {
     const body = bytes(m.body);

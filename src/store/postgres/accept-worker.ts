@@ -1,7 +1,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import type { AcceptRecord } from '../port.js';
-import { bytes, movableCiphertexts } from '../../threads.js';
+import { bytes, exitOnUnreadableRequest, movableCiphertexts } from '../../threads.js';
 import { insertUnique, warmPool, type Query } from './accept.js';
 
 /**
@@ -30,6 +30,7 @@ function revive(r: AcceptRecord): AcceptRecord {
   return { ...r, payloadHash: bytes(r.payloadHash), payload: { ...r.payload, nonce: bytes(r.payload.nonce), ciphertext: bytes(r.payload.ciphertext) } };
 }
 
+exitOnUnreadableRequest();
 parentPort!.on('message', (m: AcceptRequest) => {
   if (m.op === 'close') {
     void pool.end().catch(() => undefined).then(() => parentPort!.postMessage({ id: m.id, ok: true }));

@@ -2,7 +2,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult } from '../port.js';
-import { bytes } from '../../threads.js';
+import { bytes, exitOnUnreadableRequest } from '../../threads.js';
 import * as SQL from './schema-sql.js';
 import { TxGate, type Msg } from './tx-gate.js';
 import { workOps, type Ops } from './work-ops.js';
@@ -108,4 +108,5 @@ const gate = new TxGate(db, txTimeoutMs, { ...ops, ...work.free }, work.inTx, en
     parentPort!.postMessage({ id, ok: false, message: e.message ?? String(err), code: e.code });
   }
 });
+exitOnUnreadableRequest();
 parentPort!.on('message', (msg: Msg) => gate.receive(msg));
