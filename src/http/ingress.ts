@@ -132,7 +132,8 @@ export class Ingress {
     const cipher = this.deps.keyring.cipher;
     if (!keys || !cipher) throw new IngressError('secrets_unavailable');
 
-    // 3. The exact raw bytes, bounded.
+    // 3. The exact raw bytes, bounded. A sender waiting for 100 Continue is invited only now.
+    if (req.headers.expect?.toLowerCase() === '100-continue') res.writeContinue();
     const { body, reserved } = await readBody(req, config.maxBodyBytes, this.deps.budget, declared);
     try {
       // An unsigned reachability probe (Slack ssl_check) gets its fixed empty answer; nothing is kept.

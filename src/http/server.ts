@@ -31,6 +31,9 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   // Count is checked by the pipeline (431); 0 = Node must not silently drop extra headers.
   server.maxHeadersCount = 0;
 
+  // `Expect: 100-continue`: Node would invite the body at once; the request handler decides instead
+  // (the ingress sends 100 Continue only once every check before the body has passed).
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => server.emit('request', req, res));
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const startedAt = performance.now();
     const url = req.url ?? '/';

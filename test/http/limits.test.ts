@@ -1,3 +1,4 @@
+import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { post, rawExchange, statusOf } from '../helpers/http.js';
@@ -53,6 +54,37 @@ describe('ingress bounds', () => {
     const r = await post(url(), body, { ...stripeHeaders(body), 'content-type': 'text/plain' });
     expect(r.status).toBe(415);
     expect(r.json().error).toBe('unsupported_media_type');
+  });
+
+  it('Expect: 100-continue: a request refused before its body gets the refusal, not an invitation to send it', async () => {
+    const body = stripeEvent('evt_expect_no');
+    const head = (contentType: string, length: number) =>
+      `POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: ${contentType}\r\nContent-Length: ${length}\r\nExpect: 100-continue\r\n\r\n`;
+    const wrongType = await rawExchange(port, head('text/plain', body.length), 500);
+    expect(statusOf(wrongType.text)).toBe(415);
+    expect(wrongType.text).not.toContain('100 Continue');
+    const tooLong = await rawExchange(port, head('application/json', MAX + 1), 500);
+    expect(statusOf(tooLong.text)).toBe(413);
+    expect(tooLong.text).not.toContain('100 Continue');
+  });
+
+  it('Expect: 100-continue: a request that passes the checks before the body is invited, then accepted', async () => {
+    const body = stripeEvent('evt_expect_yes');
+    const { status, continued } = await new Promise<{ status: number; continued: boolean }>((resolve, reject) => {
+      let continued = false;
+      const req = request(url(), { method: 'POST', headers: { ...stripeHeaders(body), 'content-length': body.length, expect: '100-continue' } });
+      req.on('continue', () => {
+        continued = true;
+        req.end(body); // the body goes only after the invitation
+      });
+      req.on('response', (res) => {
+        res.resume();
+        res.on('end', () => resolve({ status: res.statusCode!, continued }));
+      });
+      req.on('error', reject);
+      req.flushHeaders();
+    });
+    expect([continued, status]).toEqual([true, 200]);
   });
 
   it('accepts a body of exactly maxBodyBytes', async () => {
