@@ -79,7 +79,9 @@ const ITEM = 'NotificationRequestItem';
 const REPLY: Reply = { status: 200, contentType: 'text/plain', body: '[accepted]' };
 const MIN_KEY_BYTES = 16;
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
+// ignoreBOM keeps a byte-order mark in the text, so JSON.parse refuses it (400), as everywhere else:
+// dropped here, the items parsed but the byte slicing of the raw body (envelopes) failed later.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 const isObject = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
 

@@ -247,6 +247,7 @@ describe('adyen: verification (every item, in the body)', () => {
   it.each([
     ['not JSON', 'not json', 'malformed_payload'],
     ['invalid UTF-8', Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x3a, 0x31, 0x7d]), 'malformed_payload'],
+    ['a UTF-8 byte-order mark before the object (JSON.parse refuses it, as for every adapter)', Buffer.from('\ufeff{"notificationItems":[{"NotificationRequestItem":{"additionalData":{"hmacSignature":"x"}}}]}'), 'malformed_payload'],
     ['a JSON array', '[]', 'malformed_payload'],
     ['no notificationItems', '{"live":"false"}', 'malformed_payload'],
     ['notificationItems not an array', '{"notificationItems":{}}', 'malformed_payload'],
