@@ -43,6 +43,11 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
     if (!executor) {
       return { result: 'failed', reason: FAILURE.unsupportedEffect, settlement: { status: 'FAILED', reason: FAILURE.unsupportedEffect, error: `no executor registered for effect "${row.name}"`, nowMs: this.now() } };
     }
+    // An executor that crashed its process or outlived its lease still spent an attempt.
+    if (row.attemptCount > this.d.retry.maxAttempts) {
+      const error = `attempt ${row.attemptCount} exceeds maxAttempts ${this.d.retry.maxAttempts} (earlier attempts did not finish)`;
+      return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error, nowMs: this.now() } };
+    }
     try {
       await executor(JSON.parse(row.data), { idempotencyKey: row.idempotencyKey, inboxId: row.inboxId, attempt: row.attemptCount });
       return { result: 'success', reason: '', settlement: { status: 'DONE', nowMs: this.now() } };

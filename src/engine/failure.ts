@@ -56,7 +56,16 @@ export function redact(err: unknown): string {
   const name = typeof e?.name === 'string' ? e.name : 'Error';
   const tag = typeof e?.code === 'string' ? e.code : typeof e?.reason === 'string' ? e.reason : undefined;
   const code = tag ? ` [${tag}]` : '';
-  const msg = typeof e?.message === 'string' ? e.message : String(err);
+  const msg = typeof e?.message === 'string' ? e.message : printable(err);
   const line = `${name}${code}: ${msg}`.replace(/\s+/g, ' ');
   return line.length > MAX_ERROR_CHARS ? `${line.slice(0, MAX_ERROR_CHARS - 1)}…` : line;
+}
+
+/** String(v), or a placeholder for a thrown value that has no string form (a null-prototype object). */
+function printable(v: unknown): string {
+  try {
+    return String(v);
+  } catch {
+    return '(a thrown value with no string form)';
+  }
 }

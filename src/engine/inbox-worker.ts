@@ -10,7 +10,7 @@ import type { ClaimedInbox, EventKey, NewEffect, NewMarker, ProcessedMarker, Set
 import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
-import { classify, FAILURE, NeedsDecisionError, RetryableError } from './failure.js';
+import { classify, FAILURE, NeedsDecisionError, redact, RetryableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
@@ -184,14 +184,16 @@ export class InboxWorker {
     const p: Plan = { row, key, needsBody: false, handlers: [], direct: [], delivered: [] };
     const endpoint = this.d.endpoints.get(row.endpointId);
     const retry = endpoint?.retry ?? this.d.defaultRetry;
-    // A worker that crashed or lost its lease mid-attempt still spent an attempt.
-    if (row.attemptCount > retry.maxAttempts) {
-      p.early = { error: new NeedsDecisionError(FAILURE.retriesExhausted, `attempt ${row.attemptCount} exceeds maxAttempts ${retry.maxAttempts} (earlier attempts did not finish)`), retry };
-      return p;
-    }
     const routes = this.d.router.route(row.endpointId, row.eventType);
     if (!endpoint || !routes) {
       p.early = { error: new NeedsDecisionError('unknown_endpoint', `endpoint "${row.endpointId}" is not configured`), retry };
+      return p;
+    }
+    // A worker that crashed or lost its lease mid-attempt still spent an attempt. An event is
+    // tried as often as its most patient target allows: a route may allow more than its endpoint.
+    const allowed = Math.max(retry.maxAttempts, ...routes.direct.map((t) => t.retry.maxAttempts));
+    if (row.attemptCount > allowed) {
+      p.early = { error: new NeedsDecisionError(FAILURE.retriesExhausted, `attempt ${row.attemptCount} exceeds maxAttempts ${allowed} (earlier attempts did not finish)`), retry };
       return p;
     }
     const handlers = this.d.handlers.match(row.provider, row.endpointId, row.eventType);
@@ -383,7 +385,7 @@ export class InboxWorker {
             const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!);
             markers.push({ ...p.key, consumer: h.consumer, inboxId: row.inboxId, handlerVersion: version, nowMs: now });
             for (const [name, data] of recorded) {
-              effects.push({ effectId: uuidv7(now), inboxId: row.inboxId, name, idempotencyKey: `${row.inboxId}:${name}`, data: JSON.stringify(data ?? null), nowMs: now });
+              effects.push({ effectId: uuidv7(now), inboxId: row.inboxId, name, idempotencyKey: `${row.inboxId}:${name}`, data, nowMs: now });
             }
           } catch (error) {
             failure ??= { error, retry: this.d.endpoints.get(row.endpointId)!.retry };
@@ -398,12 +400,13 @@ export class InboxWorker {
     return effects.length;
   }
 
-  /** Runs one handler; its writes are undone if it throws. Returns the effects it recorded. */
-  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent): Promise<Map<string, unknown>> {
-    const effects = new Map<string, unknown>();
+  /** Runs one handler; its writes are undone if it throws. Returns the effects it recorded, as JSON. */
+  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent): Promise<Map<string, string>> {
+    const effects = new Map<string, string>();
     let open = true;
     // The savepoint is opened lazily: a handler that never queries costs no round trip.
     let savepoint: Promise<unknown> | undefined;
+    let failedQuery: unknown;
     const ctx = {
       tx: {
         kind: tx.kind,
@@ -411,12 +414,26 @@ export class InboxWorker {
           // A handler that outlived its timeout must not write into whatever runs next.
           if (!open) throw new Error('this transaction is over (the handler timed out)');
           await (savepoint ??= tx.query('SAVEPOINT wi_handler'));
-          return tx.query<R>(sql, params);
+          try {
+            return await tx.query<R>(sql, params);
+          } catch (err) {
+            failedQuery ??= err;
+            throw err;
+          }
         },
       },
       effect: (name: string, data: unknown) => {
         if (effects.has(name)) throw new Error(`effect "${name}" recorded twice for one event`);
-        effects.set(name, data);
+        // Serialised here, so data that is not JSON fails the handler (its writes undone) at the
+        // call, instead of a half-recorded event or a failed batch after the handler returned.
+        let json: string | undefined;
+        try {
+          json = JSON.stringify(data ?? null);
+        } catch (err) {
+          throw new Error(`effect "${name}": data is not JSON-serialisable (${redact(err)})`);
+        }
+        if (json === undefined) throw new Error(`effect "${name}": data is not JSON-serialisable (a function or a symbol)`);
+        effects.set(name, json);
       },
     };
     let timer: NodeJS.Timeout | undefined;
@@ -438,6 +455,14 @@ export class InboxWorker {
     } finally {
       open = false;
       clearTimeout(timer);
+    }
+    if (failedQuery !== undefined) {
+      // A query failed and the handler went on as if it had not. PostgreSQL refuses everything
+      // after it until the savepoint is rolled back (the whole batch would fail); SQLite would
+      // keep the handler's other writes. On both: undo this handler's writes and fail it alone.
+      await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
+      await tx.query('RELEASE SAVEPOINT wi_handler');
+      throw new Error(`handler "${h.name}" went on after a failed query, so its writes are undone (use ON CONFLICT or a check rather than catching the error): ${redact(failedQuery)}`);
     }
     if (savepoint) await tx.query('RELEASE SAVEPOINT wi_handler');
     return effects;

@@ -385,6 +385,81 @@ describeEachStore('processing engine', (kind) => {
     expect(read).toEqual(['evt_misdeclared', true]);
   });
 
+  it("a route's own retry policy holds beyond its endpoint's: a forward allowed 5 attempts gets 5, though the endpoint allows 2", async () => {
+    await dest.start();
+    const port = dest.port;
+    await dest.stop(); // closed: every forward fails with a connection error
+    app = await startTestApp(kind, {
+      ...FAST_WORKERS,
+      destinations: [{ id: 'orders-api', type: 'http', url: `http://127.0.0.1:${port}/hooks`, secret: FORWARD_SECRET, timeoutMs: 500 }],
+      endpoints: [endpoint({ retry: { baseMs: 10, capMs: 20, maxAttempts: 2 }, routes: [{ events: ['*'], destination: 'orders-api', retry: { baseMs: 10, capMs: 20, maxAttempts: 5 } }] })],
+    }, {}, { workers: true });
+    const id = (await send('evt_route_retry')).json().inbox_id;
+    const failed = await waitFor(() => app!.store.getEvent(id).then((e) => (e?.status === 'FAILED' ? e : null)), 10_000, 'FAILED');
+    expect(failed).toMatchObject({ failureReason: 'retries_exhausted', attemptCount: 5 });
+    expect(failed.lastError).not.toContain('earlier attempts did not finish');
+  });
+
+  it('an effect executor throwing a value with no string form is retried and FAILED after maxAttempts, not left PROCESSING', async () => {
+    const handlers = new HandlerRegistry()
+      .on('payment_intent.succeeded', (_event, ctx) => ctx.effect('odd', {}))
+      .effect('odd', () => {
+        throw Object.create(null);
+      });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    const id = (await send('evt_odd_effect')).json().inbox_id;
+    const effect = await waitFor(async () => (await app!.store.listEffects(id)).find((e) => e.status === 'FAILED') ?? null, 10_000, 'effect FAILED');
+    expect(effect).toMatchObject({ failureReason: 'retries_exhausted', attemptCount: 3 });
+  });
+
+  it('handler mistakes fail only their own event, on both stores: a caught failed query, effect data that is not JSON, a thrown value with no string form', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    await userTable();
+    await app.store.transaction((tx) => tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), ['taken', 0]));
+    const ids = ['evt_ok', 'evt_swallow', 'evt_bigint', 'evt_weird'];
+    const inboxIds = new Map<string, string>();
+    for (const id of ids) inboxIds.set(id, (await send(id)).json().inbox_id);
+    const effectData: unknown[] = [];
+    const handlers = new HandlerRegistry()
+      .on('payment_intent.succeeded', async (event, ctx) => {
+        const id = event.providerEventId;
+        if (id === 'evt_weird') throw Object.create(null); // String() of it throws
+        await ctx.tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), [id, event.attempt]);
+        if (id === 'evt_swallow') {
+          // "Insert, ignore the duplicate" by catching: PostgreSQL cannot go on after it.
+          await ctx.tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), ['taken', 1]).catch(() => undefined);
+        }
+        if (id === 'evt_bigint') ctx.effect('charge', { amount: event.attempt === 1 ? 10n : '10' });
+      })
+      .effect('charge', (data) => void effectData.push(data));
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 }, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const final = async (id: string) => waitFor(async () => {
+        const ev = await app!.store.getEvent(inboxIds.get(id)!);
+        return ev?.status === 'PROCESSED' || ev?.status === 'FAILED' ? ev : null;
+      }, 10_000, `${id} terminal`);
+      expect(await final('evt_ok')).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+      const swallow = await final('evt_swallow');
+      expect(swallow).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted', attemptCount: 3 });
+      expect(swallow.lastError).toContain('went on after a failed query');
+      const bigint = await final('evt_bigint');
+      expect(bigint).toMatchObject({ status: 'PROCESSED', attemptCount: 2 });
+      const weird = await final('evt_weird');
+      expect(weird).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted', attemptCount: 3 });
+      expect(weird.lastError).toContain('(a thrown value with no string form)');
+      await waitFor(async () => (await app!.store.listEffects(inboxIds.get('evt_bigint')!))[0]?.status === 'DONE', 5000, 'effect DONE');
+    } finally {
+      await workers.stop();
+    }
+    // The effect recorded with data that is not JSON made no row: only attempt 2's ran.
+    expect(effectData).toEqual([{ amount: '10' }]);
+    expect(await app.store.listEffects(inboxIds.get('evt_bigint')!)).toHaveLength(1);
+    // evt_swallow's own write was undone every time; the others kept theirs (evt_bigint's from attempt 2).
+    const rows = await app.store.transaction((tx) => tx.query<{ event_id: string; amount: number | string }>('SELECT event_id, amount FROM paid_orders ORDER BY event_id'));
+    expect(rows.map((r) => [r.event_id, Number(r.amount)])).toEqual([['evt_bigint', 2], ['evt_ok', 1], ['taken', 0]]);
+  });
+
   it('in one batch, failing handlers roll back only their own writes: the other events commit at their first attempt', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     await userTable();
