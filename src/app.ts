@@ -49,8 +49,14 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const keyring = new KeyRing(config, opts.env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; affected endpoints answer 503 until it loads');
   const store = opts.store ?? openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
+  // A start that fails from here on (migration, a port in use) closes what it opened: the store's
+  // thread and pools would otherwise keep the process alive, not listening, for good.
+  const abandon = async (err: unknown): Promise<never> => {
+    if (!opts.store) await store.close().catch(() => undefined);
+    throw err;
+  };
   if (opts.migrate ?? true) {
-    const applied = await store.migrate();
+    const applied = await store.migrate().catch(abandon);
     if (applied.length) log.info({ applied }, 'migrations applied');
   }
   // Connections and statements are made before the first request, not by it (a restart under load).
@@ -107,6 +113,12 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.listen.port, config.listen.host, () => resolve());
+  }).catch(async (err: unknown) => {
+    clearInterval(retry);
+    metrics.stop();
+    await lane?.close();
+    await engine.stop().catch(() => undefined); // not started: only its destinations' connections
+    return abandon(err);
   });
   if (workersRun) engine.start();
   const addr = server.address() as AddressInfo;

@@ -92,7 +92,7 @@ export function runRetry(configFile: string, inboxId: string): Promise<number> {
 export const REQUEUE_CLASSES: Record<string, readonly string[]> = { technical: TECHNICAL_REASONS };
 
 export function runRequeue(configFile: string, reasonClass: string): Promise<number> {
-  const reasons = REQUEUE_CLASSES[reasonClass];
+  const reasons = Object.hasOwn(REQUEUE_CLASSES, reasonClass) ? REQUEUE_CLASSES[reasonClass] : undefined;
   if (!reasons) {
     console.error(`webhook-inbox requeue: --reason must be one of: ${Object.keys(REQUEUE_CLASSES).join(', ')} (needs-decision failures are retried one by one with "retry")`);
     return Promise.resolve(2);

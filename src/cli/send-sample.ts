@@ -3,17 +3,21 @@ import { loadConfigFile } from '../config/load.js';
 import { ConfigError } from '../errors.js';
 import { resolveSecret } from '../config/secrets.js';
 
-/** Signs the adapter's sample event with the endpoint's first secret and POSTs it. */
+/** Signs the adapter's sample event with the endpoint's first secret not yet retired and POSTs it. */
 export async function runSendSample(configFile: string, endpointId: string, baseUrl?: string): Promise<number> {
   const config = loadConfigFile(configFile);
   const ep = config.endpoints.find((e) => e.id === endpointId);
   if (!ep) throw new ConfigError('endpoints', `no endpoint with id "${endpointId}" (have: ${config.endpoints.map((e) => e.id).join(', ')})`);
   // An unsigned endpoint (Mollie classic) has no secret: its sample goes out as is.
-  const secret = ep.secrets[0] ? resolveSecret(ep.secrets[0].ref) : '';
+  const now = Date.now();
+  const version = ep.secrets.find((s) => s.retireAtMs === undefined || now < s.retireAtMs);
+  if (ep.secrets.length > 0 && !version) throw new ConfigError(`endpoints[${config.endpoints.indexOf(ep)}].secrets`, 'every version is retired: nothing could sign a sample the endpoint accepts');
+  const secret = version ? resolveSecret(version.ref) : '';
   const sample = ep.adapter.sample(randomBytes(6).toString('hex'));
   const body = ep.adapter.signBody ? ep.adapter.signBody(sample.body, secret) : sample.body;
   const headers = { ...sample.headers, ...ep.adapter.sign(body, secret, sample.signOptions) };
-  const url = `${baseUrl ?? `http://${config.listen.host}:${config.listen.port}`}/webhooks/${ep.id}`;
+  const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host; // IPv6
+  const url = `${baseUrl ?? `http://${host}:${config.listen.port}`}/webhooks/${ep.id}`;
   const res = await fetch(url, { method: 'POST', headers, body });
   console.log(`POST ${url} → ${res.status}\n${await res.text()}`);
   return res.ok ? 0 : 1;

@@ -14,7 +14,8 @@ export function child(path: string, key: string | number): string {
 export function asObject(v: unknown, path: string, allowed: readonly string[]): Obj {
   if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new ConfigError(path || '(root)', 'must be an object');
   for (const k of Object.keys(v)) {
-    if (!allowed.includes(k)) throw new ConfigError(child(path, k), `unknown key (allowed: ${allowed.join(', ')})`);
+    // A long "key" is more likely a value in the wrong place (a secret, say) than a typo: not echoed.
+    if (!allowed.includes(k)) throw new ConfigError(child(path, k.length <= 32 ? k : `(a ${k.length}-character key)`), `unknown key (allowed: ${allowed.join(', ') || 'none'})`);
   }
   return v as Obj;
 }

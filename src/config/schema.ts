@@ -68,6 +68,23 @@ export interface Config {
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+
+const INSTANT_RE = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/i;
+
+/**
+ * An exact instant, or null: RFC 3339 with its offset (a local time would depend on the server's
+ * zone), and fields that exist (Date.parse rolls 2026-02-30 over to March 2, and takes "1" or
+ * "Dec 31 2026").
+ */
+function parseInstant(s: string): number | null {
+  const m = INSTANT_RE.exec(s);
+  if (!m) return null;
+  const [y, mo, d, h, mi, sec] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  const day = new Date(Date.UTC(y, mo - 1, d));
+  if (day.getUTCMonth() !== mo - 1 || day.getUTCDate() !== d || h > 23 || mi > 59 || sec > 59) return null;
+  const ms = Date.parse(s);
+  return Number.isNaN(ms) ? null : ms;
+}
 const TOP_KEYS = ['listen', 'database', 'payloadKeys', 'endpoints', 'limits', 'groupCommit', 'log', 'destinations', 'workers', 'retry'] as const;
 const ENDPOINT_KEYS = ['id', 'provider', 'secrets', 'events', 'toleranceSeconds', 'maxBodyBytes', 'rateLimit', 'options', 'routes', 'retry'] as const;
 
@@ -76,7 +93,7 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
   const id = reqString(o, 'id', path);
   if (!ID_RE.test(id)) throw new ConfigError(child(path, 'id'), 'must be 1-64 characters of A-Z a-z 0-9 _ . - (it becomes the URL path)');
   const provider = reqString(o, 'provider', path);
-  const factory = PROVIDERS[provider];
+  const factory = Object.hasOwn(PROVIDERS, provider) ? PROVIDERS[provider] : undefined;
   if (!factory) throw new ConfigError(child(path, 'provider'), `unknown provider "${provider}" (known: ${Object.keys(PROVIDERS).join(', ')})`);
   const options = o.options === undefined ? undefined : asObject(o.options, child(path, 'options'), Object.keys(o.options as Obj));
   const adapter = factory(options, child(path, 'options'));
@@ -93,8 +110,8 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
     if (versions.has(version)) throw new ConfigError(child(p, 'version'), `duplicate version "${version}"`);
     versions.add(version);
     const retireAt = optString(so, 'retireAt', p);
-    const retireAtMs = retireAt === undefined ? undefined : Date.parse(retireAt);
-    if (retireAtMs !== undefined && Number.isNaN(retireAtMs)) throw new ConfigError(child(p, 'retireAt'), 'must be an ISO-8601 date-time');
+    const retireAtMs = retireAt === undefined ? undefined : parseInstant(retireAt);
+    if (retireAtMs === null) throw new ConfigError(child(p, 'retireAt'), 'must be an RFC 3339 date-time with Z or an offset, e.g. 2026-12-31T00:00:00Z');
     return { version, ref: parseSecretRef(so.value, child(p, 'value')), retireAtMs };
   });
 

@@ -5,6 +5,7 @@ import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { isJsonBytes, parseForm } from './form.js';
 import { envelope, jsonFields, idString, requireEventId, requireEventType } from './json.js';
+import { asObject } from '../config/read.js';
 
 /**
  * GitHub: `X-Hub-Signature-256: sha256=<hex>` = HMAC-SHA256(secret, raw body). Nothing else is
@@ -67,4 +68,5 @@ const adapter: ProviderAdapter = {
   },
 };
 
-export const createGithub: AdapterFactory = () => adapter;
+/** Takes no options: any key under `options` is a config error, as everywhere else. */
+export const createGithub: AdapterFactory = (options, path) => (asObject(options ?? {}, path, []), adapter);

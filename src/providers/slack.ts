@@ -5,6 +5,7 @@ import { IngressError } from '../errors.js';
 import { formObject, isJsonBytes } from './form.js';
 import type { AcceptedEvent, AdapterFactory, ProviderAdapter, Reply, RequestView, SignatureMetadata } from './contract.js';
 import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+import { asObject } from '../config/read.js';
 
 /**
  * Slack: `X-Slack-Signature: v0=<hex>` = HMAC-SHA256(signing secret as UTF-8, `v0:${ts}:${raw}`),
@@ -206,4 +207,5 @@ const adapter: ProviderAdapter = {
   },
 };
 
-export const createSlack: AdapterFactory = () => adapter;
+/** Takes no options: any key under `options` is a config error, as everywhere else. */
+export const createSlack: AdapterFactory = (options, path) => (asObject(options ?? {}, path, []), adapter);

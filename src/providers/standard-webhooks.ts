@@ -4,6 +4,7 @@ import { hmac, matchHmac, decodeBase64, type TrustedKey } from '../crypto/hmac.j
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { envelope, jsonFields, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+import { asObject } from '../config/read.js';
 
 /**
  * Standard Webhooks (Svix and others): `webhook-id`, `webhook-timestamp`,
@@ -225,4 +226,5 @@ const adapter: ProviderAdapter = {
   },
 };
 
-export const createStandardWebhooks: AdapterFactory = () => adapter;
+/** Takes no options: any key under `options` is a config error, as everywhere else. */
+export const createStandardWebhooks: AdapterFactory = (options, path) => (asObject(options ?? {}, path, []), adapter);

@@ -3,6 +3,7 @@ import { hmac, matchHmac } from '../crypto/hmac.js';
 import { timestampedDigests } from './signature.js';
 import type { AdapterFactory, ProviderAdapter, SignatureMetadata } from './contract.js';
 import { jsonEnvelope } from './json.js';
+import { asObject } from '../config/read.js';
 
 /**
  * Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…][,v0=…]`, HMAC-SHA256 over
@@ -52,4 +53,5 @@ const adapter: ProviderAdapter = {
   },
 };
 
-export const createStripe: AdapterFactory = () => adapter;
+/** Takes no options: any key under `options` is a config error, as everywhere else. */
+export const createStripe: AdapterFactory = (options, path) => (asObject(options ?? {}, path, []), adapter);

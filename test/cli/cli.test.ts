@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -60,12 +61,28 @@ describe('webhook-inbox CLI', () => {
     expect(run(['migrate', '--config', file]).out).toContain('schema is up to date');
   });
 
+  it('serve on a port already in use exits with the error instead of hanging with its store open', async () => {
+    const taken = createServer();
+    await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
+    try {
+      const file = join(dir, 'taken.yaml');
+      writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, 'taken.db')}`, { listen: { host: '127.0.0.1', port: (taken.address() as AddressInfo).port } })));
+      const r = spawnSync(process.execPath, [CLI, 'serve', '--config', file], { encoding: 'utf8', timeout: 20_000 });
+      expect(r.signal, 'still running after 20 s').toBeNull();
+      expect(r.status).not.toBe(0);
+      expect(r.stderr).toContain('EADDRINUSE');
+    } finally {
+      taken.close();
+    }
+  });
+
   it('serve + send-sample: the sample event of every adapter that can sign is signed correctly and accepted', async () => {
     const file = join(dir, 's.yaml');
     const secret = (value: string) => [{ version: 'v1', value }];
     const doc = configDoc(`sqlite:${join(dir, 's.db')}`, {
       endpoints: [
-        { id: 'stripe', provider: 'stripe', secrets: secret('whsec_cli') },
+        // The first version listed is retired: the sample must be signed with the one still trusted.
+        { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v0', value: 'whsec_old', retireAt: '2020-01-01T00:00:00Z' }, { version: 'v1', value: 'whsec_cli' }] },
         { id: 'gh', provider: 'github', secrets: secret('gh-secret') },
         { id: 'sw', provider: 'standard-webhooks', secrets: secret('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw') },
         { id: 'adyen', provider: 'adyen', secrets: secret('DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00') },

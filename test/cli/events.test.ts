@@ -286,6 +286,10 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     const r = await cli(['requeue', '--config', config, '--reason', 'bogus']);
     expect(r.code).toBe(2);
     expect(r.err).toContain('--reason must be one of: technical');
+    for (const inherited of ['__proto__', 'constructor', 'toString']) {
+      const p = await cli(['requeue', '--config', config, '--reason', inherited]);
+      expect([p.code, p.err.includes('--reason must be one of: technical')], inherited).toEqual([2, true]);
+    }
     const none = await cli(['requeue', '--config', config]);
     expect(none.code).toBe(2);
     expect(none.err).toContain('--reason is required');

@@ -22,12 +22,16 @@ function errorOf(doc: unknown, env: NodeJS.ProcessEnv = {}): string {
 }
 
 describe('config validation names the bad path', () => {
-  it.each([
+  it.each<[string, unknown, RegExp]>([
     ['unknown top-level key', { ...base(), endpiont: [] }, /^endpiont: unknown key/],
     ['unknown provider', withEndpoint(stripeEp({ provider: 'strip' })), /^endpoints\[0\]\.provider: unknown provider "strip"/],
     ['bad endpoint id', withEndpoint(stripeEp({ id: 'a/b' })), /^endpoints\[0\]\.id: /],
     ['no secrets', withEndpoint(stripeEp({ secrets: [] })), /^endpoints\[0\]\.secrets: needs at least one/],
-    ['bad retireAt', withEndpoint(stripeEp({ secrets: [{ version: 'v1', value: 'whsec_a', retireAt: 'soon' }] })), /^endpoints\[0\]\.secrets\[0\]\.retireAt: must be an ISO-8601/],
+    ...['soon', '1', 'Dec 31 2026', '12/31/2026', '2026-02-30T00:00:00Z', '2026-12-31T24:00:00Z', '2026-12-31T00:00:00', '2026-12-31'].map((retireAt) =>
+      [`retireAt ${JSON.stringify(retireAt)}`, withEndpoint(stripeEp({ secrets: [{ version: 'v1', value: 'whsec_a', retireAt }] })), /^endpoints\[0\]\.secrets\[0\]\.retireAt: must be an RFC 3339 date-time with Z or an offset/] as [string, unknown, RegExp]),
+    ['a provider name that is an Object.prototype member', withEndpoint(stripeEp({ provider: 'constructor' })), /^endpoints\[0\]\.provider: unknown provider "constructor"/],
+    ['__proto__ as a provider', withEndpoint(stripeEp({ provider: '__proto__' })), /^endpoints\[0\]\.provider: unknown provider "__proto__"/],
+    ['options for a provider that takes none', withEndpoint(stripeEp({ options: { bogusKey: 1 } })), /^endpoints\[0\]\.options\.bogusKey: unknown key \(allowed: none\)/],
     ['duplicate secret version', withEndpoint(stripeEp({ secrets: [{ version: 'v1', value: 'whsec_a' }, { version: 'v1', value: 'whsec_b' }] })), /^endpoints\[0\]\.secrets\[1\]\.version: duplicate/],
     ['tolerance for a provider without timestamps', withEndpoint({ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 's' }], toleranceSeconds: 60 }), /^endpoints\[0\]\.toleranceSeconds: provider "github" signs no timestamp/],
     ['maxBodyBytes not an integer', withEndpoint(stripeEp({ maxBodyBytes: '1MB' })), /^endpoints\[0\]\.maxBodyBytes: must be an integer/],
@@ -49,6 +53,20 @@ describe('config validation names the bad path', () => {
 
   it('rejects a duplicate endpoint id', () => {
     expect(errorOf({ ...base(), endpoints: [stripeEp(), stripeEp()] })).toMatch(/^endpoints\[1\]\.id: duplicate endpoint id "ep"/);
+  });
+
+  it('retireAt is the exact instant written, with its offset', () => {
+    const at = (retireAt: string) => parseConfig(withEndpoint(stripeEp({ secrets: [{ version: 'v1', value: 'whsec_a', retireAt }] })), {}).endpoints[0]!.secrets[0]!.retireAtMs;
+    expect(at('2026-12-31T00:00:00Z')).toBe(Date.UTC(2026, 11, 31));
+    expect(at('2026-12-31T01:00:00+01:00')).toBe(Date.UTC(2026, 11, 31));
+    expect(at('2026-12-31T00:00:00.5z')).toBe(Date.UTC(2026, 11, 31) + 500);
+  });
+
+  it('a long unknown key (a value in the wrong place, e.g. a secret) is not echoed', () => {
+    const secret = 'whsec_TOPSECRETVALUE1234567890abcdefghij';
+    const message = errorOf(withEndpoint(stripeEp({ secrets: [{ version: 'v1', [secret]: null }] })));
+    expect(message).toMatch(/^endpoints\[0\]\.secrets\[0\]\.\(a 40-character key\): unknown key/);
+    expect(message).not.toContain('TOPSECRET');
   });
 
   it('DATABASE_URL overrides database, and a bad one is named', () => {
@@ -86,9 +104,23 @@ describe('config files', () => {
       .toEqual({ ...j, endpoints: j.endpoints.map((e) => ({ ...e, adapter: e.adapter.name })) });
   });
 
-  it('a syntax error names the file', () => {
+  it('a syntax error names the file and the place, never the text there (it may be an inline secret)', () => {
     writeFileSync(join(dir, 'bad.yaml'), 'listen: { host: [\n');
     expect(() => loadConfigFile(join(dir, 'bad.yaml'), {})).toThrow(/bad\.yaml: not valid YAML/);
+    const secretYaml = 'endpoints:\n  - id: ep\n    provider: stripe\n    secrets:\n      - { version: v1, value: "whsec_TOPSECRETVALUE123" }}\n';
+    writeFileSync(join(dir, 'secret.yaml'), secretYaml);
+    const yamlError = (() => { try { loadConfigFile(join(dir, 'secret.yaml'), {}); } catch (e) { return (e as Error).message; } return ''; })();
+    expect(yamlError).toMatch(/secret\.yaml: not valid YAML \(\w+\) at line 5, column \d+$/);
+    expect(yamlError).not.toContain('TOPSECRET');
+    writeFileSync(join(dir, 'dup.yaml'), 'endpoints:\n  - id: ep\n    secrets:\n      - version: v1\n        value: whsec_TOPSECRETVALUE123\n        value: whsec_TOPSECRETVALUE123\n');
+    expect(() => loadConfigFile(join(dir, 'dup.yaml'), {})).toThrow(/dup\.yaml: not valid YAML \(DUPLICATE_KEY\) at line 6/);
+    expect(() => loadConfigFile(join(dir, 'dup.yaml'), {})).not.toThrow(/TOPSECRET/);
+    writeFileSync(join(dir, 'secret.json'), '{"endpoints": [{"secrets": [\n  {"value":whsec_TOPSECRET}]}]}');
+    const jsonError = (() => { try { loadConfigFile(join(dir, 'secret.json'), {}); } catch (e) { return (e as Error).message; } return ''; })();
+    expect(jsonError).toMatch(/secret\.json: not valid JSON$/); // Node's message quotes the text and gives no position
+    expect(jsonError).not.toContain('TOPSECRET');
+    writeFileSync(join(dir, 'comma.json'), '{"listen": {\n  "port": 8080,\n}}');
+    expect(() => loadConfigFile(join(dir, 'comma.json'), {})).toThrow(/comma\.json: not valid JSON at line 3, column 1$/);
     expect(() => loadConfigFile(join(dir, 'missing.yaml'), {})).toThrow(/missing\.yaml: cannot read config file \(ENOENT\)/);
   });
 });
@@ -125,6 +157,19 @@ describe('secret references', () => {
       'payloadKeys.keys.k1: environment variable NO_SUCH_KEY is not set',
     ]);
     expect(ring.problems.join('\n')).not.toContain('not-a-whsec-value-xyz');
+  });
+
+  it.each(['${ENV:STRIPE_V2}', ' ${env:STRIPE_V2}', '${env:STRIPE_V2} ', 'pre${env:STRIPE_V2}', '${env:STRIPE_V2', '${vault:STRIPE_V2}', '${env:}', '${file:}'])(
+    'a reference written almost right (%j) is refused by path, never taken as the inline secret it spells',
+    (value) => {
+      const message = errorOf(withEndpoint(stripeEp({ secrets: [{ version: 'v1', value }] })), { STRIPE_V2: 'whsec_real' });
+      expect(message).toMatch(/^endpoints\[0\]\.secrets\[0\]\.value: is not a valid reference/);
+      expect(message).not.toContain('STRIPE_V2');
+    },
+  );
+
+  it('a payload key reference written almost right is refused the same way', () => {
+    expect(errorOf({ ...base(), payloadKeys: { current: 'k1', keys: { k1: '${env:KEY ' } } })).toMatch(/^payloadKeys\.keys\.k1: is not a valid reference/);
   });
 
   it('a payload key that is not 32 bytes of base64 is refused', () => {
