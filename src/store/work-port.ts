@@ -89,9 +89,11 @@ export interface StoreTx {
   /** The processed markers that exist for these events (every consumer). */
   processed(keys: readonly EventKey[]): Promise<ProcessedMarker[]>;
   /**
-   * The batch protocol's last step: inserts the markers (a duplicate throws: the PK is the
-   * guard), records the effects (a repeated idempotency key is ignored) and settles the rows
-   * (guarded by `owner`). Returns how many rows were settled.
+   * The batch protocol's last step: settles the rows (guarded by `owner`), then inserts the
+   * markers (a duplicate throws: the PK is the guard) and records the effects (a repeated
+   * idempotency key is ignored), none for a row whose settlement the guard refused. Returns how many rows were settled. In a
+   * begun transaction (a handler wrote), a row no longer leased throws LeaseLostError: the
+   * handlers' writes must not commit for an event another worker now owns.
    */
   finishBatch(owner: string, outcome: BatchOutcome): Promise<number>;
 }
@@ -217,4 +219,18 @@ export interface WorkStore {
   backlog(): Promise<BacklogStat[]>;
   /** Outbox: unpublished rows and the oldest one's created_at; effects by status. */
   queueStats(): Promise<QueueStats>;
+}
+
+/** A handler transaction's rows changed hands before it committed: it must roll back. */
+export class LeaseLostError extends Error {
+  constructor(lost: number, of: number) {
+    super(`${lost} of ${of} events changed hands (lease expired, another worker claimed them) before this batch committed; its writes are rolled back`);
+    this.name = 'LeaseLostError';
+  }
+}
+
+/** Throws LeaseLostError unless every settlement of `outcome` took effect. */
+export function assertStillLeased(settled: number, outcome: BatchOutcome): void {
+  const of = outcome.settlements.length;
+  if (settled < of) throw new LeaseLostError(of - settled, of);
 }

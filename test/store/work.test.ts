@@ -152,6 +152,40 @@ describeEachStore('work store', (kind) => {
       expect((await store.getEvent(r.inboxId))!).toMatchObject({ status: 'PROCESSING', attemptCount: 2, handlerVersion: null });
     });
 
+    it('fencing: after a takeover the old owner commits nothing: its handler writes, markers and effects roll back (LeaseLostError), and without writes its markers and effects are not written', async () => {
+      const r = at('evt_fence', 0);
+      await accept(r);
+      await store.transaction((tx) => tx.query('CREATE TABLE ledger (who TEXT NOT NULL)'));
+      await store.claimInbox(1, 'old', 1000, T);
+      const [taken] = await store.claimInbox(1, 'new', 1000, T + 1001); // the old lease expired
+      expect(taken).toMatchObject({ inboxId: r.inboxId, leaseOwner: 'new' });
+      const outcome = (who: string): BatchOutcome => ({
+        markers: [marker(r, 'handler:ledger', 'h1', T + 1002)],
+        effects: [effect(r.inboxId, `${who}-mail`, T + 1002)],
+        settlements: [{ inboxId: r.inboxId, s: processed(T + 1002) }],
+      });
+      // The old owner's handler wrote (the transaction is begun), then the batch finishes.
+      const stale = store.transaction(async (tx) => {
+        await tx.query(sql('INSERT INTO ledger (who) VALUES ($1)'), ['old']);
+        return finish(tx, 'old', outcome('old'));
+      });
+      await expect(stale).rejects.toThrow(/changed hands .* rolled back/);
+      // Without handler writes (one autocommit statement) nothing is written for the lost row either.
+      expect(await store.transaction((tx) => finish(tx, 'old', outcome('old')))).toBe(0);
+      expect(await isProcessed(keyOf(r), 'handler:ledger')).toBe(false);
+      expect(await store.listEffects(r.inboxId)).toEqual([]);
+      expect(await store.transaction((tx) => tx.query('SELECT who FROM ledger'))).toEqual([]);
+      // The new owner's run commits as usual.
+      expect(await store.transaction(async (tx) => {
+        await tx.query(sql('INSERT INTO ledger (who) VALUES ($1)'), ['new']);
+        return finish(tx, 'new', outcome('new'));
+      })).toBe(1);
+      expect(await isProcessed(keyOf(r), 'handler:ledger')).toBe(true);
+      expect((await store.listEffects(r.inboxId)).map((e) => e.name)).toEqual(['new-mail']);
+      expect(await store.transaction((tx) => tx.query('SELECT who FROM ledger'))).toEqual([{ who: 'new' }]);
+      expect(await store.getEvent(r.inboxId)).toMatchObject({ status: 'PROCESSED' });
+    });
+
     it('extendInboxLeases pushes the lease out for its owner only', async () => {
       const r = at('evt_extend', 0), other = at('evt_other', 1);
       await accept(r, other);

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
-import type { BatchOutcome, EventKey, ProcessedMarker, Row, StoreTx } from '../work-port.js';
+import { assertStillLeased, type BatchOutcome, type EventKey, type ProcessedMarker, type Row, type StoreTx } from '../work-port.js';
 import * as W from './work-sql.js';
 
 /**
@@ -121,6 +121,8 @@ export class PgTx implements StoreTx {
     const wasOpen = this.open;
     const r = await this.runHere<{ settled: number }>(W.FINISH_BATCH, W.finishBatchValues(owner, outcome));
     if (!wasOpen) this.finished = true;
-    return r.rows[0]!.settled;
+    const settled = r.rows[0]!.settled;
+    if (wasOpen) assertStillLeased(settled, outcome);
+    return settled;
   }
 }

@@ -157,27 +157,31 @@ export const PROCESSED_FOR_EVENTS = planned(`
  * Arrays are parallel columns; times are epoch ms. Returns the number of rows settled.
  */
 export const FINISH_BATCH = planned(`
-  WITH markers AS (
-    INSERT INTO processed_events (provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, processed_at)
-    SELECT m.provider, m.endpoint_id, m.provider_event_id, m.consumer, m.inbox_id, m.handler_version, ${ts('m.at')}
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::float8[])
-      AS m(provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, at)
-  ),
-  effects AS (
-    INSERT INTO webhook_effects (effect_id, inbox_id, name, idempotency_key, data, next_attempt_at, created_at)
-    SELECT e.effect_id, e.inbox_id, e.name, e.idempotency_key, e.data, ${ts('e.at')}, ${ts('e.at')}
-    FROM unnest($8::uuid[], $9::uuid[], $10::text[], $11::text[], $12::text[], $13::float8[])
-      AS e(effect_id, inbox_id, name, idempotency_key, data, at)
-    ON CONFLICT (idempotency_key) DO NOTHING
-  ),
-  settled AS (
+  WITH settled AS (
     UPDATE webhook_inbox w SET status = s.status, next_attempt_at = ${ts('s.next_at')}, lease_owner = NULL, lease_until = NULL,
       last_error = COALESCE(s.error, w.last_error), failure_reason = s.reason,
       handler_version = COALESCE(s.handler_version, w.handler_version), processed_at = COALESCE(${ts('s.processed_at')}, w.processed_at)
     FROM unnest($14::uuid[], $15::text[], $16::float8[], $17::text[], $18::text[], $19::text[], $20::float8[])
       AS s(inbox_id, status, next_at, error, reason, handler_version, processed_at)
     WHERE w.inbox_id = s.inbox_id AND w.lease_owner = $21 AND w.status = 'PROCESSING'
-    RETURNING 1
+    RETURNING w.inbox_id
+  ),
+  -- No marker or effect for a row whose settlement the lease guard refused: the guarded UPDATE is
+  -- the fence (its row lock, or a takeover already committed, decides).
+  markers AS (
+    INSERT INTO processed_events (provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, processed_at)
+    SELECT m.provider, m.endpoint_id, m.provider_event_id, m.consumer, m.inbox_id, m.handler_version, ${ts('m.at')}
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::float8[])
+      AS m(provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, at)
+    WHERE m.inbox_id IN (SELECT inbox_id FROM settled) OR m.inbox_id <> ALL ($14::uuid[])
+  ),
+  effects AS (
+    INSERT INTO webhook_effects (effect_id, inbox_id, name, idempotency_key, data, next_attempt_at, created_at)
+    SELECT e.effect_id, e.inbox_id, e.name, e.idempotency_key, e.data, ${ts('e.at')}, ${ts('e.at')}
+    FROM unnest($8::uuid[], $9::uuid[], $10::text[], $11::text[], $12::text[], $13::float8[])
+      AS e(effect_id, inbox_id, name, idempotency_key, data, at)
+    WHERE e.inbox_id IN (SELECT inbox_id FROM settled) OR e.inbox_id <> ALL ($14::uuid[])
+    ON CONFLICT (idempotency_key) DO NOTHING
   )
   SELECT count(*)::int AS settled FROM settled`);
 

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { effectSettlementColumns, eventListLimit, outboxSettlementColumns, settlementColumns } from '../rows.js';
-import type { BatchOutcome, EffectSettlement, EventFilter, EventKey, OutboxSettle, ProcessedMarker } from '../work-port.js';
+import { assertStillLeased, type BatchOutcome, type EffectSettlement, type EventFilter, type EventKey, type OutboxSettle, type ProcessedMarker } from '../work-port.js';
 import * as W from './work-sql.js';
 
 /** A writer-thread operation: one message in, one structured-clonable answer out. */
@@ -51,11 +51,18 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     }
     return out;
   };
+  /** Settles first: no marker or effect for a row whose settlement the lease guard refused (the fence). */
   const finishBatch = (a: { owner: string; outcome: BatchOutcome }) => {
-    for (const m of a.outcome.markers) st(W.MARK_PROCESSED).run(m.provider, m.endpointId, m.providerEventId, m.consumer, m.inboxId, m.handlerVersion, m.nowMs);
-    for (const e of a.outcome.effects) st(W.ADD_EFFECT).run(e);
+    const refused = new Set<string>();
     let settled = 0;
-    for (const x of a.outcome.settlements) settled += st(W.SETTLE_INBOX).run({ id: x.inboxId, owner: a.owner, ...settlementColumns(x.s) }).changes;
+    for (const x of a.outcome.settlements) {
+      if (st(W.SETTLE_INBOX).run({ id: x.inboxId, owner: a.owner, ...settlementColumns(x.s) }).changes === 1) settled++;
+      else refused.add(x.inboxId);
+    }
+    for (const m of a.outcome.markers) {
+      if (!refused.has(m.inboxId)) st(W.MARK_PROCESSED).run(m.provider, m.endpointId, m.providerEventId, m.consumer, m.inboxId, m.handlerVersion, m.nowMs);
+    }
+    for (const e of a.outcome.effects) if (!refused.has(e.inboxId)) st(W.ADD_EFFECT).run(e);
     return settled;
   };
   const finishBatchTx = db.transaction(finishBatch);
@@ -95,7 +102,12 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
   const inTx: Ops = {
     lockLeased,
     processed,
-    finishBatch,
+    // In a handler transaction: a row lost meanwhile means its handler's writes must not commit.
+    finishBatch: (a: { owner: string; outcome: BatchOutcome }) => {
+      const settled = finishBatch(a);
+      assertStillLeased(settled, a.outcome);
+      return settled;
+    },
   };
 
   return { free, inTx };
