@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
-import { KeyRing } from './crypto/keyring.js';
+import { KeyRing, retryUntilLoaded } from './crypto/keyring.js';
 import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
 import { OffloadLane, offloadThreshold } from './http/offload.js';
@@ -102,19 +102,13 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
   });
 
-  // Secrets that failed to load are retried: a late secret mount heals without a restart.
-  const retry = setInterval(() => {
-    if (keyring.ready) return;
-    keyring.reload();
-    if (keyring.ready) log.info('all secrets loaded');
-  }, 10_000);
-  retry.unref();
+  const stopRetry = retryUntilLoaded(keyring, log);
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.listen.port, config.listen.host, () => resolve());
   }).catch(async (err: unknown) => {
-    clearInterval(retry);
+    stopRetry();
     metrics.stop();
     await lane?.close();
     await engine.stop().catch(() => undefined); // not started: only its destinations' connections
@@ -135,7 +129,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     log,
     close() {
       closing ??= (async () => {
-        clearInterval(retry);
+        stopRetry();
         metrics.stop();
         // Stop accepting; requests already in the pipeline finish (their commits are answered);
         // connections that linger past the grace period (stalled senders) are cut.

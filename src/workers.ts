@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
-import { KeyRing } from './crypto/keyring.js';
+import { KeyRing, retryUntilLoaded } from './crypto/keyring.js';
 import { Engine } from './engine/engine.js';
 import { HandlerRegistry } from './engine/handlers.js';
 import { createLogger } from './log.js';
@@ -11,14 +11,17 @@ import type { InboxStore } from './store/port.js';
 export interface RunningWorkers {
   readonly engine: Engine;
   readonly store: InboxStore;
+  /** Re-read on SIGHUP by `work`, and retried every 10 s while something is missing. */
+  readonly keyring: KeyRing;
   stop(): Promise<void>;
 }
 
 /** Workers without ingress (`webhook-inbox work`): scale processing apart from receiving. */
-export async function startWorkers(config: Config, opts: { handlers?: HandlerRegistry; env?: NodeJS.ProcessEnv; logger?: Logger; migrate?: boolean } = {}): Promise<RunningWorkers> {
+export async function startWorkers(config: Config, opts: { handlers?: HandlerRegistry; env?: NodeJS.ProcessEnv; logger?: Logger; migrate?: boolean; secretRetryMs?: number } = {}): Promise<RunningWorkers> {
   const log = opts.logger ?? createLogger(config.log.level);
   const keyring = new KeyRing(config, opts.env);
-  for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable');
+  for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
+  const stopRetry = retryUntilLoaded(keyring, log, opts.secretRetryMs);
   const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   if (opts.migrate ?? true) await store.migrate();
   const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: new Registry(), log, env: opts.env });
@@ -26,7 +29,9 @@ export async function startWorkers(config: Config, opts: { handlers?: HandlerReg
   return {
     engine,
     store,
+    keyring,
     async stop() {
+      stopRetry();
       await engine.stop();
       await store.close();
       log.flush();

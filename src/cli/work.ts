@@ -10,6 +10,11 @@ export async function runWork(configFile: string, handlersModule: string | undef
   const handlers = await loadHandlers(handlersModule);
   const w = await startWorkers(config, { handlers });
   console.error(`webhook-inbox workers running (${w.store.kind}, owner ${w.engine.owner}, ${handlers.size} handler(s))`);
+  // As `serve`: SIGHUP re-reads the secrets (without a handler it would end the process).
+  process.on('SIGHUP', () => {
+    w.keyring.reload();
+    console.error(w.keyring.problems.length ? `webhook-inbox: secrets reloaded; still unavailable: ${w.keyring.problems.join('; ')}` : 'webhook-inbox: secrets reloaded');
+  });
   await new Promise<void>((done) => {
     process.once('SIGINT', done);
     process.once('SIGTERM', done);

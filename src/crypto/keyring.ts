@@ -65,3 +65,17 @@ export class KeyRing {
     return this.problems.length === 0;
   }
 }
+
+/**
+ * Retries secrets that failed to load every `everyMs` until all load: a late secret mount heals
+ * without a restart (serve and work alike). Returns the stop function.
+ */
+export function retryUntilLoaded(keyring: KeyRing, log: { info(msg: string): void }, everyMs = 10_000): () => void {
+  const timer = setInterval(() => {
+    if (keyring.ready) return;
+    keyring.reload();
+    if (keyring.ready) log.info('all secrets loaded');
+  }, everyMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}

@@ -1,4 +1,5 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import { createServer, type AddressInfo } from 'node:net';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -59,6 +60,28 @@ describe('webhook-inbox CLI', () => {
     writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, 'm.db')}`)));
     expect(run(['migrate', '--config', file]).out).toContain('applied migrations: 1');
     expect(run(['migrate', '--config', file]).out).toContain('schema is up to date');
+  });
+
+  it('work: SIGHUP re-reads the secrets and the workers keep running (it used to end the process)', async () => {
+    const file = join(dir, 'work.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, 'work.db')}`)));
+    const child = spawn(process.execPath, [CLI, 'work', '--config', file], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr!.on('data', (c: Buffer) => { stderr += c.toString(); });
+    const until = async (text: string) => {
+      for (let i = 0; i < 100 && !stderr.includes(text); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(stderr).toContain(text);
+    };
+    try {
+      await until('workers running');
+      child.kill('SIGHUP');
+      await until('secrets reloaded');
+      expect(child.exitCode).toBeNull();
+    } finally {
+      child.kill('SIGTERM');
+    }
+    const [code] = child.exitCode !== null ? [child.exitCode] : await once(child, 'exit');
+    expect(code).toBe(0);
   });
 
   it('serve on a port already in use exits with the error instead of hanging with its store open', async () => {

@@ -5,7 +5,10 @@ import { startWorkers } from '../../src/workers.js';
 import { chunkByHandlers } from '../../src/engine/inbox-worker.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { NeedsDecisionError } from '../../src/engine/failure.js';
-import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { configDoc, PAYLOAD_KEY, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { DestinationServer, FAST_WORKERS, FORWARD_SECRET, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
@@ -383,6 +386,26 @@ describeEachStore('processing engine', (kind) => {
     expect(e.lastError).toBe('Error: this handler was registered with readsPayload: false, so event.payload and event.raw are not read for it');
     // The reader ran once (its marker made the retries skip it); the other never got a payload.
     expect(read).toEqual(['evt_misdeclared', true]);
+  });
+
+  it('a work process started before its payload key was mounted picks it up when it appears, and processes', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    const id = (await send('evt_late_key')).json().inbox_id;
+    const keyFile = join(mkdtempSync(join(tmpdir(), 'wi-late-key-')), 'payload-key');
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
+      expect((event.payload as { id: string }).id).toBe('evt_late_key');
+    });
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, payloadKeys: { current: 'k1', keys: { k1: `\${file:${keyFile}}` } }, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false, secretRetryMs: 100 });
+    try {
+      expect(workers.keyring.problems).toEqual([expect.stringMatching(/^payloadKeys\.keys\.k1: cannot read/)]);
+      await new Promise((r) => setTimeout(r, 300));
+      expect((await app.store.getEvent(id))?.status).toBe('PENDING'); // nothing can open its body yet
+      writeFileSync(keyFile, `${PAYLOAD_KEY}\n`);
+      await waitFor(() => app!.store.getEvent(id).then((e) => e?.status === 'PROCESSED'), 5000, 'PROCESSED once the key loads');
+    } finally {
+      await workers.stop();
+    }
   });
 
   it("a route's own retry policy holds beyond its endpoint's: a forward allowed 5 attempts gets 5, though the endpoint allows 2", async () => {
