@@ -1,7 +1,7 @@
 import type { EffectRow, EffectSettlement } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
-import { classify, FAILURE } from './failure.js';
+import { classify, FAILURE, RetryableError } from './failure.js';
 import type { HandlerRegistry } from './handlers.js';
 import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
@@ -48,8 +48,16 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
       const error = `attempt ${row.attemptCount} exceeds maxAttempts ${this.d.retry.maxAttempts} (earlier attempts did not finish)`;
       return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error, nowMs: this.now() } };
     }
+    let timer: NodeJS.Timeout | undefined;
     try {
-      await executor(JSON.parse(row.data), { idempotencyKey: row.idempotencyKey, inboxId: row.inboxId, attempt: row.attemptCount });
+      // Bounded as a handler is: by then the lease is gone, and a hung call must not hold its
+      // slot (effectsConcurrency) or the engine's stop for good. Its key makes a late success harmless.
+      await Promise.race([
+        Promise.resolve().then(() => executor(JSON.parse(row.data), { idempotencyKey: row.idempotencyKey, inboxId: row.inboxId, attempt: row.attemptCount })),
+        new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new RetryableError('effect_timeout', `effect "${row.name}" did not finish within ${this.d.leaseMs} ms`)), this.d.leaseMs);
+        }),
+      ]);
       return { result: 'success', reason: '', settlement: { status: 'DONE', nowMs: this.now() } };
     } catch (err) {
       const c = classify(err);
@@ -59,6 +67,8 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
         return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now } };
       }
       return { result: 'retry', reason: c.reason, settlement: { status: 'PENDING', nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, this.d.retry), error: c.message, nowMs: now } };
+    } finally {
+      clearTimeout(timer);
     }
   }
 }

@@ -423,6 +423,18 @@ describeEachStore('processing engine', (kind) => {
     expect(failed.lastError).not.toContain('earlier attempts did not finish');
   });
 
+  it('a hung effect executor is cut off after leaseMs and retried (effect_timeout): its slot does not stay taken', async () => {
+    let calls = 0;
+    const handlers = new HandlerRegistry()
+      .on('payment_intent.succeeded', (_event, ctx) => ctx.effect('notify', {}))
+      .effect('notify', () => (++calls === 1 ? new Promise<void>(() => undefined) : undefined)); // the first call never returns
+    app = await startTestApp(kind, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, leaseMs: 1000, effectsConcurrency: 1 } }, {}, { workers: true, handlers });
+    const id = (await send('evt_hung_effect')).json().inbox_id;
+    const done = await waitFor(async () => (await app!.store.listEffects(id)).find((e) => e.status === 'DONE') ?? null, 10_000, 'effect DONE');
+    expect(done.attemptCount).toBe(2);
+    expect(app.engine.metrics.effects.get(['retry', 'effect_timeout'])).toBe(1);
+  });
+
   it('an effect executor throwing a value with no string form is retried and FAILED after maxAttempts, not left PROCESSING', async () => {
     const handlers = new HandlerRegistry()
       .on('payment_intent.succeeded', (_event, ctx) => ctx.effect('odd', {}))
