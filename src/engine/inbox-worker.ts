@@ -170,9 +170,14 @@ export class InboxWorker {
     if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
     let effects = 0;
     for (const chunk of this.d.store.kind === 'postgres' ? chunkByHandlers(plans, MAX_HANDLERS_PER_TX) : [plans]) {
-      await this.d.store.transaction(async (tx) => {
-        effects += await this.settleBatch(tx, owner, chunk);
-      });
+      // A transaction that has run long enough settles what it has; the rest go in the next.
+      for (let rest = chunk; rest.length > 0;) {
+        await this.d.store.transaction(async (tx) => {
+          const r = await this.settleBatch(tx, owner, rest);
+          effects += r.effects;
+          rest = r.rest;
+        });
+      }
     }
     failpoint('worker.after-commit');
     this.record(plans);
@@ -358,8 +363,10 @@ export class InboxWorker {
    * done — each in a savepoint opened only if it touches the database — and write every
    * marker, effect and settlement in one round trip. Returns the number of effects recorded.
    */
-  private async settleBatch(tx: StoreTx, owner: string, plans: Plan[]): Promise<number> {
+  private async settleBatch(tx: StoreTx, owner: string, plans: Plan[]): Promise<{ effects: number; rest: Plan[] }> {
     const now = this.now();
+    const started = performance.now();
+    let rest: Plan[] = [];
     const owned = new Set(await tx.lockLeased(plans.map((p) => p.row.inboxId), owner));
     const live = plans.filter((p) => owned.has(p.row.inboxId));
     for (const p of plans) if (!owned.has(p.row.inboxId)) this.d.log.warn({ inboxId: p.row.inboxId }, 'lease lost before settling; another worker owns the event now');
@@ -368,7 +375,13 @@ export class InboxWorker {
     const markers: NewMarker[] = [];
     const effects: NewEffect[] = [];
     const settlements: { inboxId: string; s: Settlement }[] = [];
-    for (const p of live) {
+    for (const [i, p] of live.entries()) {
+      // A store that rolls back long transactions (SQLite holds its one writer meanwhile): past
+      // half that limit, settle what ran and leave the rest to the next transaction.
+      if (i > 0 && performance.now() - started > this.txBudgetMs) {
+        rest = live.slice(i);
+        break;
+      }
       const { row } = p;
       let s: Settlement;
       if (p.early) {
@@ -397,7 +410,17 @@ export class InboxWorker {
       p.settled = s;
     }
     if (settlements.length > 0) await tx.finishBatch(owner, { markers, effects, settlements });
-    return effects.length;
+    return { effects: effects.length, rest };
+  }
+
+  /** How long one settle transaction may run handlers (half the store's limit; none on PostgreSQL). */
+  private get txBudgetMs(): number {
+    return this.d.store.maxTxMs === undefined ? Infinity : this.d.store.maxTxMs / 2;
+  }
+
+  /** A handler's time limit: its lease, and within a store's transaction limit (see txBudgetMs). */
+  private get handlerTimeoutMs(): number {
+    return Math.min(this.d.leaseMs, this.txBudgetMs);
   }
 
   /** Runs one handler; its writes are undone if it throws. Returns the effects it recorded, as JSON. */
@@ -441,7 +464,8 @@ export class InboxWorker {
       await Promise.race([
         Promise.resolve().then(() => h.fn(event, ctx)),
         new Promise((_, reject) => {
-          timer = setTimeout(() => reject(new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${this.d.leaseMs} ms`)), this.d.leaseMs);
+          const limit = this.handlerTimeoutMs;
+          timer = setTimeout(() => reject(new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${limit} ms`)), limit);
         }),
       ]);
     } catch (err) {

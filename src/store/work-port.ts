@@ -179,6 +179,11 @@ export interface BacklogStat {
 
 export interface WorkStore {
   /**
+   * A handler transaction open longer than this is rolled back by the store (SQLite: it holds the
+   * one writer, accepts included); undefined = no such limit. The engine keeps under it.
+   */
+  readonly maxTxMs?: number;
+  /**
    * Calls fn when new inbox rows may be due: PostgreSQL LISTEN/NOTIFY (the accept statement
    * notifies `webhook_inbox`), so it works across processes; SQLite: after an accept commits
    * in this process. Best effort — the engine polls as a backstop. Returns an unsubscribe.

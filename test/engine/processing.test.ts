@@ -541,3 +541,39 @@ it('config: a route to an unknown destination names its path', async () => {
   const { parseConfig } = await import('../../src/config/schema.js');
   expect(() => parseConfig(configDoc('sqlite:/tmp/x.db', { endpoints: [endpoint({ routes: [{ destination: 'nope' }] })] }))).toThrow(/endpoints\[0\]\.routes\[0\]\.destination/);
 });
+
+it('SQLite: a batch whose handlers outlast the store\'s transaction limit settles in several transactions, and one handler too slow for it fails alone (handler_timeout)', async () => {
+  // txTimeoutMs 1000: settle transactions stay under 500 ms, and so does each handler.
+  const app = await startTestApp('sqlite', { ...FAST_WORKERS }, {}, { workers: false, urlSuffix: '?txTimeoutMs=1000' });
+  try {
+    await app.store.transaction((tx) => tx.query('CREATE TABLE paid_orders (event_id TEXT PRIMARY KEY)'));
+    const ids = [...Array.from({ length: 12 }, (_, i) => `evt_long_${i}`), 'evt_slow'];
+    const inboxIds = new Map<string, string>();
+    for (const id of ids) {
+      const body = stripeEvent(id, { size: 600 });
+      inboxIds.set(id, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id);
+    }
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      await ctx.tx.query('INSERT INTO paid_orders (event_id) VALUES (?)', [event.providerEventId]);
+      await new Promise((r) => setTimeout(r, event.providerEventId === 'evt_slow' ? 1500 : 150)); // 12 × 150 ms > 1 s
+    });
+    const config = parseConfig(configDoc(app.db.url + '?txTimeoutMs=1000', { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 }, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const terminal = (id: string) => waitFor(async () => {
+        const e = await app.store.getEvent(inboxIds.get(id)!);
+        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+      }, 20_000, `${id} terminal`);
+      for (const id of ids.slice(0, 12)) expect(await terminal(id), id).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+      const slow = await terminal('evt_slow');
+      expect(slow).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted' });
+      expect(slow.lastError).toContain('did not finish within 500 ms');
+    } finally {
+      await workers.stop();
+    }
+    const rows = await app.store.transaction((tx) => tx.query<{ n: number }>('SELECT count(*) AS n FROM paid_orders'));
+    expect(rows[0]!.n).toBe(12); // the slow one's write was undone each time
+  } finally {
+    await app.stop();
+  }
+});

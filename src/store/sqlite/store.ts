@@ -47,6 +47,10 @@ export class SqliteStore implements InboxStore {
   private watcher: NodeJS.Timeout | undefined;
   private closed = false;
 
+  get maxTxMs(): number {
+    return this.init.txTimeoutMs;
+  }
+
   constructor(readonly init: WorkerInit) {
     if (init.file !== ':memory:') mkdirSync(dirname(init.file), { recursive: true });
     // A crashed writer is replaced by the next call; requests it held were answered 503.
