@@ -91,7 +91,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       return metrics.registry.render();
     },
     notReady: async () => {
-      const problems = [...keyring.problems, ...engine.problems];
+      const problems = [...keyring.problems, ...engine.problems, ...allRetired(config, Date.now())];
       try {
         await store.ping();
       } catch (err) {
@@ -147,4 +147,12 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       return closing;
     },
   };
+}
+
+/** Endpoints whose every secret version has passed its retireAt: each request there is a 401. */
+function allRetired(config: Config, nowMs: number): string[] {
+  return config.endpoints.flatMap((e, i) =>
+    e.secrets.length > 0 && e.secrets.every((s) => s.retireAtMs !== undefined && nowMs >= s.retireAtMs)
+      ? [`endpoints[${i}].secrets: every version is retired (every request is refused)`]
+      : []);
 }

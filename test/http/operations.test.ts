@@ -37,6 +37,16 @@ describe('secrets unavailable → fail closed', () => {
     expect(ready.json().problems).toEqual(['endpoints[1].secrets[0].value: environment variable MISSING_SECRET is not set']);
   });
 
+  it('/readyz is not ready while every secret version of an endpoint is retired', async () => {
+    const t = await appWithLog({
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET, retireAt: '2020-01-01T00:00:00Z' }] }],
+    });
+    stops.push(t.stop);
+    const ready = await post(`${t.app.url}/readyz`, '', {}, 'GET');
+    expect(ready.status).toBe(503);
+    expect(ready.json().problems).toEqual(['endpoints[0].secrets: every version is retired (every request is refused)']);
+  });
+
   it('without the payload key nothing is accepted (no unencrypted fallback)', async () => {
     const t = await appWithLog({ payloadKeys: { current: 'k1', keys: { k1: '${env:MISSING_KEY}' } } });
     stops.push(t.stop);
