@@ -6,7 +6,8 @@ import { uuidv7 } from '../crypto/ids.js';
 import type { EngineMetrics } from '../metrics/engine.js';
 import type { InboxStore, StoredPayload } from '../store/port.js';
 import { logicalKey } from '../store/port.js';
-import type { ClaimedInbox, EventKey, NewEffect, NewMarker, ProcessedMarker, Settlement, StoreTx } from '../store/work-port.js';
+import { LeaseLostError, type ClaimedInbox, type EventKey, type NewEffect, type NewMarker, type ProcessedMarker, type Settlement, type StoreTx } from '../store/work-port.js';
+import { StorageUnavailableError } from '../errors.js';
 import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
@@ -169,14 +170,32 @@ export class InboxWorker {
     await this.deliverDirect(plans);
     if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
     let effects = 0;
+    const settle = async (some: Plan[]): Promise<Plan[]> => {
+      const r = await this.d.store.transaction((tx) => this.settleBatch(tx, owner, some));
+      effects += r.effects;
+      return r.rest;
+    };
     for (const chunk of this.d.store.kind === 'postgres' ? chunkByHandlers(plans, MAX_HANDLERS_PER_TX) : [plans]) {
       // A transaction that has run long enough settles what it has; the rest go in the next.
       for (let rest = chunk; rest.length > 0;) {
-        await this.d.store.transaction(async (tx) => {
-          const r = await this.settleBatch(tx, owner, rest);
-          effects += r.effects;
-          rest = r.rest;
-        });
+        const attempt = rest;
+        try {
+          rest = await settle(attempt);
+        } catch (err) {
+          if (attempt.length === 1 || err instanceof StorageUnavailableError || err instanceof LeaseLostError) throw err;
+          // One event's failure outside its handlers (a constraint or trigger of the store, a bug)
+          // must not fail the events beside it, attempt after attempt: each goes alone. Their
+          // handlers run again, their earlier writes having been rolled back with the rest.
+          this.d.log.warn({ err, events: attempt.length }, 'settle transaction failed; settling its events one at a time');
+          for (const p of attempt) {
+            p.settled = undefined;
+            await settle([p]).catch((e: unknown) => {
+              p.settled = undefined;
+              this.d.log.error({ err: e, inboxId: p.row.inboxId }, 'settling this event failed; it is retried when its lease expires');
+            });
+          }
+          rest = [];
+        }
       }
     }
     failpoint('worker.after-commit');

@@ -447,6 +447,35 @@ describeEachStore('processing engine', (kind) => {
     expect(effect).toMatchObject({ failureReason: 'retries_exhausted', attemptCount: 3 });
   });
 
+  it('a settle that fails for one event outside its handler (here a store trigger) does not fail the events beside it', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    await userTable();
+    const poison = kind === 'postgres'
+      ? ["CREATE FUNCTION poison() RETURNS trigger AS $$ BEGIN IF NEW.provider_event_id = 'evt_poison_marker' THEN RAISE EXCEPTION 'poisoned marker'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
+        'CREATE TRIGGER poison BEFORE INSERT ON processed_events FOR EACH ROW EXECUTE FUNCTION poison()']
+      : ["CREATE TRIGGER poison BEFORE INSERT ON processed_events WHEN NEW.provider_event_id = 'evt_poison_marker' BEGIN SELECT RAISE(ABORT, 'poisoned marker'); END"];
+    for (const s of poison) await app.store.transaction((tx) => tx.query(s));
+    const ids = ['evt_side_a', 'evt_poison_marker', 'evt_side_b'];
+    const inboxIds = new Map<string, string>();
+    for (const id of ids) inboxIds.set(id, (await send(id)).json().inbox_id);
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      await ctx.tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), [event.providerEventId, event.attempt]);
+    });
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 }, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      for (const id of ['evt_side_a', 'evt_side_b']) {
+        const e = await waitFor(() => app!.store.getEvent(inboxIds.get(id)!).then((x) => (x?.status === 'PROCESSED' ? x : null)), 10_000, `${id} PROCESSED`);
+        expect(e.attemptCount, id).toBe(1); // settled at their first attempt, though claimed with the poisoned one
+      }
+      expect((await app.store.getEvent(inboxIds.get('evt_poison_marker')!))?.status).toBe('PROCESSING'); // retried when its lease expires
+    } finally {
+      await workers.stop();
+    }
+    const rows = await app.store.transaction((tx) => tx.query<{ event_id: string }>('SELECT event_id FROM paid_orders ORDER BY event_id'));
+    expect(rows.map((r) => r.event_id)).toEqual(['evt_side_a', 'evt_side_b']);
+  });
+
   it('handler mistakes fail only their own event, on both stores: a caught failed query, effect data that is not JSON, a thrown value with no string form', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     await userTable();
