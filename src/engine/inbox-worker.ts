@@ -377,10 +377,11 @@ export class InboxWorker {
   }
 
   /**
-   * The batch protocol, in one transaction: lock the rows this claim still leases (a takeover
-   * cannot slip in before the end), look up their processed markers, run the handlers not yet
+   * The batch protocol, in one transaction: read the rows this claim still leases (the guarded
+   * settle at the end is the fence: finishBatch, LeaseLostError), look up their processed markers, run the handlers not yet
    * done — each in a savepoint opened only if it touches the database — and write every
-   * marker, effect and settlement in one round trip. Returns the number of effects recorded.
+   * marker, effect and settlement in one round trip. Returns the number of effects recorded, and
+   * the plans left for the next transaction (txBudgetMs).
    */
   private async settleBatch(tx: StoreTx, owner: string, plans: Plan[]): Promise<{ effects: number; rest: Plan[] }> {
     const now = this.now();
