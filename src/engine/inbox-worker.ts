@@ -450,19 +450,35 @@ export class InboxWorker {
     // The savepoint is opened lazily: a handler that never queries costs no round trip.
     let savepoint: Promise<unknown> | undefined;
     let failedQuery: unknown;
+    // Queries the handler started, awaited or not: all are done before its savepoint is released
+    // or rolled back, so none runs outside it (a forgotten await would otherwise commit a write
+    // of a handler that failed).
+    const inflight = new Set<Promise<unknown>>();
     const ctx = {
       tx: {
         kind: tx.kind,
-        query: async <R extends Record<string, unknown>>(sql: string, params?: readonly unknown[]) => {
-          // A handler that outlived its timeout must not write into whatever runs next.
-          if (!open) throw new Error('this transaction is over (the handler timed out)');
-          await (savepoint ??= tx.query('SAVEPOINT wi_handler'));
-          try {
-            return await tx.query<R>(sql, params);
-          } catch (err) {
+        query: <R extends Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<R[]> => {
+          // A handler that is over (it returned, threw or timed out) must not write into what runs
+          // next; a write refused so fails the handler, as a failed query does, rather than vanish.
+          const over = () => {
+            const err = new Error('this transaction is over (the handler finished or timed out)');
             failedQuery ??= err;
-            throw err;
-          }
+            return err;
+          };
+          const run = (async () => {
+            if (!open) throw over();
+            await (savepoint ??= tx.query('SAVEPOINT wi_handler'));
+            if (!open) throw over();
+            try {
+              return await tx.query<R>(sql, params);
+            } catch (err) {
+              failedQuery ??= err;
+              throw err;
+            }
+          })();
+          inflight.add(run);
+          void run.then(() => inflight.delete(run), () => inflight.delete(run));
+          return run;
         },
       },
       effect: (name: string, data: unknown) => {
@@ -489,7 +505,8 @@ export class InboxWorker {
         }),
       ]);
     } catch (err) {
-      open = false;
+      open = false; // a timed-out handler may still be running: no new writes
+      await Promise.allSettled([...inflight]);
       if (savepoint) {
         await savepoint.catch(() => undefined);
         await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
@@ -497,9 +514,11 @@ export class InboxWorker {
       }
       throw err;
     } finally {
-      open = false;
       clearTimeout(timer);
     }
+    // It returned: the writes it started finish inside its savepoint, then it is over.
+    while (inflight.size > 0) await Promise.allSettled([...inflight]);
+    open = false;
     if (failedQuery !== undefined) {
       // A query failed and the handler went on as if it had not. PostgreSQL refuses everything
       // after it until the savepoint is rolled back (the whole batch would fail); SQLite would

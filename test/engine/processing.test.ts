@@ -476,6 +476,56 @@ describeEachStore('processing engine', (kind) => {
     expect(rows.map((r) => r.event_id)).toEqual(['evt_side_a', 'evt_side_b']);
   });
 
+  it('a write the handler started but did not await is part of its savepoint: undone when the handler fails, kept when it succeeds', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    await app.store.transaction((tx) => tx.query('CREATE TABLE stray (attempt INTEGER NOT NULL)'));
+    const id = (await send('evt_stray')).json().inbox_id;
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event, ctx) => {
+      void ctx.tx.query(sql('INSERT INTO stray (attempt) VALUES ($1)'), [event.attempt]); // no await
+      if (event.attempt === 1) throw new Error('technical failure after starting a write');
+    });
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const e = await waitFor(() => app!.store.getEvent(id).then((x) => (x?.status === 'PROCESSED' ? x : null)), 10_000, 'PROCESSED');
+      expect(e.attemptCount).toBe(2);
+    } finally {
+      await workers.stop();
+    }
+    const rows = await app.store.transaction((tx) => tx.query<{ attempt: number | string }>('SELECT attempt FROM stray'));
+    expect(rows.map((r) => Number(r.attempt))).toEqual([2]);
+  });
+
+  it('a write the handler did not await that fails fails the handler, on both stores, and only that event', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    await userTable();
+    await app.store.transaction((tx) => tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), ['taken', 0]));
+    const ids = ['evt_fine_1', 'evt_stray_dup', 'evt_fine_2'];
+    const inboxIds = new Map<string, string>();
+    for (const id of ids) inboxIds.set(id, (await send(id)).json().inbox_id);
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      if (event.providerEventId === 'evt_stray_dup') {
+        void ctx.tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), ['taken', 1]); // no await: it fails later
+        return;
+      }
+      await ctx.tx.query(sql('INSERT INTO paid_orders (event_id, amount) VALUES ($1, $2)'), [event.providerEventId, event.attempt]);
+    });
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 }, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const terminal = (id: string) => waitFor(async () => {
+        const e = await app!.store.getEvent(inboxIds.get(id)!);
+        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+      }, 10_000, `${id} terminal`);
+      for (const id of ['evt_fine_1', 'evt_fine_2']) expect(await terminal(id), id).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+      const bad = await terminal('evt_stray_dup');
+      expect(bad).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted' });
+      expect(bad.lastError).toContain('went on after a failed query');
+    } finally {
+      await workers.stop();
+    }
+  });
+
   it('handler mistakes fail only their own event, on both stores: a caught failed query, effect data that is not JSON, a thrown value with no string form', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     await userTable();
