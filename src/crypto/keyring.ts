@@ -36,18 +36,21 @@ export class KeyRing {
         problems.push((err as Error).message);
       }
     }
+    // Without the current key nothing can be sealed: no cipher, and the ingress answers 503. An
+    // older key that cannot be read only stops the opening of payloads sealed under it (the
+    // workers retry those, payload_key_unavailable): accepts go on, and /readyz names it.
     let cipher: PayloadCipher | null = null;
-    try {
-      const keys = new Map<string, Buffer>();
-      for (const [id, ref] of this.config.payloadKeys.keys) {
+    const keys = new Map<string, Buffer>();
+    for (const [id, ref] of this.config.payloadKeys.keys) {
+      try {
         const key = decodeBase64(resolveSecret(ref, this.env));
         if (key === null || key.length !== 32) throw new SecretUnavailableError(ref.path, 'must be 32 bytes, base64-encoded (openssl rand -base64 32)');
         keys.set(id, key);
+      } catch (err) {
+        problems.push((err as Error).message);
       }
-      cipher = new PayloadCipher(keys, this.config.payloadKeys.current);
-    } catch (err) {
-      problems.push((err as Error).message);
     }
+    if (keys.has(this.config.payloadKeys.current)) cipher = new PayloadCipher(keys, this.config.payloadKeys.current);
     this.endpointKeys = endpointKeys;
     this.payloadCipher = cipher;
     this.problems = problems;

@@ -2,7 +2,7 @@ import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startTestApp, STRIPE_SECRET } from '../helpers/app.js';
+import { PAYLOAD_KEY, startTestApp, STRIPE_SECRET } from '../helpers/app.js';
 import { post } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 
@@ -55,6 +55,21 @@ describe('secrets unavailable → fail closed', () => {
     expect(r.status).toBe(503);
     expect(r.json().error).toBe('secrets_unavailable');
     expect((await t.app.store.countRows()).inbox).toBe(0);
+  });
+
+  it('an older payload key that cannot be read does not stop accepts (sealing needs only the current one); /readyz names it', async () => {
+    const t = await appWithLog({ payloadKeys: { current: 'k2', keys: { k1: '${env:MISSING_OLD_KEY}', k2: PAYLOAD_KEY } } });
+    stops.push(t.stop);
+    const body = stripeEvent('evt_oldkey');
+    const r = await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body));
+    expect(r.status, r.text).toBe(200);
+    const row = (await t.app.store.getInbox(r.json().inbox_id))!;
+    const sealed = (await t.app.store.getPayload(row.rawPayloadRef!))!;
+    expect(sealed.keyId).toBe('k2');
+    expect(t.app.keyring.cipher!.open(sealed, row).equals(body)).toBe(true);
+    const ready = await post(`${t.app.url}/readyz`, '', {}, 'GET');
+    expect(ready.status).toBe(503);
+    expect(ready.json().problems).toEqual(['payloadKeys.keys.k1: environment variable MISSING_OLD_KEY is not set']);
   });
 });
 
