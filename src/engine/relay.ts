@@ -44,21 +44,24 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
 
   private async publishOne({ row }: Claimed<OutboxClaim>): Promise<OutboxSettle> {
     const brokers = this.d.router.route(row.endpointId, row.eventType)?.brokers ?? [];
+    // A flag, not the error: a rejection without a reason (undefined) is still a failure.
+    let failed = false;
     let error: unknown;
     await Promise.all(brokers.map(async (t) => {
       try {
         await t.destination.deliver(row);
         this.d.metrics.relay.inc([t.destination.id, 'published']);
       } catch (err) {
-        error ??= err;
+        if (!failed) error = err;
+        failed = true;
         this.d.metrics.relay.inc([t.destination.id, 'failed']);
       }
     }));
-    if (error === undefined && brokers.length > 0) failpoint('relay.after-publish');
+    if (!failed && brokers.length > 0) failpoint('relay.after-publish');
     const now = this.now();
     return {
       outboxId: row.outboxId,
-      s: error === undefined
+      s: !failed
         ? { published: true, nowMs: now }
         : { published: false, nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, this.d.retry), error: redact(error), nowMs: now },
     };

@@ -1,13 +1,22 @@
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';
 import { connect as amqpConnect, type Channel, type ChannelModel } from 'amqplib';
+import pino from 'pino';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
+import { parseConfig } from '../../src/config/schema.js';
+import type { Destination } from '../../src/destinations/contract.js';
+import { OutboxRelay } from '../../src/engine/relay.js';
+import { Router } from '../../src/engine/routes.js';
+import { engineMetrics } from '../../src/metrics/engine.js';
+import { Registry } from '../../src/metrics/registry.js';
+import { openStore } from '../../src/store/open.js';
+import { record } from '../helpers/records.js';
+import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { AMQP_URL, drainQueue, NATS_URL, natsStreamMessages, uniqueName, type BrokerMessage } from '../helpers/destinations.js';
 import { FAST_WORKERS, scrapeMetrics, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
-import { describeEachStore } from '../helpers/stores.js';
+import { describeEachStore, freshDatabase } from '../helpers/stores.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 
 /**
@@ -189,4 +198,25 @@ describeEachStore('outbox relay (real NATS JetStream and RabbitMQ)', (kind) => {
       await proxy.stop();
     }
   });
+});
+
+it('a broker destination whose publish rejects without a reason (undefined) is a failure: the row stays unpublished, retried', async () => {
+  const db = await freshDatabase('sqlite');
+  const store = openStore(db.url);
+  try {
+    await store.migrate();
+    await store.acceptBatch([record('evt_no_reason')]);
+    const config = parseConfig(configDoc(db.url, { destinations: [{ id: 'bus', type: 'nats', url: NATS_URL, stream: 'unused', subject: 'unused' }], endpoints: [endpoint] }));
+    // The Destination contract, delivered as a broker client could reject it: no reason at all.
+    const silent: Destination = { id: 'bus', type: 'nats', deliver: () => Promise.reject(undefined), close: async () => undefined };
+    const relay = new OutboxRelay({
+      store, owner: 'relay', leaseMs: 1000, retry: config.retry, metrics: engineMetrics(new Registry()), log: pino({ level: 'silent' }),
+      router: new Router(config.endpoints, new Map([['bus', silent]])),
+    });
+    await relay.process(await relay.claim(10));
+    expect((await store.queueStats()).outboxUnpublished).toBe(1);
+  } finally {
+    await store.close();
+    await db.cleanup();
+  }
 });
