@@ -205,15 +205,17 @@ it('a broker destination whose publish rejects without a reason (undefined) is a
   const store = openStore(db.url);
   try {
     await store.migrate();
-    await store.acceptBatch([record('evt_no_reason')]);
+    await store.acceptBatch([record('evt_no_reason', undefined, { endpointId: 'stripe' })]);
     const config = parseConfig(configDoc(db.url, { destinations: [{ id: 'bus', type: 'nats', url: NATS_URL, stream: 'unused', subject: 'unused' }], endpoints: [endpoint] }));
     // The Destination contract, delivered as a broker client could reject it: no reason at all.
     const silent: Destination = { id: 'bus', type: 'nats', deliver: () => Promise.reject(undefined), close: async () => undefined };
     const relay = new OutboxRelay({
       store, owner: 'relay', leaseMs: 1000, retry: config.retry, metrics: engineMetrics(new Registry()), log: pino({ level: 'silent' }),
-      router: new Router(config.endpoints, new Map([['bus', silent]])),
+      router: new Router(config.endpoints, new Map([['bus', silent]])), now: () => 1_900_000_000_000, // past the record's receipt (helpers/records.ts)
     });
-    await relay.process(await relay.claim(10));
+    const claimed = await relay.claim(10);
+    expect(claimed).toHaveLength(1);
+    await relay.process(claimed);
     expect((await store.queueStats()).outboxUnpublished).toBe(1);
   } finally {
     await store.close();
