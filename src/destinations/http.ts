@@ -63,6 +63,9 @@ export class HttpDestination implements Destination {
     if (body === undefined) {
       throw new NeedsDecisionError(FAILURE.payloadUnavailable, `http destination "${this.id}": the raw payload of ${event.inboxId} is no longer stored`);
     }
+    // Signed once a connection slot is ours: a delivery queued behind slow ones must not arrive
+    // with a timestamp the receiver already finds stale.
+    await this.slots.reserve(1);
     const timestamp = Math.floor(Date.now() / 1000);
     const headers: Record<string, string> = {
       // Providers send JSON or a form (Twilio, Slack commands, Mollie classic); the bytes tell which.
@@ -76,7 +79,6 @@ export class HttpDestination implements Destination {
     if (this.authorization !== undefined) headers.authorization = this.authorization;
     if (event.verification === 'fetch-required') headers['webhook-inbox-verification'] = 'fetch-required';
 
-    await this.slots.reserve(1);
     // One deadline for the whole exchange: connect, headers and body.
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(), this.timeoutMs);

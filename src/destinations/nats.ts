@@ -75,7 +75,13 @@ export class NatsDestination implements Destination {
         await this.ensureStream(live);
         this.streamReady = true;
       }
-      await live.js.publish(natsSubject(this.config.subject, event), brokerMessage(event), { msgID: event.inboxId, timeout: timeoutMs });
+      const ack = await live.js.publish(natsSubject(this.config.subject, event), brokerMessage(event), { msgID: event.inboxId, timeout: timeoutMs });
+      // Only a stream's acknowledgement means stored: a plain service answering on the subject
+      // (no stream captures it) would otherwise pass for one.
+      if (typeof ack.stream !== 'string' || ack.stream === '' || typeof ack.seq !== 'number') {
+        this.streamReady = false; // ours may have been deleted: check (and add) it again next time
+        throw new RetryableError('no_stream', `nats destination "${this.id}": the answer on ${natsSubject(this.config.subject, event)} is not a JetStream acknowledgement`);
+      }
     } catch (err) {
       throw this.failure(err, live);
     }

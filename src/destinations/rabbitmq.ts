@@ -75,6 +75,9 @@ export class RabbitMqDestination implements Destination {
             ? new RetryableError('rabbitmq_nack', `${where}: the broker nacked the message`)
             : new RetryableError('rabbitmq_unavailable', `${where}: ${msg}`, { cause: err }));
         } else if (n > 0) {
+          // Our queue may have been deleted (an operator, an expiry policy): the next delivery opens
+          // a new channel, which declares and binds it again.
+          if (this.config.queue !== undefined) this.drop(live);
           reject(new RetryableError('unroutable', `${where}: no queue is bound for routing key "${routingKey}" on exchange "${this.config.exchange}"`));
         } else {
           resolve();

@@ -141,6 +141,19 @@ describe('http destination', () => {
     expect(new Set(received.map((r) => r.socket)).size).toBeLessThanOrEqual(3);
   });
 
+  it('a delivery waiting for a connection is signed when it gets one: its timestamp is fresh on arrival', async () => {
+    const ages: number[] = [];
+    handler = (req, res) => {
+      ages.push(Date.now() / 1000 - Number(req.headers['webhook-timestamp']));
+      setTimeout(() => res.end('ok'), 1100);
+    };
+    const d = destination({ maxConnections: 1, timeoutMs: 3000 });
+    await Promise.all(Array.from({ length: 3 }, (_, i) => d.deliver(event(`queued-${i}`))));
+    // The third waited ~2.2 s for the one connection; signed before waiting, it would arrive 2+ s old.
+    expect(ages).toHaveLength(3);
+    expect(Math.max(...ages)).toBeLessThan(1.5);
+  });
+
   it('sends Basic auth from credentials in the URL', async () => {
     const d = destination({ url: `http://user:p%40ss@${base.slice('http://'.length)}/auth` });
     await d.deliver(event());

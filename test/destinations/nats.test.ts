@@ -136,6 +136,19 @@ describe('nats destination (real JetStream)', () => {
     expect(err.reason).toBe('no_stream');
   });
 
+  it('a plain NATS service answering on a subject no stream captures is no_stream, not a PubAck', async () => {
+    const prefix = uniqueName('svc').toLowerCase();
+    const sub = nc.subscribe(`${prefix}.>`, { callback: (_err, m) => void m.respond(JSON.stringify({ ok: true })) });
+    try {
+      await nc.flush();
+      const d = destination({ subject: `${prefix}.{provider}`, timeoutMs: 2000 });
+      const err = await failureOf(d.deliver(deliveryEvent()));
+      expect(err.reason).toBe('no_stream');
+    } finally {
+      sub.unsubscribe();
+    }
+  });
+
   it('a NATS URL on a closed port is a retryable nats_unavailable, and a later delivery tries again', async () => {
     const d = destination({ url: `nats://127.0.0.1:${await closedPort()}`, timeoutMs: 1000 });
     const t0 = Date.now();

@@ -115,6 +115,17 @@ describe('rabbitmq destination (real broker)', () => {
     expect((await take(q)).fields.routingKey).toBe('nowhere.stripe');
   });
 
+  it('its queue deleted (an operator, an expiry policy): one delivery is unroutable, the next declares the queue again and lands', async () => {
+    const q = queueName();
+    const d = destination({ routingKey: q, queue: q });
+    await d.deliver(deliveryEvent());
+    await ch.deleteQueue(q);
+    expect((await failureOf(d.deliver(deliveryEvent()))).reason).toBe('unroutable');
+    const e = deliveryEvent();
+    await d.deliver(e);
+    expect((await take(q)).properties.messageId).toBe(e.inboxId);
+  });
+
   it('a broker nack is rabbitmq_nack', async () => {
     const q = queueName();
     // A queue that refuses every publish: with confirms, the broker answers basic.nack.
