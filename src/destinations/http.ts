@@ -66,25 +66,24 @@ export class HttpDestination implements Destination {
     // Signed once a connection slot is ours: a delivery queued behind slow ones must not arrive
     // with a timestamp the receiver already finds stale.
     await this.slots.reserve(1);
-    const timestamp = Math.floor(Date.now() / 1000);
-    const headers: Record<string, string> = {
-      // Providers send JSON or a form (Twilio, Slack commands, Mollie classic); the bytes tell which.
-      'content-type': isJsonBytes(body) ? 'application/json' : 'application/x-www-form-urlencoded',
-      'user-agent': 'webhook-inbox',
-      'idempotency-key': event.inboxId,
-      'webhook-id': event.inboxId,
-      'webhook-timestamp': String(timestamp),
-      'webhook-signature': signStandard(this.key, event.inboxId, timestamp, body),
-    };
-    if (this.authorization !== undefined) headers.authorization = this.authorization;
-    if (event.verification === 'fetch-required') headers['webhook-inbox-verification'] = 'fetch-required';
-
     // One deadline for the whole exchange: connect, headers and body.
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(), this.timeoutMs);
     let status: number;
     try {
       if (this.closed) throw closedError(this.type, this.id);
+      const timestamp = Math.floor(Date.now() / 1000);
+      const headers: Record<string, string> = {
+        // Providers send JSON or a form (Twilio, Slack commands, Mollie classic); the bytes tell which.
+        'content-type': isJsonBytes(body) ? 'application/json' : 'application/x-www-form-urlencoded',
+        'user-agent': 'webhook-inbox',
+        'idempotency-key': event.inboxId,
+        'webhook-id': event.inboxId,
+        'webhook-timestamp': String(timestamp),
+        'webhook-signature': signStandard(this.key, event.inboxId, timestamp, body),
+      };
+      if (this.authorization !== undefined) headers.authorization = this.authorization;
+      if (event.verification === 'fetch-required') headers['webhook-inbox-verification'] = 'fetch-required';
       const res = await this.pool.request({ path: this.path, method: 'POST', headers, body, signal: ac.signal });
       status = res.statusCode;
       // Drain (and discard) the answer so the socket goes back to the pool; never read into errors.
