@@ -1,3 +1,4 @@
+import { withDeadline } from '../deadline.js';
 import { RetryableError } from '../engine/failure.js';
 
 /** Raised by {@link withTimeout}; callers map it to the `timeout` reason. */
@@ -10,11 +11,7 @@ export class DeadlineExceeded extends Error {
  * to): a late answer is simply ignored, which at-least-once delivery tolerates.
  */
 export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new DeadlineExceeded(`${what} took longer than ${ms} ms`)), ms);
-  });
-  return Promise.race([p, deadline]).finally(() => clearTimeout(timer));
+  return withDeadline(p, ms, () => new DeadlineExceeded(`${what} took longer than ${ms} ms`));
 }
 
 /** The error message of `err` on one line, for an operator; never a payload. */

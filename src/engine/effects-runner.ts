@@ -1,3 +1,4 @@
+import { withDeadline } from '../deadline.js';
 import type { EffectRow, EffectSettlement } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
@@ -48,16 +49,14 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
       const error = `attempt ${row.attemptCount} exceeds maxAttempts ${this.d.retry.maxAttempts} (earlier attempts did not finish)`;
       return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error, nowMs: this.now() } };
     }
-    let timer: NodeJS.Timeout | undefined;
     try {
       // Bounded as a handler is: by then the lease is gone, and a hung call must not hold its
       // slot (effectsConcurrency) or the engine's stop for good. Its key makes a late success harmless.
-      await Promise.race([
+      await withDeadline(
         Promise.resolve().then(() => executor(JSON.parse(row.data), { idempotencyKey: row.idempotencyKey, inboxId: row.inboxId, attempt: row.attemptCount })),
-        new Promise((_, reject) => {
-          timer = setTimeout(() => reject(new RetryableError('effect_timeout', `effect "${row.name}" did not finish within ${this.d.leaseMs} ms`)), this.d.leaseMs);
-        }),
-      ]);
+        this.d.leaseMs,
+        () => new RetryableError('effect_timeout', `effect "${row.name}" did not finish within ${this.d.leaseMs} ms`),
+      );
       return { result: 'success', reason: '', settlement: { status: 'DONE', nowMs: this.now() } };
     } catch (err) {
       const c = classify(err);
@@ -67,8 +66,6 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
         return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now } };
       }
       return { result: 'retry', reason: c.reason, settlement: { status: 'PENDING', nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, this.d.retry), error: c.message, nowMs: now } };
-    } finally {
-      clearTimeout(timer);
     }
   }
 }

@@ -8,6 +8,7 @@ import type { InboxStore, StoredPayload } from '../store/port.js';
 import { logicalKey } from '../store/port.js';
 import { LeaseLostError, type ClaimedInbox, type EventKey, type NewEffect, type NewMarker, type ProcessedMarker, type Settlement, type StoreTx } from '../store/work-port.js';
 import { StorageUnavailableError } from '../errors.js';
+import { withDeadline } from '../deadline.js';
 import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
@@ -495,15 +496,10 @@ export class InboxWorker {
         effects.set(name, json);
       },
     };
-    let timer: NodeJS.Timeout | undefined;
+    const limit = this.handlerTimeoutMs;
     try {
-      await Promise.race([
-        Promise.resolve().then(() => h.fn(event, ctx)),
-        new Promise((_, reject) => {
-          const limit = this.handlerTimeoutMs;
-          timer = setTimeout(() => reject(new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${limit} ms`)), limit);
-        }),
-      ]);
+      await withDeadline(Promise.resolve().then(() => h.fn(event, ctx)), limit,
+        () => new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${limit} ms`));
     } catch (err) {
       open = false; // a timed-out handler may still be running: no new writes
       await Promise.allSettled([...inflight]);
@@ -513,8 +509,6 @@ export class InboxWorker {
         await tx.query('RELEASE SAVEPOINT wi_handler');
       }
       throw err;
-    } finally {
-      clearTimeout(timer);
     }
     // It returned: the writes it started finish inside its savepoint, then it is over.
     while (inflight.size > 0) await Promise.allSettled([...inflight]);

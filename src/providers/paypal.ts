@@ -8,6 +8,7 @@ import { child } from '../config/read.js';
 import { ConfigError, IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { jsonEnvelope } from './json.js';
+import { withDeadline } from '../deadline.js';
 
 /**
  * PayPal (REST webhooks): `PAYPAL-TRANSMISSION-SIG` = base64 RSA-SHA256 (PKCS#1 v1.5) over
@@ -207,14 +208,6 @@ export function createCertFetcher(opts: { dispatcher?: Dispatcher; timeoutMs?: n
 
 const defaultFetcher = createCertFetcher();
 
-/** Rejects after `ms` so a custom fetcher that never settles cannot hold a request forever. */
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error('timed out')), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
 
 /**
  * Signing certificates by URL: successes for CERT_TTL_MS (LRU, at most 32), failures for
@@ -254,7 +247,8 @@ export class CertificateCache {
   private async load(url: URL, nowMs: number): Promise<SigningCert> {
     let pem: Buffer;
     try {
-      pem = await withTimeout(this.fetcher(url), CERT_FETCH_TIMEOUT_MS + 1_000);
+      // Bounded, so a custom fetcher that never settles cannot hold a request forever.
+      pem = await withDeadline(this.fetcher(url), CERT_FETCH_TIMEOUT_MS + 1_000, () => new Error('timed out'));
       if (!Buffer.isBuffer(pem)) throw new Error('fetcher returned no bytes');
       if (pem.length > MAX_CERT_BYTES) throw new Error('too large');
     } catch {
