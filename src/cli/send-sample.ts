@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { loadConfigFile } from '../config/load.js';
 import { ConfigError } from '../errors.js';
 import { resolveSecret } from '../config/secrets.js';
+import { isRetired } from '../crypto/hmac.js';
 
 /** Signs the adapter's sample event with the endpoint's first secret not yet retired and POSTs it. */
 export async function runSendSample(configFile: string, endpointId: string, baseUrl?: string): Promise<number> {
@@ -10,7 +11,7 @@ export async function runSendSample(configFile: string, endpointId: string, base
   if (!ep) throw new ConfigError('endpoints', `no endpoint with id "${endpointId}" (have: ${config.endpoints.map((e) => e.id).join(', ')})`);
   // An unsigned endpoint (Mollie classic) has no secret: its sample goes out as is.
   const now = Date.now();
-  const version = ep.secrets.find((s) => s.retireAtMs === undefined || now < s.retireAtMs);
+  const version = ep.secrets.find((s) => !isRetired(s, now));
   if (ep.secrets.length > 0 && !version) throw new ConfigError(`endpoints[${config.endpoints.indexOf(ep)}].secrets`, 'every version is retired: nothing could sign a sample the endpoint accepts');
   const secret = version ? resolveSecret(version.ref) : '';
   const sample = ep.adapter.sample(randomBytes(6).toString('hex'));

@@ -10,6 +10,11 @@ export interface TrustedKey {
   readonly retireAtMs?: number | undefined;
 }
 
+/** Whether a secret version's `retireAt` has come: from then on it verifies nothing. */
+export function isRetired(v: { readonly retireAtMs?: number | undefined }, nowMs: number): boolean {
+  return v.retireAtMs !== undefined && nowMs >= v.retireAtMs;
+}
+
 /** HMAC over the concatenation of `parts`, without building the concatenation. */
 export function hmac(algorithm: HmacAlgorithm, key: Buffer, parts: readonly (Buffer | string)[]): Buffer {
   const h = createHmac(algorithm, key);
@@ -36,7 +41,7 @@ export function matchHmac(
 ): TrustedKey | null {
   if (candidates.length === 0) return null;
   for (const k of keys) {
-    if (k.retireAtMs !== undefined && nowMs >= k.retireAtMs) continue;
+    if (isRetired(k, nowMs)) continue;
     const expected = hmac(algorithm, k.key, parts);
     for (const c of candidates) if (digestsEqual(expected, c)) return k;
   }

@@ -1,7 +1,7 @@
 import { sha256 } from '../crypto/payload-cipher.js';
 import { DAY } from './contract.js';
 import { randomUUID } from 'node:crypto';
-import { digestsEqual } from '../crypto/hmac.js';
+import { digestsEqual, isRetired } from '../crypto/hmac.js';
 import { asObject, optEnum } from '../config/read.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
@@ -114,7 +114,7 @@ export const createGitlab: AdapterFactory = (options, path) => {
     verify(meta, body, keys, nowMs) {
       const m = meta as GitlabSignature;
       for (const k of keys) {
-        if (k.retireAtMs !== undefined && nowMs >= k.retireAtMs) continue;
+        if (isRetired(k, nowMs)) continue;
         if (isTokenKey(k.key)) {
           if (m.token !== null && digestsEqual(k.key.subarray(TOKEN_TAG.length), m.token)) return k;
         } else if (m.signed !== null && verifyStandard(m.signed, body, [k], nowMs)) {

@@ -3,7 +3,7 @@ import { DAY } from './contract.js';
 import { X509Certificate, createPrivateKey, randomUUID, sign as rsaSign, verify as rsaVerify, type KeyObject } from 'node:crypto';
 import { request, type Dispatcher } from 'undici';
 import { crc32 } from 'node:zlib';
-import { decodeBase64, type TrustedKey } from '../crypto/hmac.js';
+import { decodeBase64, isRetired, type TrustedKey } from '../crypto/hmac.js';
 import { child } from '../config/read.js';
 import { ConfigError, IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
@@ -364,7 +364,7 @@ export const createPaypal: AdapterFactory = (options, path) => {
     parseSignature: (req) => parseSignature(req, hosts),
     async verify(meta, body, keys, nowMs) {
       const m = meta as PaypalSignature;
-      const live = keys.filter((k) => k.retireAtMs === undefined || nowMs < k.retireAtMs);
+      const live = keys.filter((k) => !isRetired(k, nowMs));
       if (live.length === 0) return null; // nothing could match: no download
       const cert = await certs.get(m.certUrl, nowMs);
       if (cert.problem) throw new IngressError('invalid_signature', cert.problem);

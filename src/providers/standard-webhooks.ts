@@ -1,6 +1,6 @@
 import { DAY } from './contract.js';
 import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify, type KeyObject } from 'node:crypto';
-import { hmac, matchHmac, decodeBase64, type TrustedKey } from '../crypto/hmac.js';
+import { hmac, isRetired, matchHmac, decodeBase64, type TrustedKey } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { envelope, jsonFields, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
@@ -156,7 +156,7 @@ export function verifyStandard(m: StandardSignature, body: Buffer, keys: readonl
   const prefix = `${m.id}.${m.timestamp}.`;
   let message: Buffer | undefined;
   for (const k of keys) {
-    if (k.retireAtMs !== undefined && nowMs >= k.retireAtMs) continue;
+    if (isRetired(k, nowMs)) continue;
     if (isEd25519Key(k.key)) {
       if (m.v1a.length === 0) continue;
       // ed25519 signs the whole message (no streaming): build it once, only when needed.
