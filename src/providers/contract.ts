@@ -1,3 +1,4 @@
+import { asObject } from '../config/read.js';
 import type { TrustedKey } from '../crypto/hmac.js';
 
 /**
@@ -159,3 +160,9 @@ export const DAY = 24 * HOUR;
 
 /** Creates an adapter for one endpoint; `options` is that endpoint's `options` config block. */
 export type AdapterFactory = (options: Record<string, unknown> | undefined, path: string) => ProviderAdapter;
+
+/** The factory of an adapter that takes no options: any key under `options` is a config error. */
+export const withoutOptions = (adapter: ProviderAdapter): AdapterFactory => (options, path) => {
+  asObject(options ?? {}, path, []);
+  return adapter;
+};

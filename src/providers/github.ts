@@ -1,11 +1,10 @@
-import { DAY } from './contract.js';
+import { DAY, withoutOptions } from './contract.js';
 import { digestHeader, utf8Secret } from './signature.js';
 import { hmac, matchHmac } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { isJsonBytes, parseForm } from './form.js';
 import { envelope, jsonFields, idString, requireEventId, requireEventType } from './json.js';
-import { asObject } from '../config/read.js';
 
 /**
  * GitHub: `X-Hub-Signature-256: sha256=<hex>` = HMAC-SHA256(secret, raw body). Nothing else is
@@ -68,5 +67,4 @@ const adapter: ProviderAdapter = {
   },
 };
 
-/** Takes no options: any key under `options` is a config error, as everywhere else. */
-export const createGithub: AdapterFactory = (options, path) => (asObject(options ?? {}, path, []), adapter);
+export const createGithub: AdapterFactory = withoutOptions(adapter);

@@ -1,11 +1,10 @@
 import { sha256 } from '../crypto/payload-cipher.js';
-import { MINUTE } from './contract.js';
+import { MINUTE, withoutOptions } from './contract.js';
 import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import { formObject, isJsonBytes } from './form.js';
 import type { AcceptedEvent, AdapterFactory, ProviderAdapter, Reply, RequestView, SignatureMetadata } from './contract.js';
 import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
-import { asObject } from '../config/read.js';
 
 /**
  * Slack: `X-Slack-Signature: v0=<hex>` = HMAC-SHA256(signing secret as UTF-8, `v0:${ts}:${raw}`),
@@ -207,5 +206,4 @@ const adapter: ProviderAdapter = {
   },
 };
 
-/** Takes no options: any key under `options` is a config error, as everywhere else. */
-export const createSlack: AdapterFactory = (options, path) => (asObject(options ?? {}, path, []), adapter);
+export const createSlack: AdapterFactory = withoutOptions(adapter);

@@ -1,10 +1,9 @@
-import { DAY } from './contract.js';
+import { DAY, withoutOptions } from './contract.js';
 import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify, type KeyObject } from 'node:crypto';
 import { hmac, isRetired, matchHmac, decodeBase64, type TrustedKey } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { envelope, jsonFields, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
-import { asObject } from '../config/read.js';
 
 /**
  * Standard Webhooks (Svix and others): `webhook-id`, `webhook-timestamp`,
@@ -226,5 +225,4 @@ const adapter: ProviderAdapter = {
   },
 };
 
-/** Takes no options: any key under `options` is a config error, as everywhere else. */
-export const createStandardWebhooks: AdapterFactory = (options, path) => (asObject(options ?? {}, path, []), adapter);
+export const createStandardWebhooks: AdapterFactory = withoutOptions(adapter);

@@ -1,9 +1,8 @@
-import { DAY } from './contract.js';
+import { DAY, withoutOptions } from './contract.js';
 import { hmac, matchHmac } from '../crypto/hmac.js';
 import { timestampedDigests } from './signature.js';
 import type { AdapterFactory, ProviderAdapter, SignatureMetadata } from './contract.js';
 import { jsonEnvelope } from './json.js';
-import { asObject } from '../config/read.js';
 
 /**
  * Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…][,v0=…]`, HMAC-SHA256 over
@@ -53,5 +52,4 @@ const adapter: ProviderAdapter = {
   },
 };
 
-/** Takes no options: any key under `options` is a config error, as everywhere else. */
-export const createStripe: AdapterFactory = (options, path) => (asObject(options ?? {}, path, []), adapter);
+export const createStripe: AdapterFactory = withoutOptions(adapter);
