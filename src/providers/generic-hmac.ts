@@ -81,16 +81,17 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
   const tolerance = optInt(o, 'toleranceSeconds', path, 1, 86_400);
   const digestBytes = { sha1: 20, sha256: 32, sha512: 64 }[algorithm];
   const uses = (f: string) => template.some((p) => 'field' in p && p.field === f);
+  const signsType = uses('type'); // decided once here, not on every request
 
   if ((idHeader === undefined) === (idPath === undefined)) throw new ConfigError(path, 'set exactly one of idHeader or idPath');
   if (idHeader && !uses('id')) throw new ConfigError(child(path, 'idHeader'), 'the id header must be signed: add {id} to signedContent');
   if (uses('id') && !idHeader) throw new ConfigError(child(path, 'signedContent'), '{id} needs idHeader');
   if (timestampHeader && !uses('timestamp')) throw new ConfigError(child(path, 'timestampHeader'), 'the timestamp must be signed: add {timestamp} to signedContent');
-  if (typeHeader && !uses('type') && !unsignedTypeHeader) {
+  if (typeHeader && !signsType && !unsignedTypeHeader) {
     throw new ConfigError(child(path, 'typeHeader'), 'the type header must be signed: add {type} to signedContent (or, if the sender does not sign it, set unsignedTypeHeader: true and accept that a replay can claim another type)');
   }
-  if (uses('type') && !typeHeader) throw new ConfigError(child(path, 'signedContent'), '{type} needs typeHeader');
-  if (unsignedTypeHeader && (!typeHeader || uses('type'))) throw new ConfigError(child(path, 'unsignedTypeHeader'), typeHeader ? 'contradicts {type} in signedContent' : 'needs typeHeader');
+  if (signsType && !typeHeader) throw new ConfigError(child(path, 'signedContent'), '{type} needs typeHeader');
+  if (unsignedTypeHeader && (!typeHeader || signsType)) throw new ConfigError(child(path, 'unsignedTypeHeader'), typeHeader ? 'contradicts {type} in signedContent' : 'needs typeHeader');
   if (uses('timestamp') && !timestampHeader) throw new ConfigError(child(path, 'signedContent'), '{timestamp} needs timestampHeader');
   if (tolerance !== undefined && !timestampHeader) throw new ConfigError(child(path, 'toleranceSeconds'), 'needs timestampHeader');
 
@@ -131,8 +132,8 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
       }
       const id = idHeader ? req.single(idHeader) : undefined;
       if (idHeader && !id) throw new IngressError('malformed_signature', `${idHeader} header is absent`);
-      const type = uses('type') ? req.single(typeHeader!) : undefined;
-      if (uses('type') && !type) throw new IngressError('malformed_signature', `${typeHeader} header is absent`);
+      const type = signsType ? req.single(typeHeader!) : undefined;
+      if (signsType && !type) throw new IngressError('malformed_signature', `${typeHeader} header is absent`);
       return { timestamp, timestampText, id, type, candidates };
     },
     verify(meta, body, keys, nowMs) {
@@ -153,7 +154,7 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
     sign(body, secret, opts) {
       const timestampText = String(opts.timestamp ?? Math.floor(Date.now() / 1000));
       const id = opts.id ?? `evt_${Date.now().toString(36)}`;
-      const type = opts.type ?? (uses('type') ? 'sample.event' : undefined);
+      const type = opts.type ?? (signsType ? 'sample.event' : undefined);
       const digest = hmac(algorithm, decodeSecret(secret), signedParts({ id, timestampText, type }, body));
       const headers: Record<string, string> = { [signatureHeader]: prefix + digest.toString(encoding) };
       if (timestampHeader) headers[timestampHeader] = timestampText;
