@@ -39,7 +39,6 @@ export class KeyRing {
     // Without the current key nothing can be sealed: no cipher, and the ingress answers 503. An
     // older key that cannot be read only stops the opening of payloads sealed under it (the
     // workers retry those, payload_key_unavailable): accepts go on, and /readyz names it.
-    let cipher: PayloadCipher | null = null;
     const keys = new Map<string, Buffer>();
     for (const [id, ref] of this.config.payloadKeys.keys) {
       try {
@@ -50,9 +49,8 @@ export class KeyRing {
         problems.push((err as Error).message);
       }
     }
-    if (keys.has(this.config.payloadKeys.current)) cipher = new PayloadCipher(keys, this.config.payloadKeys.current);
     this.endpointKeys = endpointKeys;
-    this.payloadCipher = cipher;
+    this.payloadCipher = keys.has(this.config.payloadKeys.current) ? new PayloadCipher(keys, this.config.payloadKeys.current) : null;
     this.problems = problems;
   }
 

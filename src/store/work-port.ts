@@ -91,9 +91,10 @@ export interface StoreTx {
   /**
    * The batch protocol's last step: settles the rows (guarded by `owner`), then inserts the
    * markers (a duplicate throws: the PK is the guard) and records the effects (a repeated
-   * idempotency key is ignored), none for a row whose settlement the guard refused. Returns how many rows were settled. In a
-   * begun transaction (a handler wrote), a row no longer leased throws LeaseLostError: the
-   * handlers' writes must not commit for an event another worker now owns.
+   * idempotency key is ignored), none for a row whose settlement the guard refused. Returns
+   * how many rows were settled. In a begun transaction (a handler wrote), a row no longer
+   * leased throws LeaseLostError: the handlers' writes must not commit for an event another
+   * worker now owns.
    */
   finishBatch(owner: string, outcome: BatchOutcome): Promise<number>;
 }
