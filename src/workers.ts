@@ -23,7 +23,14 @@ export async function startWorkers(config: Config, opts: { handlers?: HandlerReg
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
   const stopRetry = retryUntilLoaded(keyring, log, opts.secretRetryMs);
   const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
-  if (opts.migrate ?? true) await store.migrate();
+  if (opts.migrate ?? true) {
+    // As in startApp: a failed start closes what it opened (the pools would keep the process alive).
+    await store.migrate().catch(async (err: unknown) => {
+      stopRetry();
+      await store.close().catch(() => undefined);
+      throw err;
+    });
+  }
   const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: new Registry(), log, env: opts.env });
   engine.start();
   return {

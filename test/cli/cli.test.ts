@@ -6,8 +6,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
+import pg from 'pg';
 import { configDoc } from '../helpers/app.js';
+import { PG_ADMIN_URL, pgAvailable } from '../helpers/pg.js';
+import { freshDatabase } from '../helpers/stores.js';
 import { assertBuilt, CLI, spawnServer } from '../helpers/server-process.js';
+
+const PG_UP = await pgAvailable();
 
 function run(args: string[], env: NodeJS.ProcessEnv = {}) {
   assertBuilt();
@@ -82,6 +87,28 @@ describe('webhook-inbox CLI', () => {
     }
     const [code] = child.exitCode !== null ? [child.exitCode] : await once(child, 'exit');
     expect(code).toBe(0);
+  });
+
+  it.runIf(PG_UP)('serve and work exit, not hang, when the migration fails (PostgreSQL: a role that may not create tables)', async () => {
+    const db = await freshDatabase('postgres');
+    const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
+    await admin.connect();
+    try {
+      await admin.query("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wi_test_noddl') THEN CREATE ROLE wi_test_noddl LOGIN; END IF; END $$");
+      const url = new URL(db.url);
+      url.username = 'wi_test_noddl';
+      const file = join(dir, 'noddl.yaml');
+      writeFileSync(file, stringify(configDoc(url.toString(), { listen: { host: '127.0.0.1', port: 0 } })));
+      for (const cmd of ['serve', 'work']) {
+        const r = spawnSync(process.execPath, [CLI, cmd, '--config', file], { encoding: 'utf8', timeout: 20_000 });
+        expect(r.signal, `${cmd} still running after 20 s`).toBeNull();
+        expect(r.status, cmd).not.toBe(0);
+        expect(r.stderr, cmd).toContain('permission denied for schema public');
+      }
+    } finally {
+      await admin.end();
+      await db.cleanup();
+    }
   });
 
   it('serve on a port already in use exits with the error instead of hanging with its store open', async () => {
