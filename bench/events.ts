@@ -1,7 +1,7 @@
 /**
  * Stripe-style event bodies for the load generator: every body is distinct (its own `evt_…`
  * id), valid JSON shaped like a Stripe event (many small fields, so JSON parsing costs what a
- * real event costs), and signed at send time the way Stripe signs:
+ * real event costs), and signed the way Stripe signs (the loadgen does it before a step starts):
  *   Stripe-Signature: t=<unix>,v1=hex(HMAC-SHA256(secret, `${t}.${body}`))
  *
  * Bodies are assembled from pre-encoded pieces (head + id + line items + tail), so building

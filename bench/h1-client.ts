@@ -141,9 +141,18 @@ export class H1Pool {
 
   /** POST `body` to `path` with these extra header lines (each "name: value"). */
   post(path: string, headers: readonly string[], body: Buffer): Promise<H1Response> {
+    return this.send(this.head(path, headers, body.length), body);
+  }
+
+  /** The request head of a POST to `path` with these header lines and a body of `length` bytes. */
+  head(path: string, headers: readonly string[], length: number): Buffer {
     let lines = '';
     for (const h of headers) lines += `${h}\r\n`;
-    const head = Buffer.from(`POST ${path} HTTP/1.1\r\n${this.prefix}${lines}content-length: ${body.length}\r\n\r\n`, 'latin1');
+    return Buffer.from(`POST ${path} HTTP/1.1\r\n${this.prefix}${lines}content-length: ${length}\r\n\r\n`, 'latin1');
+  }
+
+  /** Sends a request whose head was built by `head` (so a load generator can build them ahead). */
+  send(head: Buffer, body: Buffer): Promise<H1Response> {
     return new Promise((resolve, reject) => {
       const p: Pending = { head, body, resolve, reject };
       const c = this.idle.pop() ?? (this.all.size < this.connections ? this.open() : undefined);
