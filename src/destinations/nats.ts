@@ -69,7 +69,9 @@ export class NatsDestination implements Destination {
   async deliver(event: DeliveryEvent): Promise<void> {
     if (this.closed) throw closedError(this.type, this.id);
     const { timeoutMs } = this.config;
-    const live = await this.connection();
+    const pending = this.connection();
+    const live = await pending;
+    const heardBytes = live.nc.stats().inBytes;
     try {
       if (!this.streamReady && this.config.stream !== undefined) {
         await this.ensureStream(live);
@@ -83,8 +85,26 @@ export class NatsDestination implements Destination {
         throw new RetryableError('no_stream', `nats destination "${this.id}": the answer on ${natsSubject(this.config.subject, event)} is not a JetStream acknowledgement`);
       }
     } catch (err) {
-      throw this.failure(err, live);
+      const failure = this.failure(err, live);
+      // A timeout with not one byte from the server since we published (no PubAck, no PONG, no
+      // other message): the link is most likely dead without a FIN. The client's own pings would
+      // notice only after minutes, every delivery timing out meanwhile; the next delivery opens a
+      // new connection instead (a resend is deduplicated by Nats-Msg-Id).
+      if (failure.reason === 'timeout' && live.nc.stats().inBytes === heardBytes) {
+        this.abandon(pending, live);
+        failure.message += '; nothing heard on the connection since, so it is dropped';
+      }
+      throw failure;
     }
+  }
+
+  /** Forgets a connection that has gone silent and closes it (its pending publishes fail). */
+  private abandon(pending: Promise<Live>, live: Live): void {
+    if (this.live === pending) {
+      this.live = null;
+      this.streamReady = false;
+    }
+    void live.nc.close().catch(() => undefined);
   }
 
   /** Adds the stream when it is missing; an existing stream is never changed. */

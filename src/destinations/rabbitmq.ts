@@ -16,6 +16,10 @@ interface Live {
   readonly ch: ConfirmChannel;
   /** message ids the broker returned as unroutable and whose confirm has not been seen yet. */
   readonly returned: Map<string, number>;
+  /** performance.now() of the last confirm or return from the broker (see silentSince). */
+  heardAt: number;
+  /** The broker has blocked publishing (a resource alarm): silence is expected, not a dead link. */
+  blocked: boolean;
 }
 
 /**
@@ -62,8 +66,10 @@ export class RabbitMqDestination implements Destination {
     }
     const { timeoutMs } = this.config;
     const live = await this.connection();
+    const sentAt = performance.now();
     const confirmed = new Promise<void>((resolve, reject) => {
       const settle = (err: unknown): void => {
+        live.heardAt = performance.now();
         const n = live.returned.get(event.inboxId) ?? 0;
         if (n > 0) {
           if (n === 1) live.returned.delete(event.inboxId);
@@ -100,7 +106,13 @@ export class RabbitMqDestination implements Destination {
     } catch (err) {
       if (err instanceof DeadlineExceeded) {
         confirmed.catch(() => undefined);
-        throw new RetryableError('timeout', `${where}: no publisher confirm within ${timeoutMs} ms`, { cause: err });
+        // Not one confirm on this connection since we published, and the broker has not said it
+        // blocks us: the link is most likely dead without a FIN (a NAT or firewall dropped it).
+        // AMQP heartbeats would notice only after minutes, every delivery timing out meanwhile;
+        // the next delivery opens a new connection instead (a resend is deduplicated by message_id).
+        const silent = !live.blocked && live.heardAt < sentAt;
+        if (silent) this.drop(live);
+        throw new RetryableError('timeout', `${where}: no publisher confirm within ${timeoutMs} ms${silent ? '; nothing heard on the connection since, so it is dropped' : ''}`, { cause: err });
       }
       if (this.closed) throw closedError(this.type, this.id);
       throw err;
@@ -131,11 +143,14 @@ export class RabbitMqDestination implements Destination {
       c.on('error', () => undefined);
       c.on('close', () => this.forget(c));
       const ch = await c.createConfirmChannel();
-      const live: Live = { conn: c, ch, returned: new Map() };
+      const live: Live = { conn: c, ch, returned: new Map(), heardAt: performance.now(), blocked: false };
+      c.on('blocked', () => (live.blocked = true));
+      c.on('unblocked', () => (live.blocked = false));
       ch.on('error', () => undefined);
       // A channel error (e.g. unknown exchange) closes the channel: start over on the next delivery.
       ch.on('close', () => this.drop(live));
       ch.on('return', (msg: Message) => {
+        live.heardAt = performance.now();
         const id = msg.properties.messageId as unknown;
         if (typeof id === 'string') live.returned.set(id, (live.returned.get(id) ?? 0) + 1);
       });

@@ -192,6 +192,29 @@ describe('nats destination (real JetStream)', () => {
     }
   });
 
+  it('a connection that went silent without a FIN: the timed-out delivery drops it and the next one reconnects at once', async () => {
+    const { stream, prefix } = scope();
+    const proxy = new TcpProxy(4222);
+    await proxy.start();
+    try {
+      const d = destination({ url: `nats://127.0.0.1:${proxy.port}`, subject: `${prefix}.{provider}`, stream, timeoutMs: 800 });
+      await d.deliver(deliveryEvent());
+      proxy.freeze();
+      const during = await failureOf(d.deliver(deliveryEvent()));
+      expect(during.reason).toBe('timeout');
+      expect(during.message).toContain('dropped');
+      // Without the drop this waited on the dead link until the client's pings noticed (minutes).
+      const e = deliveryEvent();
+      await d.deliver(e);
+      const consumer = await jetstream(nc).consumers.get(stream);
+      const ids: string[] = [];
+      for (let n = await messages(stream); n > 0; n--) ids.push((await consumer.next({ expires: 2000 }))!.headers!.get('Nats-Msg-Id'));
+      expect(ids).toContain(e.inboxId);
+    } finally {
+      await proxy.stop();
+    }
+  });
+
   it('after close, deliveries fail as retryable', async () => {
     const { stream, prefix } = scope();
     const d = destination({ subject: `${prefix}.{provider}`, stream });

@@ -169,6 +169,27 @@ describe('rabbitmq destination (real broker)', () => {
     }
   });
 
+  it('a connection that went silent without a FIN: the timed-out delivery drops it and the next one reconnects at once', async () => {
+    const proxy = new TcpProxy(5672);
+    await proxy.start();
+    try {
+      const q = queueName();
+      const d = destination({ url: `amqp://guest:guest@127.0.0.1:${proxy.port}`, routingKey: q, queue: q, timeoutMs: 800 });
+      await d.deliver(deliveryEvent());
+      proxy.freeze();
+      const during = await failureOf(d.deliver(deliveryEvent()));
+      expect(during.reason).toBe('timeout');
+      expect(during.message).toContain('dropped');
+      // Without the drop this waited on the dead link until AMQP heartbeats noticed (minutes).
+      const e = deliveryEvent();
+      await d.deliver(e);
+      const ids = [(await take(q)).properties.messageId, (await take(q)).properties.messageId];
+      expect(ids).toContain(e.inboxId);
+    } finally {
+      await proxy.stop();
+    }
+  });
+
   it('a closed port is rabbitmq_unavailable', async () => {
     const d = destination({ url: `amqp://guest:guest@127.0.0.1:${await closedPort()}`, timeoutMs: 1000 });
     const err = await failureOf(d.deliver(deliveryEvent()));

@@ -7,6 +7,8 @@ import { createServer, connect, type Server, type Socket } from 'node:net';
 export class TcpProxy {
   private server: Server | null = null;
   private sockets = new Set<Socket>();
+  /** Open connections as [client, upstream] pairs, for freeze(). */
+  private pairs = new Set<[Socket, Socket]>();
   port = 0;
 
   constructor(private readonly targetPort: number, private readonly targetHost = '127.0.0.1') {}
@@ -14,9 +16,11 @@ export class TcpProxy {
   async start(port = this.port): Promise<number> {
     this.server = createServer((client) => {
       const upstream = connect(this.targetPort, this.targetHost);
-      for (const s of [client, upstream]) {
+      const pair: [Socket, Socket] = [client, upstream];
+      this.pairs.add(pair);
+      for (const s of pair) {
         this.sockets.add(s);
-        s.on('close', () => this.sockets.delete(s));
+        s.on('close', () => { this.sockets.delete(s); this.pairs.delete(pair); });
         s.on('error', () => { client.destroy(); upstream.destroy(); });
       }
       client.pipe(upstream).pipe(client);
@@ -24,6 +28,24 @@ export class TcpProxy {
     await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
     this.port = (this.server.address() as { port: number }).port;
     return this.port;
+  }
+
+  /**
+   * Every connection open now goes silent both ways, its sockets left open: a link that died
+   * without a FIN or RST (a NAT or firewall dropped it). New connections still pass.
+   */
+  freeze(): void {
+    for (const [client, upstream] of this.pairs) {
+      client.unpipe(upstream);
+      upstream.unpipe(client);
+      // Read and discard, so neither side's writes ever block or fail.
+      for (const s of [client, upstream]) {
+        s.removeAllListeners('data');
+        s.on('data', () => undefined);
+        s.resume();
+      }
+    }
+    this.pairs.clear();
   }
 
   /** Closes the port and cuts every open connection. */
