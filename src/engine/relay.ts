@@ -44,6 +44,13 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
 
   private async publishOne({ row }: Claimed<OutboxClaim>): Promise<OutboxSettle> {
     const brokers = this.d.router.route(row.endpointId, row.eventType)?.brokers ?? [];
+    if (brokers.length === 0) {
+      // The row was written unpublished because a broker route matched at accept time; the config
+      // has lost it since (route, destination or endpoint removed). Nothing to publish to: it is
+      // marked published, as an event accepted after the change would have been — but never silently.
+      this.d.metrics.relayUnrouted.inc([row.endpointId]);
+      this.d.log.warn({ outboxId: row.outboxId, inboxId: row.inboxId, endpoint: row.endpointId, type: row.eventType }, 'outbox row has no broker route any more; marked published without a publish');
+    }
     // A flag, not the error: a rejection without a reason (undefined) is still a failure.
     let failed = false;
     let error: unknown;

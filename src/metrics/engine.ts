@@ -12,6 +12,7 @@ export function engineMetrics(registry: Registry) {
     bodyBytes: registry.register(new Gauge('webhook_worker_body_bytes', 'Stored event body bytes the inbox worker holds now (counted twice: ciphertext and plaintext); bounded by workers.maxInFlightBodyBytes.')),
     effects: registry.register(new Counter('webhook_effect_attempts_total', 'Effect executions by result and reason.', ['result', 'reason'])),
     relay: registry.register(new Counter('webhook_relay_publishes_total', 'Outbox relay publishes by destination and result.', ['destination', 'result'])),
+    relayUnrouted: registry.register(new Counter('webhook_relay_unrouted_total', 'Outbox rows marked published with no publish: their broker route was removed from the config after the event was accepted.', ['endpoint'])),
     inboxRows: registry.register(new Gauge('webhook_inbox_rows', 'Inbox rows by status (PENDING, PROCESSING, FAILED; not PROCESSED).', ['status'])),
     oldestUnprocessed: registry.register(new Gauge('webhook_inbox_oldest_unprocessed_age_seconds', 'Age of the oldest PENDING/PROCESSING row, by endpoint and event type.', ['endpoint', 'type'])),
     relayLag: registry.register(new Gauge('webhook_outbox_relay_lag_seconds', 'Age of the oldest unpublished outbox row (0 when none).')),

@@ -222,3 +222,36 @@ it('a broker destination whose publish rejects without a reason (undefined) is a
     await db.cleanup();
   }
 });
+
+describeEachStore('outbox relay: a row whose broker route was removed after accept', (kind) => {
+  it('is marked published without a publish, and never silently: a warning names it and webhook_relay_unrouted_total counts it', async () => {
+    const db = await freshDatabase(kind);
+    const store = openStore(db.url);
+    try {
+      await store.migrate();
+      // Accepted while a broker route matched: the outbox row waits for the relay.
+      await store.acceptBatch([record('evt_unrouted', undefined, { endpointId: 'stripe' })]);
+      expect((await store.queueStats()).outboxUnpublished).toBe(1);
+      // Then the route was taken out of the config.
+      const config = parseConfig(configDoc(db.url, { endpoints: [{ ...endpoint, routes: [] }] }));
+      const lines: Record<string, unknown>[] = [];
+      const log = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+      const metrics = engineMetrics(new Registry());
+      const relay = new OutboxRelay({
+        store, owner: 'relay', leaseMs: 1000, retry: config.retry, metrics, log,
+        router: new Router(config.endpoints, new Map()), now: () => 1_900_000_000_000, // past the record's receipt (helpers/records.ts)
+      });
+      const claimed = await relay.claim(10);
+      expect(claimed).toHaveLength(1);
+      await relay.process(claimed);
+      expect((await store.queueStats()).outboxUnpublished).toBe(0);
+      expect(metrics.relayUnrouted.get(['stripe'])).toBe(1);
+      const warned = lines.filter((l) => l.msg === 'outbox row has no broker route any more; marked published without a publish');
+      expect(warned).toHaveLength(1);
+      expect(warned[0]).toMatchObject({ inboxId: claimed[0]!.row.inboxId, endpoint: 'stripe', type: claimed[0]!.row.eventType });
+    } finally {
+      await store.close();
+      await db.cleanup();
+    }
+  });
+});
