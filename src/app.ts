@@ -48,7 +48,7 @@ export interface RunningApp {
 export async function startApp(config: Config, opts: StartOptions = {}): Promise<RunningApp> {
   const log = opts.logger ?? createLogger(config.log.level);
   const keyring = new KeyRing(config, opts.env);
-  for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; affected endpoints answer 503 until it loads');
+  for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; until it loads its endpoint answers 503 or its forwards wait (retried every 10 s and on SIGHUP)');
   const store = opts.store ?? openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   // A start that fails from here on (migration, a port in use) closes what it opened: the store's
   // thread and pools would otherwise keep the process alive, not listening, for good.

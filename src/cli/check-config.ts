@@ -6,7 +6,8 @@ import { closeAll, openDestinations } from '../destinations/registry.js';
 export async function runCheckConfig(configFile: string): Promise<number> {
   const config = loadConfigFile(configFile);
   const keyring = new KeyRing(config);
-  const opened = openDestinations(config.destinations);
+  // Destination secrets are the keyring's (reported once, with the others).
+  const opened = openDestinations(config.destinations, process.env, (id) => keyring.destinationKey(id));
   await closeAll(opened.destinations.values());
   const problems = [...keyring.problems, ...opened.problems];
   if (problems.length > 0) {

@@ -3,15 +3,18 @@ import { resolveSecret, SecretUnavailableError } from '../config/secrets.js';
 import type { TrustedKey } from './hmac.js';
 import { decodeBase64 } from './hmac.js';
 import { PayloadCipher } from './payload-cipher.js';
+import { decodeStandardSecret } from '../providers/standard-webhooks.js';
 
 /**
- * The resolved secrets of a running server: trusted verification keys per endpoint and the
- * payload cipher. Anything that cannot be resolved is absent, and the ingress answers 503
- * for it (fail closed) instead of guessing. `reload()` re-reads every reference.
+ * The resolved secrets of a running server: trusted verification keys per endpoint, the
+ * payload cipher, and the signing keys of HTTP destinations. Anything that cannot be resolved is
+ * absent — the ingress answers 503 for it, a forward waits and retries (fail closed) — instead of
+ * guessing. `reload()` re-reads every reference (SIGHUP, and every 10 s while one is missing).
  */
 export class KeyRing {
   private endpointKeys = new Map<string, readonly TrustedKey[]>();
   private payloadCipher: PayloadCipher | null = null;
+  private destinationKeys = new Map<string, Buffer>();
   /** Problems from the last load, each naming a config path (never a value). */
   problems: string[] = [];
 
@@ -49,13 +52,35 @@ export class KeyRing {
         problems.push((err as Error).message);
       }
     }
+    const destinationKeys = new Map<string, Buffer>();
+    for (const d of this.config.destinations) {
+      if (d.type !== 'http') continue;
+      try {
+        const value = resolveSecret(d.secret, this.env);
+        let key: Buffer;
+        try {
+          key = decodeStandardSecret(value);
+        } catch {
+          throw new SecretUnavailableError(d.secret.path, 'is not a Standard Webhooks secret (base64, optionally prefixed "whsec_")');
+        }
+        destinationKeys.set(d.id, key);
+      } catch (err) {
+        problems.push((err as Error).message);
+      }
+    }
     this.endpointKeys = endpointKeys;
+    this.destinationKeys = destinationKeys;
     this.payloadCipher = keys.has(this.config.payloadKeys.current) ? new PayloadCipher(keys, this.config.payloadKeys.current) : null;
     this.problems = problems;
   }
 
   keysFor(endpointId: string): readonly TrustedKey[] | undefined {
     return this.endpointKeys.get(endpointId);
+  }
+
+  /** The signing key of HTTP destination `id`, as last loaded. */
+  destinationKey(id: string): Buffer | undefined {
+    return this.destinationKeys.get(id);
   }
 
   get cipher(): PayloadCipher | null {

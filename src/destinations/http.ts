@@ -26,7 +26,8 @@ const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEO
  * At most `maxConnections` requests are open at once (a batch of hundreds of events waits its
  * turn); an event's deadline starts when its request does, so waiting is not a timeout.
  *
- * `key` is the decoded signing key (see registry.ts); it is held only as bytes.
+ * `key` gives the decoded signing key at each delivery (registry.ts: the KeyRing's, so a reloaded
+ * secret signs the next delivery), or throws a RetryableError while there is none.
  */
 export class HttpDestination implements Destination {
   readonly type = 'http' as const;
@@ -38,7 +39,7 @@ export class HttpDestination implements Destination {
   private readonly slots: Budget;
   private closed = false;
 
-  constructor(config: HttpDestinationConfig, private readonly key: Buffer) {
+  constructor(config: HttpDestinationConfig, private readonly key: () => Buffer) {
     this.id = config.id;
     this.timeoutMs = config.timeoutMs;
     this.slots = new Budget(config.maxConnections);
@@ -63,6 +64,7 @@ export class HttpDestination implements Destination {
     if (body === undefined) {
       throw new NeedsDecisionError(FAILURE.payloadUnavailable, `http destination "${this.id}": the raw payload of ${event.inboxId} is no longer stored`);
     }
+    const key = this.key();
     // Signed once a connection slot is ours: a delivery queued behind slow ones must not arrive
     // with a timestamp the receiver already finds stale.
     await this.slots.reserve(1);
@@ -80,7 +82,7 @@ export class HttpDestination implements Destination {
         'idempotency-key': event.inboxId,
         'webhook-id': event.inboxId,
         'webhook-timestamp': String(timestamp),
-        'webhook-signature': signStandard(this.key, event.inboxId, timestamp, body),
+        'webhook-signature': signStandard(key, event.inboxId, timestamp, body),
       };
       if (this.authorization !== undefined) headers.authorization = this.authorization;
       if (event.verification === 'fetch-required') headers['webhook-inbox-verification'] = 'fetch-required';

@@ -8,14 +8,23 @@ import { HttpDestination } from './http.js';
 import { NatsDestination } from './nats.js';
 import { RabbitMqDestination } from './rabbitmq.js';
 
+/** A running server's HTTP destination keys, as its KeyRing last loaded them (re-read on SIGHUP). */
+export type DestinationKeys = (id: string) => Buffer | undefined;
+
 /**
  * Builds the destination for one config entry. Nothing connects here: brokers connect on the
- * first delivery. Throws SecretUnavailableError / ConfigError, whose messages name the config
- * path and never a secret value.
+ * first delivery. An HTTP destination signs with `keys(id)` at each delivery, so a reloaded
+ * secret applies to the next one; while it is missing, deliveries fail retryably
+ * (`destination_unavailable`). Without `keys` (tests, one-off use) its secret is resolved here,
+ * once. Throws SecretUnavailableError / ConfigError, whose messages name the config path and
+ * never a secret value.
  */
-export function createDestination(config: DestinationConfig, env: NodeJS.ProcessEnv = process.env): Destination {
+export function createDestination(config: DestinationConfig, env: NodeJS.ProcessEnv = process.env, keys?: DestinationKeys): Destination {
   switch (config.type) {
     case 'http': {
+      if (keys) {
+        return new HttpDestination(config, () => keys(config.id) ?? unloadedKey(config.id, config.secret.path));
+      }
       const secret = resolveSecret(config.secret, env);
       let key: Buffer;
       try {
@@ -23,7 +32,7 @@ export function createDestination(config: DestinationConfig, env: NodeJS.Process
       } catch {
         throw new ConfigError(config.secret.path, 'is not a Standard Webhooks secret (base64, optionally prefixed "whsec_")');
       }
-      return new HttpDestination(config, key);
+      return new HttpDestination(config, () => key);
     }
     case 'nats':
       return new NatsDestination(config);
@@ -32,17 +41,21 @@ export function createDestination(config: DestinationConfig, env: NodeJS.Process
   }
 }
 
+function unloadedKey(id: string, path: string): never {
+  throw new RetryableError('destination_unavailable', `http destination "${id}": its signing secret (${path}) is not loaded; retried every 10 s and on SIGHUP`);
+}
+
 /**
  * Every configured destination by id. One that cannot be built (its secret is missing) does
  * not stop the others or the ingress: it stands in as a destination whose every delivery fails
  * retryably with the reason, so its events wait — and `problems` names the config path.
  */
-export function openDestinations(configs: readonly DestinationConfig[], env: NodeJS.ProcessEnv = process.env): { destinations: Map<string, Destination>; problems: string[] } {
+export function openDestinations(configs: readonly DestinationConfig[], env: NodeJS.ProcessEnv = process.env, keys?: DestinationKeys): { destinations: Map<string, Destination>; problems: string[] } {
   const destinations = new Map<string, Destination>();
   const problems: string[] = [];
   for (const c of configs) {
     try {
-      destinations.set(c.id, createDestination(c, env));
+      destinations.set(c.id, createDestination(c, env, keys));
     } catch (err) {
       const message = (err as Error).message;
       problems.push(`destination ${c.id}: ${message}`);

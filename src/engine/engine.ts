@@ -59,7 +59,7 @@ export class Engine {
     const { config, store, log } = o;
     this.owner = o.owner ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
     this.metrics = engineMetrics(o.registry);
-    const opened = openDestinations(config.destinations, o.env);
+    const opened = openDestinations(config.destinations, o.env, (id) => o.keyring.destinationKey(id));
     this.destinations = opened.destinations;
     this.problems = opened.problems;
     for (const p of this.problems) log.error({ problem: p }, 'destination unavailable; its events wait and retry');

@@ -1,4 +1,5 @@
 import pino from 'pino';
+import { Webhook } from 'standardwebhooks';
 import { afterEach, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
 import { startWorkers } from '../../src/workers.js';
@@ -201,6 +202,36 @@ describeEachStore('processing engine', (kind) => {
     const waiting = await waitFor(() => app!.store.getEvent(r.json().inbox_id).then((e) => (e && e.attemptCount >= 2 ? e : null)), 5000, 'a retry');
     expect(waiting.status).not.toBe('FAILED');
     expect(waiting.lastError).toContain('destination_unavailable');
+  });
+
+  it('a destination secret that loads late, or is rotated, signs the next forward once the secrets are re-read (SIGHUP, the 10 s retry)', async () => {
+    await dest.start();
+    const env: NodeJS.ProcessEnv = {};
+    app = await startTestApp(kind, {
+      ...FAST_WORKERS,
+      retry: { baseMs: 10, capMs: 40, maxAttempts: 1000 },
+      destinations: [{ id: 'orders-api', type: 'http', url: dest.url, secret: '${env:FWD_SECRET}' }],
+      endpoints: [endpoint({ routes: [{ events: ['*'], destination: 'orders-api' }] })],
+    }, env, { workers: true });
+    const first = (await send('evt_late_secret')).json().inbox_id as string;
+    const waiting = await waitFor(() => app!.store.getEvent(first).then((e) => (e && e.attemptCount >= 2 ? e : null)), 5000, 'a retry');
+    expect(waiting.lastError).toContain('destination_unavailable');
+    expect(dest.received).toHaveLength(0);
+
+    // The secret is mounted; `serve` re-reads on SIGHUP (and every 10 s while one is missing).
+    env.FWD_SECRET = FORWARD_SECRET;
+    app.keyring.reload();
+    await waitFor(() => dest.received.some((r) => r.idempotencyKey === first), 5000, 'the forward once the secret loaded');
+    expect(dest.received.find((r) => r.idempotencyKey === first)!.verified).toBe(true);
+
+    // Rotated: the next forward is signed with the new key only.
+    const rotated = `whsec_${Buffer.from('another-forward-secret-32-bytes!').toString('base64')}`;
+    env.FWD_SECRET = rotated;
+    app.keyring.reload();
+    const second = (await send('evt_rotated_secret')).json().inbox_id as string;
+    const got = await waitFor(() => dest.received.find((r) => r.idempotencyKey === second), 5000, 'the forward after the rotation');
+    expect(got.verified).toBe(false);
+    expect(() => new Webhook(rotated).verify(got.body.toString('utf8'), got.headers as Record<string, string>)).not.toThrow();
   });
 
   it('a handler whose transaction fails leaves no partial mutation and is retried', async () => {

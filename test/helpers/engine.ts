@@ -23,7 +23,9 @@ export async function waitFor<T>(fn: () => Promise<T> | T, timeoutMs = 10_000, w
 export interface ReceivedForward {
   readonly idempotencyKey: string;
   readonly body: Buffer;
+  /** Whether the signature verifies with FORWARD_SECRET. */
   readonly verified: boolean;
+  readonly headers: IncomingMessage['headers'];
 }
 
 /**
@@ -49,7 +51,7 @@ export class DestinationServer {
         } catch {
           verified = false;
         }
-        this.received.push({ idempotencyKey: String(req.headers['idempotency-key']), body, verified });
+        this.received.push({ idempotencyKey: String(req.headers['idempotency-key']), body, verified, headers: req.headers });
         res.writeHead(this.status(req)).end();
       });
     });
