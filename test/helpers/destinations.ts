@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Channel } from 'amqplib';
-import type { DeliveryEvent } from '../../src/destinations/contract.js';
+import type { DeliveryEvent, Destination } from '../../src/destinations/contract.js';
 import { NeedsDecisionError, RetryableError } from '../../src/engine/failure.js';
 
 /** The typed failure a delivery rejects with (anything else fails the test). */
@@ -15,6 +15,20 @@ export async function failureOf(p: Promise<unknown>): Promise<RetryableError | N
     throw e;
   }
   throw new Error('expected the delivery to fail');
+}
+
+/**
+ * A broker link that dies without a FIN: one delivery through `proxy` lands, then the proxy
+ * freezes the open connection and the next delivery must time out on it, saying the connection
+ * was dropped. Returns nothing; the caller then checks that a third delivery reconnects.
+ */
+export async function expectSilentLinkDropped(d: Destination, proxy: { freeze(): void }): Promise<void> {
+  await d.deliver(deliveryEvent());
+  proxy.freeze();
+  const during = await failureOf(d.deliver(deliveryEvent()));
+  if (during.reason !== 'timeout' || !during.message.includes('dropped')) {
+    throw new Error(`expected a timeout that drops the connection, got ${during.reason}: ${during.message}`);
+  }
 }
 
 /** A loopback port nothing listens on (bound, then released). */
