@@ -9,6 +9,21 @@ import { capturePattern, closedError, DeadlineExceeded, describe, withTimeout } 
 export type NatsDestinationConfig = Extract<DestinationConfig, { type: 'nats' }>;
 
 /** JetStream API error codes this destination looks at. */
+/** How long a suspect connection gets to answer a PING before it is dropped. */
+const PING_GRACE_MS = 1000;
+
+/** Whether the server answers a PING (flush) within PING_GRACE_MS. */
+async function answersPing(nc: NatsConnection): Promise<boolean> {
+  const pong = nc.flush();
+  try {
+    await withTimeout(pong, PING_GRACE_MS, 'PING');
+    return true;
+  } catch {
+    pong.catch(() => undefined);
+    return false;
+  }
+}
+
 const STREAM_NOT_FOUND = 10059;
 const STREAM_NAME_IN_USE = 10058;
 
@@ -86,13 +101,13 @@ export class NatsDestination implements Destination {
       }
     } catch (err) {
       const failure = this.failure(err, live);
-      // A timeout with not one byte from the server since we published (no PubAck, no PONG, no
-      // other message): the link is most likely dead without a FIN. The client's own pings would
-      // notice only after minutes, every delivery timing out meanwhile; the next delivery opens a
-      // new connection instead (a resend is deduplicated by Nats-Msg-Id).
-      if (failure.reason === 'timeout' && live.nc.stats().inBytes === heardBytes) {
+      // A timeout with not one byte from the server since we published (no PubAck, no other
+      // message), and no PONG to a PING either: the link is dead without a FIN. The client's own
+      // pings would notice only after minutes, every delivery timing out meanwhile; the next
+      // delivery opens a new connection instead (a resend is deduplicated by Nats-Msg-Id).
+      if (failure.reason === 'timeout' && live.nc.stats().inBytes === heardBytes && !(await answersPing(live.nc))) {
         this.abandon(pending, live);
-        failure.message += '; nothing heard on the connection since, so it is dropped';
+        failure.message += '; the connection answers nothing, not even a PING, so it is dropped';
       }
       throw failure;
     }

@@ -16,7 +16,7 @@ interface Live {
   readonly ch: ConfirmChannel;
   /** message ids the broker returned as unroutable and whose confirm has not been seen yet. */
   readonly returned: Map<string, number>;
-  /** performance.now() of the last confirm or return from the broker (see silentSince). */
+  /** performance.now() of the last confirm or return from the broker: a publish that times out with none since drops the connection. */
   heardAt: number;
   /** The broker has blocked publishing (a resource alarm): silence is expected, not a dead link. */
   blocked: boolean;

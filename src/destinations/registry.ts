@@ -46,9 +46,10 @@ function unloadedKey(id: string, path: string): never {
 }
 
 /**
- * Every configured destination by id. One that cannot be built (its secret is missing) does
- * not stop the others or the ingress: it stands in as a destination whose every delivery fails
- * retryably with the reason, so its events wait — and `problems` names the config path.
+ * Every configured destination by id. One that cannot be built (without `keys`: an HTTP one
+ * whose secret is missing) does not stop the others or the ingress: it stands in as a
+ * destination whose every delivery fails retryably with the reason, so its events wait — and
+ * `problems` names the config path.
  */
 export function openDestinations(configs: readonly DestinationConfig[], env: NodeJS.ProcessEnv = process.env, keys?: DestinationKeys): { destinations: Map<string, Destination>; problems: string[] } {
   const destinations = new Map<string, Destination>();

@@ -149,6 +149,20 @@ describe('nats destination (real JetStream)', () => {
     }
   });
 
+  it('a timeout on a live connection (a subscriber that never answers) keeps the connection: it still answers PINGs', async () => {
+    const prefix = uniqueName('mute').toLowerCase();
+    const sub = nc.subscribe(`${prefix}.>`, { callback: () => undefined });
+    try {
+      await nc.flush();
+      const d = destination({ subject: `${prefix}.{provider}`, timeoutMs: 500 });
+      const err = await failureOf(d.deliver(deliveryEvent()));
+      expect(err.reason).toBe('timeout');
+      expect(err.message).not.toContain('dropped');
+    } finally {
+      sub.unsubscribe();
+    }
+  });
+
   it('a NATS URL on a closed port is a retryable nats_unavailable, and a later delivery tries again', async () => {
     const d = destination({ url: `nats://127.0.0.1:${await closedPort()}`, timeoutMs: 1000 });
     const t0 = Date.now();
