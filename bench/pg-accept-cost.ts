@@ -6,6 +6,7 @@
  * PostgreSQL counted (accept statements plus new-work NOTIFYs).
  *
  *   node --import tsx bench/pg-accept-cost.ts [events=12000] [batch=16] [variant=as-is]
+ *   LANES=1 node --import tsx bench/pg-accept-cost.ts 20000 32   (one commit lane: its serial cost)
  *
  * Variants change the schema after migrating, to price a piece of it:
  * `no-fks` (both foreign keys on the accept path), `no-payload-fk` (inbox → payload, and its
@@ -29,7 +30,8 @@ const VARIANTS: Record<string, string[]> = {
   ],
   'no-payload-fk': ['ALTER TABLE webhook_inbox DROP CONSTRAINT webhook_inbox_raw_payload_ref_fkey', 'DROP INDEX webhook_inbox_payload'],
 };
-const LANES = 4;
+/** Batches in flight at once (the accept pool's size; `LANES` to price one lane alone). */
+const LANES = Number(process.env.LANES ?? 4);
 const WARM = 2000;
 const DB = 'wi_bench_accept_cost';
 
