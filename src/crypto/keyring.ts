@@ -27,14 +27,18 @@ export class KeyRing {
     const endpointKeys = new Map<string, readonly TrustedKey[]>();
     for (const ep of this.config.endpoints) {
       try {
-        endpointKeys.set(ep.id, ep.secrets.map((s) => {
+        const keys = ep.secrets.map((s) => {
           const value = resolveSecret(s.ref, this.env);
           try {
             return { version: s.version, key: ep.adapter.prepareSecret(value), retireAtMs: s.retireAtMs };
           } catch (err) {
             throw new SecretUnavailableError(s.ref.path, (err as Error).message);
           }
-        }));
+        });
+        // Secrets inside the adapter's options (Checkout's Authorization keys, Adyen's Basic
+        // credentials): without them the endpoint cannot check a request either.
+        ep.adapter.optionSecrets?.reload(this.env);
+        endpointKeys.set(ep.id, keys);
       } catch (err) {
         problems.push((err as Error).message);
       }

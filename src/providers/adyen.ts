@@ -3,7 +3,8 @@ import { DAY } from './contract.js';
 import { decodeBase64, decodeHex, digestsEqual, hmac, matchHmac, type TrustedKey } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
 import { asArray, asObject, child, optEnum, type Obj } from '../config/read.js';
-import { parseSecretRef, resolveSecret, SecretUnavailableError } from '../config/secrets.js';
+import { parseSecretRef, type SecretRef } from '../config/secrets.js';
+import { OptionSecrets } from './option-secrets.js';
 import type { AcceptedEvent, AdapterFactory, Envelope, ProviderAdapter, Reply, RequestView, SignatureMetadata } from './contract.js';
 import { envelope, idString, parseJsonObject, requireEventId, requireEventType, toEpochMs, isoTimestamp } from './json.js';
 import { digestHeader } from './signature.js';
@@ -176,29 +177,33 @@ function parseDelivery(body: Buffer): ParsedDelivery {
   return { body, items };
 }
 
-/** `options.basicAuth`: one `{username, password}` or a list (to change the password without downtime). */
-function basicCredentials(o: Obj, path: string): string[] {
+/**
+ * `options.basicAuth`: one `{username, password}` or a list (to change the password without
+ * downtime), as references: [username, password] of each, flattened.
+ */
+function basicCredentialRefs(o: Obj, path: string): SecretRef[] {
   const raw = o.basicAuth;
   if (raw === undefined) return [];
   const p = child(path, 'basicAuth');
   const list = Array.isArray(raw) ? asArray(raw, p) : [raw];
   if (list.length === 0) throw new ConfigError(p, 'must name at least one username/password');
-  return list.map((entry, i) => {
+  return list.flatMap((entry, i) => {
     const ep = Array.isArray(raw) ? child(p, i) : p;
     const c = asObject(entry, ep, ['username', 'password']);
-    const resolve = (k: 'username' | 'password') => {
-      const kp = child(ep, k);
-      try {
-        return resolveSecret(parseSecretRef(c[k], kp));
-      } catch (err) {
-        if (err instanceof SecretUnavailableError) throw new ConfigError(kp, err.message.slice(kp.length + 2));
-        throw err;
-      }
-    };
-    const username = resolve('username');
-    if (username.includes(':')) throw new ConfigError(child(ep, 'username'), 'must not contain ":" (HTTP Basic)');
-    return `${username}:${resolve('password')}`;
+    return [parseSecretRef(c.username, child(ep, 'username')), parseSecretRef(c.password, child(ep, 'password'))];
   });
+}
+
+/** A username a Basic header could not carry. */
+function checkCredential(value: string, ref: SecretRef): void {
+  if (ref.path.endsWith('.username') && value.includes(':')) throw new ConfigError(ref.path, 'must not contain ":" (HTTP Basic)');
+}
+
+/** `user:pass` of each configured pair, in order. */
+function pairs(values: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < values.length; i += 2) out.push(`${values[i]!}:${values[i + 1]!}`);
+  return out;
 }
 
 /** `Authorization: Basic <base64(user:pass)>` → SHA-256 of the credentials. */
@@ -234,16 +239,24 @@ function platformObjectId(data: unknown): string | null {
 
 export const createAdyen: AdapterFactory = (options, path) => {
   const o = asObject(options ?? {}, path, ['basicAuth', 'webhooks']);
-  const credentials = basicCredentials(o, path);
+  const refs = basicCredentialRefs(o, path);
   // Compared as fixed-length SHA-256 digests: constant time, and the length does not leak.
-  const credentialDigests = credentials.map((c) => sha256(c));
+  // Re-read with the endpoint's secrets (OptionSecrets says how).
+  const basic = refs.length > 0
+    ? new OptionSecrets(refs, (values) => {
+      const credentials = pairs(values);
+      return { first: credentials[0]!, digests: credentials.map((c) => sha256(c)) };
+    }, checkCredential)
+    : null;
   const basicOk = (sent: Buffer | null) => {
-    let ok = credentials.length === 0;
-    for (const d of credentialDigests) ok = (sent !== null && digestsEqual(d, sent)) || ok;
+    if (!basic) return true;
+    let ok = false;
+    for (const d of basic.value.digests) ok = (sent !== null && digestsEqual(d, sent)) || ok;
     return ok;
   };
   const basicHeader = (): Record<string, string> =>
-    (credentials.length > 0 ? { authorization: `Basic ${Buffer.from(credentials[0]!, 'utf8').toString('base64')}` } : {});
+    (basic ? { authorization: `Basic ${Buffer.from(basic.value.first, 'utf8').toString('base64')}` } : {});
+  const secretsOf = basic ? { optionSecrets: basic } : {};
 
   if (optEnum(o, 'webhooks', path, ['standard', 'platform'] as const) === 'platform') {
     const platform: ProviderAdapter = {
@@ -253,9 +266,10 @@ export const createAdyen: AdapterFactory = (options, path) => {
       // Same retry queue as standard webhooks [U: Adyen documents it for standard webhooks].
       redeliveryWindowSeconds: 30 * DAY,
       prepareSecret: prepareHexKey,
+      ...secretsOf,
       parseSignature: (req): PlatformSignature => ({
         timestamp: null,
-        basic: credentials.length > 0 ? parseBasic(req) : null,
+        basic: basic ? parseBasic(req) : null,
         digest: digestHeader(req, PLATFORM_HEADER, 'base64', { label: 'HmacSignature' }),
       }),
       verify(meta, body, keys, nowMs) {
@@ -306,9 +320,10 @@ export const createAdyen: AdapterFactory = (options, path) => {
     // Adyen's retry queue keeps an unaccepted notification for up to 30 days.
     redeliveryWindowSeconds: 30 * DAY,
     prepareSecret: prepareHexKey,
+    ...secretsOf,
     parseSignature(req): AdyenSignature {
       // Headers only: the HMACs are inside the body and are read by `verify`.
-      return { timestamp: null, basic: credentials.length > 0 ? parseBasic(req) : null };
+      return { timestamp: null, basic: basic ? parseBasic(req) : null };
     },
     verify(meta, body, keys, nowMs) {
       const m = meta as AdyenSignature;

@@ -4,7 +4,8 @@ import { digestHeader, utf8Secret } from './signature.js';
 import { hmac, matchHmac, digestsEqual } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
 import { asObject, child, type Obj } from '../config/read.js';
-import { parseSecretRef, resolveSecret, SecretUnavailableError } from '../config/secrets.js';
+import { parseSecretRef, type SecretRef } from '../config/secrets.js';
+import { OptionSecrets } from './option-secrets.js';
 import type { AdapterFactory, ProviderAdapter, SignatureMetadata } from './contract.js';
 import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs } from './json.js';
 
@@ -27,29 +28,22 @@ interface CheckoutSignature extends SignatureMetadata {
 const HEADER = 'cko-signature';
 
 
-/** The accepted Authorization values, resolved at config load (a missing one is a config error). */
-function authorizationValues(o: Obj, path: string): string[] {
+/** The references of the accepted Authorization values (`options.authorization`). */
+function authorizationRefs(o: Obj, path: string): SecretRef[] {
   const raw = o.authorization;
   if (raw === undefined) return [];
   const p = child(path, 'authorization');
   const list = Array.isArray(raw) ? raw : [raw];
   if (list.length === 0) throw new ConfigError(p, 'must name at least one value');
-  return list.map((v, i) => {
-    const ip = Array.isArray(raw) ? child(p, i) : p;
-    try {
-      return resolveSecret(parseSecretRef(v, ip));
-    } catch (err) {
-      if (err instanceof SecretUnavailableError) throw new ConfigError(ip, err.message.slice(ip.length + 2));
-      throw err;
-    }
-  });
+  return list.map((v, i) => parseSecretRef(v, Array.isArray(raw) ? child(p, i) : p));
 }
 
 export const createCheckout: AdapterFactory = (options, path) => {
   const o = asObject(options ?? {}, path, ['authorization']);
-  const authorization = authorizationValues(o, path);
+  const refs = authorizationRefs(o, path);
   // Compared as fixed-length SHA-256 digests: constant time, and the value's length does not leak.
-  const authDigests = authorization.map(sha256);
+  // Re-read with the endpoint's secrets (OptionSecrets says how).
+  const authorization = refs.length > 0 ? new OptionSecrets(refs, (values) => ({ first: values[0]!, digests: values.map(sha256) })) : null;
 
   const adapter: ProviderAdapter = {
     name: 'checkout',
@@ -58,10 +52,11 @@ export const createCheckout: AdapterFactory = (options, path) => {
     // 8 retries over about 30 h.
     redeliveryWindowSeconds: 30 * HOUR,
     prepareSecret: utf8Secret,
+    ...(authorization ? { optionSecrets: authorization } : {}),
     parseSignature(req): CheckoutSignature {
       const digest = digestHeader(req, HEADER, 'hex', { label: 'Cko-Signature' });
       let auth: Buffer | null = null;
-      if (authDigests.length > 0) {
+      if (authorization) {
         const a = req.single('authorization');
         if (a === undefined || a === '') throw new IngressError('missing_signature', 'Authorization header is absent');
         auth = sha256(a);
@@ -71,9 +66,9 @@ export const createCheckout: AdapterFactory = (options, path) => {
     verify(meta, body, keys, nowMs) {
       const m = meta as CheckoutSignature;
       const key = matchHmac('sha256', [body], [m.digest], keys, nowMs);
-      if (authDigests.length === 0) return key;
+      if (!authorization) return key;
       let authorized = false;
-      for (const d of authDigests) authorized = digestsEqual(d, m.authorization!) || authorized;
+      for (const d of authorization.value.digests) authorized = digestsEqual(d, m.authorization!) || authorized;
       return authorized ? key : null;
     },
     envelope(body) {
@@ -88,7 +83,7 @@ export const createCheckout: AdapterFactory = (options, path) => {
     },
     sign(body, secret) {
       const headers: Record<string, string> = { [HEADER]: hmac('sha256', Buffer.from(secret, 'utf8'), [body]).toString('hex') };
-      if (authorization.length > 0) headers.authorization = authorization[0]!;
+      if (authorization) headers.authorization = authorization.value.first;
       return headers;
     },
     sample(seq) {

@@ -31,6 +31,12 @@ export interface ProviderAdapter {
   /** Turns one configured secret string into key bytes. Throws Error(message) on a bad format. */
   prepareSecret(value: string): Buffer;
   /**
+   * Secret references inside this endpoint's `options` (providers/option-secrets.ts): re-read by
+   * the KeyRing with the endpoint's own secrets; a throw (SecretUnavailableError) takes the
+   * endpoint offline until they read again.
+   */
+  readonly optionSecrets?: { reload(env: NodeJS.ProcessEnv): void };
+  /**
    * Optional, BEFORE verification: a provider's unsigned reachability probe (Slack's `ssl_check=1`,
    * which Slack sends without a signature), answered with a fixed empty reply and no row. It must
    * decide from the request's shape alone, act on and keep nothing, and return null for anything

@@ -1,3 +1,7 @@
+import { createHmac } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import pino from 'pino';
@@ -70,6 +74,43 @@ describe('secrets unavailable → fail closed', () => {
     const ready = await post(`${t.app.url}/readyz`, '', {}, 'GET');
     expect(ready.status).toBe(503);
     expect(ready.json().problems).toEqual(['payloadKeys.keys.k1: environment variable MISSING_OLD_KEY is not set']);
+  });
+  it("secrets inside provider options are re-read with the others: a rotated Checkout Authorization key applies at once, a withdrawn one takes the endpoint offline", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wi-opt-secret-'));
+    const file = join(dir, 'cko-auth');
+    writeFileSync(file, 'auth-old');
+    const t = await appWithLog({
+      endpoints: [{ id: 'cko', provider: 'checkout', secrets: [{ version: 'v1', value: 'cko-signing-key' }], options: { authorization: `\${file:${file}}` } }],
+    });
+    stops.push(t.stop);
+    let n = 0;
+    const send = (authorization: string) => {
+      const body = Buffer.from(JSON.stringify({ id: `evt_cko_rot_${++n}`, type: 'payment_approved', data: { id: `pay_${n}` } }));
+      const sig = createHmac('sha256', 'cko-signing-key').update(body).digest('hex');
+      return post(`${t.app.url}/webhooks/cko`, body, { 'content-type': 'application/json', 'cko-signature': sig, authorization });
+    };
+    expect((await send('auth-old')).status).toBe(200);
+
+    writeFileSync(file, 'auth-new');
+    t.app.keyring.reload(); // what SIGHUP does
+    expect((await send('auth-new')).status).toBe(200);
+    const old = await send('auth-old');
+    expect(old.status).toBe(401);
+    expect(old.json().error).toBe('invalid_signature');
+
+    rmSync(file);
+    t.app.keyring.reload();
+    const offline = await send('auth-new');
+    expect(offline.status).toBe(503);
+    expect(offline.json().error).toBe('secrets_unavailable');
+    const ready = await post(`${t.app.url}/readyz`, '', {}, 'GET');
+    expect(ready.status).toBe(503);
+    expect(JSON.stringify(ready.json().problems)).toContain('endpoints[0].options.authorization');
+    expect(JSON.stringify(ready.json().problems)).not.toContain('auth-new');
+
+    writeFileSync(file, 'auth-new');
+    t.app.keyring.reload();
+    expect((await send('auth-new')).status).toBe(200);
   });
 });
 

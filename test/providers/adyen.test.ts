@@ -2,6 +2,7 @@ import { createHash, createHmac } from 'node:crypto';
 import { hmacValidator as HmacValidator } from '@adyen/api-library';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
+import { SecretUnavailableError } from '../../src/config/secrets.js';
 import { hmac, type TrustedKey } from '../../src/crypto/hmac.js';
 import { ConfigError, IngressError } from '../../src/errors.js';
 import { signAdyenItem, signedFields, signedString } from '../../src/providers/adyen.js';
@@ -368,6 +369,25 @@ describe('adyen: secrets and headers', () => {
     it('Authorization twice → ambiguous_signature', () => {
       const h = auth('adyen', 'old');
       expect(reasonOf(() => basic.parseSignature(view([['authorization', h], ['Authorization', h]])))).toBe('ambiguous_signature');
+    });
+
+    it('the credentials are re-read with the endpoint secrets (optionSecrets.reload): a new password applies at once; a bad value throws naming its path, all or nothing', () => {
+      const env: NodeJS.ProcessEnv = { ...process.env, ADYEN_TEST_RELOAD_PASSWORD: 'first' };
+      process.env.ADYEN_TEST_RELOAD_PASSWORD = 'first';
+      try {
+        const reloading = PROVIDERS.adyen!({ basicAuth: { username: 'adyen', password: '${env:ADYEN_TEST_RELOAD_PASSWORD}' } }, 'endpoints[3].options');
+        expect(check(body, ks, [['authorization', auth('adyen', 'first')]], reloading).version).toBe('v2');
+        reloading.optionSecrets!.reload({ ...env, ADYEN_TEST_RELOAD_PASSWORD: 'second' });
+        expect(check(body, ks, [['authorization', auth('adyen', 'second')]], reloading).version).toBe('v2');
+        expect(check(body, ks, [['authorization', auth('adyen', 'first')]], reloading).version).toBeNull();
+        const gone = thrownBy(() => reloading.optionSecrets!.reload({}), SecretUnavailableError);
+        expect(gone.path).toBe('endpoints[3].options.basicAuth.password');
+        const withColon = PROVIDERS.adyen!({ basicAuth: { username: '${env:ADYEN_TEST_RELOAD_PASSWORD}', password: 'p' } }, 'endpoints[4].options');
+        expect(thrownBy(() => withColon.optionSecrets!.reload({ ADYEN_TEST_RELOAD_PASSWORD: 'a:b' }), SecretUnavailableError).path).toBe('endpoints[4].options.basicAuth.username');
+        expect(check(body, ks, [['authorization', auth('first', 'p')]], withColon).version).toBe('v2'); // the last good values stay
+      } finally {
+        delete process.env.ADYEN_TEST_RELOAD_PASSWORD;
+      }
     });
 
     it('config: unknown keys, a colon in the username, an empty list and a missing env reference are config errors', () => {
