@@ -3,7 +3,7 @@ import { resolveSecret, SecretUnavailableError } from '../config/secrets.js';
 import type { TrustedKey } from './hmac.js';
 import { decodeBase64 } from './hmac.js';
 import { PayloadCipher } from './payload-cipher.js';
-import { decodeStandardSecret } from '../providers/standard-webhooks.js';
+import { standardSecretAt } from '../providers/standard-webhooks.js';
 
 /**
  * The resolved secrets of a running server: trusted verification keys per endpoint, the
@@ -60,14 +60,7 @@ export class KeyRing {
     for (const d of this.config.destinations) {
       if (d.type !== 'http') continue;
       try {
-        const value = resolveSecret(d.secret, this.env);
-        let key: Buffer;
-        try {
-          key = decodeStandardSecret(value);
-        } catch {
-          throw new SecretUnavailableError(d.secret.path, 'is not a Standard Webhooks secret (base64, optionally prefixed "whsec_")');
-        }
-        destinationKeys.set(d.id, key);
+        destinationKeys.set(d.id, standardSecretAt(resolveSecret(d.secret, this.env), d.secret.path));
       } catch (err) {
         problems.push((err as Error).message);
       }

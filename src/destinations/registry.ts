@@ -1,8 +1,7 @@
 import type { DestinationConfig } from '../config/engine.js';
 import { resolveSecret } from '../config/secrets.js';
 import { RetryableError } from '../engine/failure.js';
-import { ConfigError } from '../errors.js';
-import { decodeStandardSecret } from '../providers/standard-webhooks.js';
+import { standardSecretAt } from '../providers/standard-webhooks.js';
 import type { Destination } from './contract.js';
 import { HttpDestination } from './http.js';
 import { NatsDestination } from './nats.js';
@@ -25,13 +24,7 @@ export function createDestination(config: DestinationConfig, env: NodeJS.Process
       if (keys) {
         return new HttpDestination(config, () => keys(config.id) ?? unloadedKey(config.id, config.secret.path));
       }
-      const secret = resolveSecret(config.secret, env);
-      let key: Buffer;
-      try {
-        key = decodeStandardSecret(secret);
-      } catch {
-        throw new ConfigError(config.secret.path, 'is not a Standard Webhooks secret (base64, optionally prefixed "whsec_")');
-      }
+      const key = standardSecretAt(resolveSecret(config.secret, env), config.secret.path);
       return new HttpDestination(config, () => key);
     }
     case 'nats':

@@ -20,14 +20,12 @@ export class OptionSecrets<T> {
     private readonly derive: (values: readonly string[]) => T,
     private readonly check: (value: string, ref: SecretRef) => void = () => undefined,
   ) {
-    this.current = derive(refs.map((ref) => {
-      try {
-        return this.read(ref, process.env);
-      } catch (err) {
-        if (err instanceof SecretUnavailableError) throw new ConfigError(ref.path, err.message.slice(ref.path.length + 2));
-        throw err;
-      }
-    }));
+    try {
+      this.current = this.readAll(process.env);
+    } catch (err) {
+      if (err instanceof SecretUnavailableError) throw new ConfigError(err.path, err.message.slice(err.path.length + 2));
+      throw err;
+    }
   }
 
   get value(): T {
@@ -36,14 +34,16 @@ export class OptionSecrets<T> {
 
   /** Re-reads every reference; all or nothing (throws SecretUnavailableError, keeping nothing new). */
   reload(env: NodeJS.ProcessEnv): void {
-    this.current = this.derive(this.refs.map((ref) => {
-      try {
-        return this.read(ref, env);
-      } catch (err) {
-        if (err instanceof ConfigError) throw new SecretUnavailableError(err.path, err.message.slice(err.path.length + 2));
-        throw err;
-      }
-    }));
+    try {
+      this.current = this.readAll(env);
+    } catch (err) {
+      if (err instanceof ConfigError) throw new SecretUnavailableError(err.path, err.message.slice(err.path.length + 2));
+      throw err;
+    }
+  }
+
+  private readAll(env: NodeJS.ProcessEnv): T {
+    return this.derive(this.refs.map((ref) => this.read(ref, env)));
   }
 
   private read(ref: SecretRef, env: NodeJS.ProcessEnv): string {

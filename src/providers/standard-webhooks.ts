@@ -1,7 +1,7 @@
 import { DAY, withoutOptions } from './contract.js';
 import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify, type KeyObject } from 'node:crypto';
 import { hmac, isRetired, matchHmac, decodeBase64, type TrustedKey } from '../crypto/hmac.js';
-import { IngressError } from '../errors.js';
+import { ConfigError, IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { envelope, jsonFields, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
 
@@ -59,6 +59,15 @@ export function decodeStandardSecret(value: string): Buffer {
   if (key === null || key.length === 0) throw new Error('a Standard Webhooks secret is base64 (optionally prefixed "whsec_")');
   if (isEd25519Key(key)) throw new Error('this secret decodes to an ed25519 public key (DER): configure the public key as "whpk_<base64 of its 32 raw bytes>"');
   return key;
+}
+
+/** decodeStandardSecret for a configured value: a bad one is a ConfigError naming `path` (never the value). */
+export function standardSecretAt(value: string, path: string): Buffer {
+  try {
+    return decodeStandardSecret(value);
+  } catch {
+    throw new ConfigError(path, 'is not a Standard Webhooks secret (base64, optionally prefixed "whsec_")');
+  }
 }
 
 const publicKeys = new WeakMap<Buffer, KeyObject>();
