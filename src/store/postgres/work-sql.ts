@@ -96,9 +96,16 @@ export const CLAIM_OUTBOX = named('claim_outbox', leasedClaim('webhook_outbox', 
     i.provider_event_id, i.event_type, ${epochMs('i.received_at')} AS received_at, upd.attempt_count
   FROM upd JOIN due USING (outbox_id) JOIN webhook_inbox i ON i.inbox_id = upd.inbox_id`));
 
+/**
+ * Row locks in inbox_id order (ORDER BY, then FOR UPDATE), as FINISH_BATCH takes them: the
+ * heartbeat runs on its own connection beside its batch's settle, and two statements locking
+ * the same rows in different orders can deadlock (40P01, one of them aborted after a second).
+ */
 export const EXTEND_INBOX_LEASES = named('extend_inbox_leases', `
-  UPDATE webhook_inbox SET lease_until = ${ts('$3')}, next_attempt_at = ${ts('$3')}
-  WHERE inbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND status = 'PROCESSING'`);
+  UPDATE webhook_inbox w SET lease_until = ${ts('$3')}, next_attempt_at = ${ts('$3')}
+  FROM (SELECT inbox_id FROM webhook_inbox WHERE inbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND status = 'PROCESSING'
+        ORDER BY inbox_id FOR UPDATE) l
+  WHERE w.inbox_id = l.inbox_id AND w.lease_owner = $2 AND w.status = 'PROCESSING'`);
 
 /**
  * Settles a leased effect; changes nothing if `owner` lost the lease. NULL parameters keep what
@@ -188,7 +195,10 @@ export const FINISH_BATCH = planned(`
 /** A BatchOutcome as FINISH_BATCH's parameters. */
 export function finishBatchValues(owner: string, o: BatchOutcome): unknown[] {
   const col = <T>(rows: readonly T[], f: (r: T) => unknown) => rows.map(f);
-  const cols = o.settlements.map((x) => ({ id: x.inboxId, ...settlementColumns(x.s) }));
+  // In inbox_id order, as EXTEND_INBOX_LEASES locks them: the UPDATE locks rows in its unnest's
+  // order (a nested loop over it, probing the primary key; test/store/postgres-lock-order.test.ts).
+  const cols = [...o.settlements].sort((a, b) => (a.inboxId < b.inboxId ? -1 : a.inboxId > b.inboxId ? 1 : 0))
+    .map((x) => ({ id: x.inboxId, ...settlementColumns(x.s) }));
   return [
     col(o.markers, (m) => m.provider), col(o.markers, (m) => m.endpointId), col(o.markers, (m) => m.providerEventId),
     col(o.markers, (m) => m.consumer), col(o.markers, (m) => m.inboxId), col(o.markers, (m) => m.handlerVersion), col(o.markers, (m) => m.nowMs),
