@@ -703,7 +703,8 @@ function renderReport(
 main().then(
   () => {
     killAll();
-    rmSync(RUN_DIR, { recursive: true, force: true });
+    if (process.env.BENCH_KEEP_LOGS) console.error(`bench: server logs kept in ${RUN_DIR}`);
+    else rmSync(RUN_DIR, { recursive: true, force: true });
   },
   (err: unknown) => {
     killAll();
