@@ -71,6 +71,7 @@ const { values: args } = parseArgs({
     'large-fraction': { type: 'string' },
     server: { type: 'string' },
     'node-args': { type: 'string' },
+    'server-config': { type: 'string' },
     backlog: { type: 'string' },
     'e2e-duration': { type: 'string' },
     stores: { type: 'string' },
@@ -110,6 +111,8 @@ export const opts = {
   timelineDir: args.timeline ? resolve(args.timeline) : undefined,
   /** Node/V8 flags for our server in the ladder (e.g. `--initial-old-space-size=64`), to price one. */
   nodeArgs: (args['node-args'] ?? '').split(' ').filter(Boolean),
+  /** Top-level keys merged over our server's bench config, e.g. '{"groupCommit":{"maxWaitMs":2}}'. */
+  serverConfig: JSON.parse(args['server-config'] ?? '{}') as Record<string, unknown>,
   /** The engine scenarios' handler parses every body (bench/reading-handlers.mjs) instead of reading none. */
   handlersRead: Boolean(args['handlers-read']),
   dupFraction: 0.01,
@@ -177,6 +180,7 @@ export function serverConfig(database: string, workers: object = { enabled: fals
     // measures draining and accept → PROCESSED with the workers on.
     workers,
     endpoints: [{ id: 'stripe-bench', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }],
+    ...opts.serverConfig,
   };
 }
 
