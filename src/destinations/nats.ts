@@ -8,7 +8,6 @@ import { capturePattern, closedError, DeadlineExceeded, describe, withTimeout } 
 
 export type NatsDestinationConfig = Extract<DestinationConfig, { type: 'nats' }>;
 
-/** JetStream API error codes this destination looks at. */
 /** How long a suspect connection gets to answer a PING before it is dropped. */
 const PING_GRACE_MS = 1000;
 
@@ -24,6 +23,7 @@ async function answersPing(nc: NatsConnection): Promise<boolean> {
   }
 }
 
+/** JetStream API error codes this destination looks at. */
 const STREAM_NOT_FOUND = 10059;
 const STREAM_NAME_IN_USE = 10058;
 

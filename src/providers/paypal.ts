@@ -208,7 +208,6 @@ export function createCertFetcher(opts: { dispatcher?: Dispatcher; timeoutMs?: n
 
 const defaultFetcher = createCertFetcher();
 
-
 /**
  * Signing certificates by URL: successes for CERT_TTL_MS (LRU, at most 32), failures for
  * CERT_FAILURE_TTL_MS (kept apart, so a flood of bad URLs cannot evict a good certificate), one
