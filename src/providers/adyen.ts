@@ -194,9 +194,9 @@ function basicCredentialRefs(o: Obj, path: string): SecretRef[] {
   });
 }
 
-/** A username a Basic header could not carry. */
-function checkCredential(value: string, ref: SecretRef): void {
-  if (ref.path.endsWith('.username') && value.includes(':')) throw new ConfigError(ref.path, 'must not contain ":" (HTTP Basic)');
+/** A username a Basic header could not carry (usernames are at the even positions; a password may hold ":"). */
+function checkCredential(value: string, ref: SecretRef, index: number): void {
+  if (index % 2 === 0 && value.includes(':')) throw new ConfigError(ref.path, 'must not contain ":" (HTTP Basic)');
 }
 
 /** `user:pass` of each configured pair, in order. */

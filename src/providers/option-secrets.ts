@@ -14,11 +14,14 @@ import { ConfigError } from '../errors.js';
 export class OptionSecrets<T> {
   private current: T;
 
-  /** `check` may reject a value (a ConfigError naming its path): a format the adapter cannot use. */
+  /**
+   * `check` may reject a value (a ConfigError naming its path): a format the adapter cannot use.
+   * `index` is the value's position in `refs`, which the adapter laid out.
+   */
   constructor(
     private readonly refs: readonly SecretRef[],
     private readonly derive: (values: readonly string[]) => T,
-    private readonly check: (value: string, ref: SecretRef) => void = () => undefined,
+    private readonly check: (value: string, ref: SecretRef, index: number) => void = () => undefined,
   ) {
     try {
       this.current = this.readAll(process.env);
@@ -43,12 +46,12 @@ export class OptionSecrets<T> {
   }
 
   private readAll(env: NodeJS.ProcessEnv): T {
-    return this.derive(this.refs.map((ref) => this.read(ref, env)));
+    return this.derive(this.refs.map((ref, i) => this.read(ref, i, env)));
   }
 
-  private read(ref: SecretRef, env: NodeJS.ProcessEnv): string {
+  private read(ref: SecretRef, index: number, env: NodeJS.ProcessEnv): string {
     const value = resolveSecret(ref, env);
-    this.check(value, ref);
+    this.check(value, ref, index);
     return value;
   }
 }

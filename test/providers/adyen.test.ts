@@ -390,6 +390,14 @@ describe('adyen: secrets and headers', () => {
       }
     });
 
+    it('a colon is refused in a username only, by its place in the pair: a password may hold one (HTTP Basic splits at the first)', () => {
+      const colonPassword = PROVIDERS.adyen!({ basicAuth: [{ username: 'adyen', password: 'old' }, { username: 'adyen', password: 'a:b:c' }] }, 'endpoints[0].options');
+      expect(check(body, ks, [['authorization', auth('adyen', 'a:b:c')]], colonPassword).version).toBe('v2');
+      expect(check(body, ks, [['authorization', auth('adyen', 'a:b')]], colonPassword).version).toBeNull();
+      const second = thrownBy(() => PROVIDERS.adyen!({ basicAuth: [{ username: 'u', password: 'p:q' }, { username: 'v:w', password: 'p' }] }, 'endpoints[0].options'), ConfigError);
+      expect(second.path).toBe('endpoints[0].options.basicAuth[1].username');
+    });
+
     it('config: unknown keys, a colon in the username, an empty list and a missing env reference are config errors', () => {
       const f = PROVIDERS.adyen!;
       expect(thrownBy(() => f({ basicAuth: { username: 'a', password: 'b', realm: 'x' } }, 'endpoints[0].options'), ConfigError).path).toBe('endpoints[0].options.basicAuth.realm');
