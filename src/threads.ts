@@ -1,3 +1,5 @@
+import { readlinkSync } from 'node:fs';
+import { setPriority } from 'node:os';
 import { parentPort, Worker } from 'node:worker_threads';
 
 /**
@@ -20,6 +22,23 @@ export function startWorker(callerUrl: string, name: string, workerData: unknown
  */
 export function exitOnUnreadableRequest(): void {
   parentPort?.on('messageerror', () => process.exit(1));
+}
+
+/**
+ * In a thread: lowers this thread's CPU priority (raises its nice value) and no other's. On
+ * Linux a thread has its own nice value, set through its thread id (/proc/thread-self names it;
+ * raising one's own needs no privilege). Returns whether it was applied; elsewhere it is not.
+ */
+export function lowerThisThreadsPriority(nice: number): boolean {
+  let tid: number;
+  try {
+    tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+  } catch {
+    return false; // not Linux
+  }
+  if (!Number.isInteger(tid) || tid <= 0) return false;
+  setPriority(tid, nice);
+  return true;
 }
 
 /** A Buffer view (no copy) of bytes that crossed a thread as a plain Uint8Array. */

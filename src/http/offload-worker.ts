@@ -6,9 +6,10 @@
 import { parentPort } from 'node:worker_threads';
 import { sealPayload, sha256, type SealingKey } from '../crypto/payload-cipher.js';
 import { IngressError } from '../errors.js';
-import { bytes, exitOnUnreadableRequest } from '../threads.js';
+import { bytes, exitOnUnreadableRequest, lowerThisThreadsPriority } from '../threads.js';
 import type { ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
+import { OFFLOAD_THREAD_NICE } from './offload.js';
 import { viewOf, type RequestSnapshot } from './request-view.js';
 
 export interface OffloadRequest {
@@ -31,6 +32,7 @@ function adapterFor(provider: string, options: Record<string, unknown> | undefin
 }
 
 exitOnUnreadableRequest();
+lowerThisThreadsPriority(OFFLOAD_THREAD_NICE);
 parentPort!.on('message', (m: OffloadRequest) => {
   try {
     const body = bytes(m.body);

@@ -1,7 +1,8 @@
+import { readdirSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
 import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
-import { OffloadLane, offloadThreshold } from '../../src/http/offload.js';
+import { OFFLOAD_THREAD_NICE, OffloadLane, offloadThreshold } from '../../src/http/offload.js';
 import { viewOf } from '../../src/http/request-view.js';
 import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -107,6 +108,41 @@ describe('the helper thread dying', () => {
       const next = await lane.run(endpoint, snapshot, { timestamp: null }, stripeEvent('evt_next'), cipher)!;
       expect(next.envelope.eventId).toBe('evt_next');
       expect(cipher.open(next.payload, { provider: 'stripe', endpointId: endpoint.id, providerEventId: 'evt_next' }).equals(stripeEvent('evt_next'))).toBe(true);
+    } finally {
+      await lane.close();
+    }
+  });
+});
+
+/** tid → nice value of every thread of this process (Linux: field 19 of /proc/self/task/<tid>/stat). */
+function threadNices(): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const tid of readdirSync('/proc/self/task')) {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+    } catch {
+      continue; // the thread ended meanwhile
+    }
+    // Fields after the command name (which may hold spaces) start at field 3.
+    out.set(Number(tid), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19 - 3]));
+  }
+  return out;
+}
+
+describe.runIf(process.platform === 'linux')('the helper thread\'s CPU priority (Linux)', () => {
+  it('is lowered for the helper thread only: the event loop, which serves every request, keeps its own', async () => {
+    const endpoint = parseConfig(configDoc('sqlite::memory:'), {}).endpoints[0]!;
+    const cipher = new PayloadCipher(new Map([['k1', Buffer.alloc(32, 3)]]), 'k1');
+    const before = [...threadNices()].filter(([, nice]) => nice === OFFLOAD_THREAD_NICE).map(([tid]) => tid);
+    const lane = new OffloadLane(1);
+    try {
+      const done = await lane.run(endpoint, { headers: {}, contentType: 'application/json', target: '/webhooks/stripe' }, { timestamp: null }, stripeEvent('evt_nice'), cipher)!;
+      expect(done.envelope.eventId).toBe('evt_nice');
+      const nices = threadNices();
+      const lowered = [...nices].filter(([tid, nice]) => nice === OFFLOAD_THREAD_NICE && !before.includes(tid));
+      expect(lowered).toHaveLength(1);
+      expect(nices.get(process.pid)).toBe(0);
     } finally {
       await lane.close();
     }
