@@ -1,5 +1,5 @@
 import { readlinkSync } from 'node:fs';
-import { setPriority } from 'node:os';
+import { getPriority, setPriority } from 'node:os';
 import { parentPort, Worker } from 'node:worker_threads';
 
 /**
@@ -25,20 +25,20 @@ export function exitOnUnreadableRequest(): void {
 }
 
 /**
- * In a thread: lowers this thread's CPU priority (raises its nice value) and no other's. On
- * Linux a thread has its own nice value, set through its thread id (/proc/thread-self names it;
- * raising one's own needs no privilege). Returns whether it was applied; elsewhere it is not.
+ * In a thread: lowers this thread's CPU priority by `by` nice steps (to at most 19) and no other
+ * thread's. On Linux a thread has its own nice value, set through its thread id
+ * (/proc/thread-self names it); raising one's own needs no privilege. A scheduling hint only:
+ * returns whether it was applied (not on other systems), and never throws.
  */
-export function lowerThisThreadsPriority(nice: number): boolean {
-  let tid: number;
+export function lowerThisThreadsPriority(by: number): boolean {
   try {
-    tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+    if (!Number.isInteger(tid) || tid <= 0) return false;
+    setPriority(tid, Math.min(19, getPriority(tid) + by));
+    return true;
   } catch {
-    return false; // not Linux
+    return false; // not Linux, or not allowed
   }
-  if (!Number.isInteger(tid) || tid <= 0) return false;
-  setPriority(tid, nice);
-  return true;
 }
 
 /** A Buffer view (no copy) of bytes that crossed a thread as a plain Uint8Array. */

@@ -9,7 +9,7 @@ import { IngressError } from '../errors.js';
 import { bytes, exitOnUnreadableRequest, lowerThisThreadsPriority } from '../threads.js';
 import type { ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
-import { OFFLOAD_THREAD_NICE } from './offload.js';
+import { OFFLOAD_THREAD_NICE_STEPS } from './offload.js';
 import { viewOf, type RequestSnapshot } from './request-view.js';
 
 export interface OffloadRequest {
@@ -32,7 +32,7 @@ function adapterFor(provider: string, options: Record<string, unknown> | undefin
 }
 
 exitOnUnreadableRequest();
-lowerThisThreadsPriority(OFFLOAD_THREAD_NICE);
+lowerThisThreadsPriority(OFFLOAD_THREAD_NICE_STEPS);
 parentPort!.on('message', (m: OffloadRequest) => {
   try {
     const body = bytes(m.body);

@@ -21,14 +21,14 @@ type Reply =
 export const DEFAULT_OFFLOAD_BODY_BYTES = 256 * 1024;
 
 /**
- * The helper thread's nice value (Linux; the event loop's stays 0). A 1 MiB body's parse and
- * seal is ~8 ms of CPU that only its own request waits for, while the event loop and the SQLite
- * writer serve every request: on a busy box they go first, and the helper uses the CPU they
- * leave. On 2 cores at 2,000 req/s, 0.3 % of bodies at 1 MiB, SQLite, 6 alternating pairs: ack
- * p99 36.6–64.1 ms (median 52.6) against 53.6–146 (median 61); PostgreSQL within the noise
- * (bench/RESULTS.md, 2026-12-01 "Latest").
+ * How many nice steps the helper thread runs below the thread that started it (Linux; the event
+ * loop keeps its own). A 1 MiB body's parse and seal is ~8 ms of CPU that only its own request
+ * waits for, while the event loop and the SQLite writer serve every request: on a busy box they
+ * go first, and the helper uses the CPU they leave. On 2 cores at 2,000 req/s, 0.3 % of bodies at
+ * 1 MiB, SQLite, 6 alternating pairs: ack p99 36.6–64.1 ms (median 52.6) against 53.6–146 (median
+ * 61); PostgreSQL within the noise (bench/RESULTS.md, 2026-12-01 "Latest").
  */
-export const OFFLOAD_THREAD_NICE = 10;
+export const OFFLOAD_THREAD_NICE_STEPS = 10;
 
 /**
  * limits.offloadBodyBytes, or its default: on in a process that only receives (`serve` with
