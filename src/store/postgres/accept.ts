@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { logicalKey, type AcceptRecord, type AcceptResult } from '../port.js';
+import { inLockOrder } from './lock-order.js';
 import * as SQL from './sql.js';
 
 /** Columns per record in SQL.acceptStatement. */
@@ -52,11 +53,9 @@ export async function warmPool(pool: pg.Pool, sizes: readonly number[]): Promise
  * `inserted` says whether any row is new (a NOTIFY is due).
  */
 export async function insertUnique(query: Query, records: readonly AcceptRecord[]): Promise<{ results: AcceptResult[]; inserted: boolean }> {
-  // A fixed key order across batches means two concurrent batches lock rows in the same
-  // order, so overlapping batches wait for each other instead of deadlocking.
-  const order = records.map((r, i) => ({ k: logicalKey(r), i })).sort((a, b) => (a.k < b.k ? -1 : a.k > b.k ? 1 : 0));
+  // Overlapping batches then wait for each other instead of deadlocking.
   const values: unknown[] = [];
-  for (const { i } of order) values.push(...acceptValues(records[i]!));
+  for (const r of inLockOrder(records, logicalKey)) values.push(...acceptValues(r));
   const n = SQL.acceptSize(records.length);
   values.length = n * COLS; // spare rows all NULL: padding the statement skips
   values.fill(null, records.length * COLS);

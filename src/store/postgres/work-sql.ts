@@ -5,6 +5,7 @@
  */
 import { effectSettlementColumns, outboxSettlementColumns, settlementColumns } from '../rows.js';
 import type { BatchOutcome, EffectSettlement, OutboxSettle } from '../work-port.js';
+import { inLockOrder } from './lock-order.js';
 import { epochMs } from './sql.js';
 
 const ts = (param: string) => `to_timestamp(${param} / 1000.0)`;
@@ -195,10 +196,9 @@ export const FINISH_BATCH = planned(`
 /** A BatchOutcome as FINISH_BATCH's parameters. */
 export function finishBatchValues(owner: string, o: BatchOutcome): unknown[] {
   const col = <T>(rows: readonly T[], f: (r: T) => unknown) => rows.map(f);
-  // In inbox_id order, as EXTEND_INBOX_LEASES locks them: the UPDATE locks rows in its unnest's
-  // order (a nested loop over it, probing the primary key; test/store/postgres-lock-order.test.ts).
-  const cols = [...o.settlements].sort((a, b) => (a.inboxId < b.inboxId ? -1 : a.inboxId > b.inboxId ? 1 : 0))
-    .map((x) => ({ id: x.inboxId, ...settlementColumns(x.s) }));
+  // The UPDATE locks rows in its unnest's order (a nested loop over it, probing the primary key;
+  // test/store/postgres-lock-order.test.ts).
+  const cols = inLockOrder(o.settlements, (x) => x.inboxId).map((x) => ({ id: x.inboxId, ...settlementColumns(x.s) }));
   return [
     col(o.markers, (m) => m.provider), col(o.markers, (m) => m.endpointId), col(o.markers, (m) => m.providerEventId),
     col(o.markers, (m) => m.consumer), col(o.markers, (m) => m.inboxId), col(o.markers, (m) => m.handlerVersion), col(o.markers, (m) => m.nowMs),
