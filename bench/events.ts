@@ -37,6 +37,28 @@ function item(i: number): string {
   return base + fill.slice(0, ITEM_BYTES - base.length - tail.length) + tail;
 }
 
+/** Each varied item starts with ',' and ends with this. */
+const ITEM_END = Buffer.from('}}');
+
+/**
+ * About `bytes` of distinct line items as a real large event has them (ids, amounts and names that
+ * vary), so the body compresses as such JSON does (~6× with brotli at quality 1), not as a run of
+ * one repeated byte would (~1000×): the server may compress large bodies before sealing them.
+ */
+function variedItems(bytes: number): Buffer {
+  const rnd = prng(0x5eed);
+  const id = () => Math.floor(rnd() * 2 ** 40).toString(36);
+  const colours = ['blue', 'red', 'green', 'black', 'white', 'silver'];
+  const parts: string[] = [];
+  let n = 0;
+  for (let i = 0; n < bytes; i++) {
+    const part = `,{"id":"li_${id()}","object":"line_item","amount_subtotal":${Math.floor(rnd() * 100_000)},"amount_total":${Math.floor(rnd() * 100_000)},"currency":"usd","description":"Product ${Math.floor(rnd() * 400)} ${colours[i % colours.length]} size ${Math.floor(rnd() * 17)}","quantity":${1 + Math.floor(rnd() * 5)},"price":{"id":"price_${id()}","unit_amount":${Math.floor(rnd() * 5000)},"product":"prod_${id()}"}}`;
+    parts.push(part);
+    n += part.length;
+  }
+  return Buffer.from(parts.join(''));
+}
+
 export interface EventFactoryOptions {
   /** Uniform range for ordinary bodies, bytes. */
   readonly minBytes: number;
@@ -62,7 +84,7 @@ export class EventFactory {
     this.itemsJoined = Buffer.from(Array.from({ length: n }, (_, i) => item(i)).join(','));
     this.mid = Buffer.from(`","object":"payment_intent","amount":2000,"currency":"usd","status":"succeeded","livemode":false,"metadata":{"order_id":"bench"},"line_items":{"object":"list","has_more":false,"data":[`);
     this.end = Buffer.from(`]}}}}`);
-    this.largeFiller = Buffer.from('L'.repeat(opts.largeBytes));
+    this.largeFiller = variedItems(opts.largeBytes);
   }
 
   private head(id: string, created: number): Buffer {
@@ -74,13 +96,17 @@ export class EventFactory {
     const idBuf = Buffer.from(id);
     const fixed = head.length + idBuf.length + this.mid.length + this.end.length;
     if (large) {
-      // Items up to ~target, then one string item that pads the body to exactly largeBytes.
+      // The ordinary items, then distinct ones up to ~target, then one string item that pads the
+      // body to exactly largeBytes.
       const items = this.itemsJoined;
       const pre = Buffer.from(',"');
       const post = Buffer.from('"');
-      const fillLen = this.opts.largeBytes - fixed - items.length - pre.length - post.length;
-      if (fillLen < 0) throw new Error('largeBytes too small');
-      return Buffer.concat([head, idBuf, this.mid, items, pre, this.largeFiller.subarray(0, fillLen), post, this.end]);
+      const room = this.opts.largeBytes - fixed - items.length - pre.length - post.length;
+      if (room < 0) throw new Error('largeBytes too small');
+      const cut = room > 0 ? this.largeFiller.lastIndexOf(ITEM_END, room - 1) : -1;
+      const varied = cut > 0 ? this.largeFiller.subarray(0, cut + ITEM_END.length) : Buffer.alloc(0);
+      const pad = Buffer.alloc(room - varied.length, 'L');
+      return Buffer.concat([head, idBuf, this.mid, items, varied, pre, pad, post, this.end]);
     }
     const want = this.opts.minBytes + Math.floor(rnd() * (this.opts.maxBytes - this.opts.minBytes + 1));
     const room = Math.max(ITEM_BYTES, want - fixed);
