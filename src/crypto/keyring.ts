@@ -67,7 +67,7 @@ export class KeyRing {
     }
     this.endpointKeys = endpointKeys;
     this.destinationKeys = destinationKeys;
-    this.payloadCipher = keys.has(this.config.payloadKeys.current) ? new PayloadCipher(keys, this.config.payloadKeys.current) : null;
+    this.payloadCipher = keys.has(this.config.payloadKeys.current) ? new PayloadCipher(keys, this.config.payloadKeys.current, this.config.limits.compressBodyBytes) : null;
     this.problems = problems;
   }
 

@@ -4,7 +4,7 @@ import type { EndpointConfig } from '../config/schema.js';
 import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { uuidv7 } from '../crypto/ids.js';
 import type { EngineMetrics } from '../metrics/engine.js';
-import type { InboxStore, StoredPayload } from '../store/port.js';
+import { heldBytes, type InboxStore, type StoredPayload } from '../store/port.js';
 import { logicalKey } from '../store/port.js';
 import { LeaseLostError, type ClaimedInbox, type EventKey, type NewEffect, type NewMarker, type ProcessedMarker, type Settlement, type StoreTx } from '../store/work-port.js';
 import { StorageUnavailableError } from '../errors.js';
@@ -294,7 +294,7 @@ export class InboxWorker {
   /**
    * The next slice of a batch: from the front of `rest`, as many events as one read of their
    * sealed payloads fits in the budget's slice (at least one), with those payloads attached.
-   * A stored body counts twice (its ciphertext, and the plaintext once opened). Waits while
+   * A stored body counts its ciphertext and its raw bytes once opened (port.ts heldBytes). Waits while
    * other batches hold the budget (a batch holds none of it while it waits). Returns the
    * budget bytes the slice holds.
    */
@@ -302,13 +302,13 @@ export class InboxWorker {
     const budget = this.d.bodies;
     const wanted = rest.filter((p) => p.event && p.needsBody && !p.fresh && p.row.rawPayloadRef !== null);
     let slice = rest;
-    let stored = 0;
+    let held = 0;
     if (wanted.length > 0) {
       const reserved = Math.max(1, Math.floor(budget.max / SLICES_PER_BUDGET));
       await budget.reserve(reserved);
       let sealed: StoredPayload[];
       try {
-        sealed = await this.d.store.readPayloads(wanted.map((p) => p.row.rawPayloadRef!), Math.floor(reserved / 2));
+        sealed = await this.d.store.readPayloads(wanted.map((p) => p.row.rawPayloadRef!), reserved);
       } catch (err) {
         budget.release(reserved);
         throw err;
@@ -316,7 +316,7 @@ export class InboxWorker {
       const byId = new Map<string, StoredPayload>();
       for (const s of sealed) {
         byId.set(s.payloadId, s);
-        stored += s.ciphertext.length;
+        held += heldBytes(s);
       }
       // The read is a prefix of `wanted` (purged payloads absent): the slice ends with the last
       // event it returned a payload for; the events after it are read by the next slice.
@@ -329,9 +329,9 @@ export class InboxWorker {
       }
       for (const p of wanted.slice(0, read)) p.sealed = byId.get(p.row.rawPayloadRef!);
       this.d.metrics.bodies.inc(['store'], read);
-      budget.release(reserved - 2 * stored);
+      budget.release(reserved - held);
     }
-    return { slice, heldBytes: 2 * stored };
+    return { slice, heldBytes: held };
   }
 
   /** The attempt of these events is over: give their bytes back (budget, FreshBodies) and let them go. */

@@ -58,7 +58,7 @@ export class OffloadLane {
       return w;
     },
     settle: (r) => {
-      if (r.ok) return { envelope: r.envelope, payloadHash: bytes(r.payloadHash), payload: { keyId: r.sealed.keyId, nonce: bytes(r.sealed.nonce), ciphertext: bytes(r.sealed.ciphertext) } };
+      if (r.ok) return { envelope: r.envelope, payloadHash: bytes(r.payloadHash), payload: { ...r.sealed, nonce: bytes(r.sealed.nonce), ciphertext: bytes(r.sealed.ciphertext) } };
       if (r.reason) throw new IngressError(r.reason, r.detail);
       throw new Error(`parse thread: ${r.message}`);
     },

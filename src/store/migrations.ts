@@ -236,4 +236,19 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX webhook_effects_failed ON webhook_effects (failure_reason) WHERE status = 'FAILED';
     `,
   },
+  {
+    version: 6,
+    name: 'compressed payloads: encoding and raw size',
+    // A large body is compressed before it is sealed (crypto/payload-cipher.ts): encoding 'br'
+    // and the raw size, both bound into the ciphertext's associated data. NULL = the raw bytes.
+    // The raw size lets a worker count what a payload will hold once opened before it reads it.
+    sqlite: `
+      ALTER TABLE webhook_payload ADD COLUMN encoding TEXT CHECK (encoding IN ('br'));
+      ALTER TABLE webhook_payload ADD COLUMN raw_bytes INTEGER CHECK ((encoding IS NULL) = (raw_bytes IS NULL));
+    `,
+    postgres: `
+      ALTER TABLE webhook_payload ADD COLUMN encoding text CHECK (encoding IN ('br'));
+      ALTER TABLE webhook_payload ADD COLUMN raw_bytes integer CHECK ((encoding IS NULL) = (raw_bytes IS NULL));
+    `,
+  },
 ];

@@ -58,6 +58,15 @@ export interface StoredPayload extends SealedPayload {
 }
 
 /**
+ * What a stored payload holds in memory once read and opened: its ciphertext and its raw bytes
+ * (a compressed one opens to rawBytes, ~6x its ciphertext for JSON). readPayloads' maxBytes
+ * counts this, in SQL as in here.
+ */
+export function heldBytes(p: Pick<SealedPayload, 'ciphertext' | 'rawBytes'>): number {
+  return p.ciphertext.length + (p.rawBytes ?? p.ciphertext.length);
+}
+
+/**
  * The storage port. Both adapters (SQLite, PostgreSQL) pass the same contract suite.
  * `acceptBatch` is the hot path: ONE transaction for the whole batch, atomic
  * insert-or-find-winner per logical key, never read-then-write.

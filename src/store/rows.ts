@@ -1,4 +1,5 @@
 import { bytes } from '../threads.js';
+import type { PayloadEncoding } from '../crypto/payload-cipher.js';
 import type { InboxRow, StoredPayload } from './port.js';
 import type { BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, InboxDetail, OutboxClaim, OutboxSettlement, QueueStats, Settlement } from './work-port.js';
 
@@ -34,7 +35,8 @@ export function toInboxRow(r: RawRow): InboxRow {
 }
 
 export function toStoredPayload(r: RawRow): StoredPayload {
-  return { payloadId: r.payload_id as string, keyId: r.key_id as string, nonce: bytes(r.nonce), ciphertext: bytes(r.ciphertext) };
+  const p = { payloadId: r.payload_id as string, keyId: r.key_id as string, nonce: bytes(r.nonce), ciphertext: bytes(r.ciphertext) };
+  return r.encoding == null ? p : { ...p, encoding: r.encoding as PayloadEncoding, rawBytes: Number(r.raw_bytes) };
 }
 
 /** An inbox row with the engine's columns (lease_owner, failure_reason, handler_version, processed_at). */

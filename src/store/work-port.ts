@@ -194,7 +194,7 @@ export interface WorkStore {
   claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]>;
   /**
    * The sealed payloads of these ids that still exist (purged ones are absent), in the order of
-   * `payloadIds`. With `maxBytes`, a prefix whose ciphertexts add up to at most `maxBytes` (but
+   * `payloadIds`. With `maxBytes`, a prefix whose `heldBytes` add up to at most `maxBytes` (but
    * always the first payload, however large): the caller reads the rest later, so a claim of
    * many large bodies is never loaded at once.
    */

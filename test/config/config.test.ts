@@ -46,6 +46,7 @@ describe('config validation names the bad path', () => {
     ['maxConnections on a nats destination', { ...base(), destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:4222', subject: 's', maxConnections: 4 }] }, /^destinations\[0\]\.maxConnections: unknown key/],
     ['groupCommit.maxBatchBytes below 64 KiB', { ...base(), groupCommit: { maxBatchBytes: 1000 } }, /^groupCommit\.maxBatchBytes: must be an integer from 65536/],
     ['offloadBodyBytes negative', { ...base(), limits: { offloadBodyBytes: -1 } }, /^limits\.offloadBodyBytes: must be an integer/],
+    ['compressBodyBytes not a number', { ...base(), limits: { compressBodyBytes: 'big' } }, /^limits\.compressBodyBytes: must be an integer/],
     ['generic-hmac option', withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], options: { idPath: 'id' } }), /^endpoints\[0\]\.options\.signatureHeader: is required/],
   ])('%s', (_name, doc, expected) => {
     expect(errorOf(doc)).toMatch(expected);
@@ -79,6 +80,7 @@ describe('config validation names the bad path', () => {
     expect(c.endpoints[0]).toMatchObject({ maxBodyBytes: 1048576, toleranceSeconds: 300, events: undefined, rateLimit: undefined });
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
     expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
+    expect(c.limits.compressBodyBytes).toBe(256 * 1024);
     expect(c.groupCommit).toEqual({ maxBatch: 256, maxBatchBytes: 4 * 1024 * 1024, maxWaitMs: undefined, maxInFlight: undefined, commitTimeoutMs: 10_000 });
     const withForward = parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }] }, {});
     expect(withForward.destinations[0]).toMatchObject({ timeoutMs: 10_000, maxConnections: 32 });

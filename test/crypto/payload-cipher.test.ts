@@ -92,6 +92,43 @@ describe('payload encryption', () => {
     expect(c.open(sealed, bind('evt_lane')).toString()).toBe('{"id":"evt_lane"}');
   });
 
+  it('compresses a body of compressBodyBytes or more before sealing it, and opening gives back the exact bytes', () => {
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1', 4096);
+    const json = Buffer.from(JSON.stringify({ items: Array.from({ length: 400 }, (_, i) => ({ id: `li_${i}`, amount: i * 7, note: 'é ✓' })) }));
+    const sealed = c.seal(json, bind('big'));
+    expect(sealed.encoding).toBe('br');
+    expect(sealed.rawBytes).toBe(json.length);
+    expect(sealed.ciphertext.length).toBeLessThan(json.length / 4);
+    expect(c.open(sealed, bind('big')).equals(json)).toBe(true);
+    // Below the threshold, and with compression off, the exact bytes are sealed as they are.
+    const small = json.subarray(0, 4095);
+    expect(c.seal(small, bind('small'))).not.toHaveProperty('encoding');
+    const off = new PayloadCipher(new Map([['k1', k1]]), 'k1', 0).seal(json, bind('big'));
+    expect(off).not.toHaveProperty('encoding');
+    expect(off.ciphertext.length).toBe(json.length + 16);
+  });
+
+  it('a large body that does not compress is sealed as it is', () => {
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1', 4096);
+    const noise = randomBytes(100_000);
+    const sealed = c.seal(noise, bind('noise'));
+    expect(sealed).not.toHaveProperty('encoding');
+    expect(sealed.ciphertext.length).toBe(noise.length + 16);
+    expect(c.open(sealed, bind('noise')).equals(noise)).toBe(true);
+  });
+
+  it('refuses a compressed payload whose encoding or raw size was changed (both are bound), and one moved to another row', () => {
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1', 1024);
+    const sealed = c.seal(Buffer.from('{"a":"'.concat('x'.repeat(5000), '"}')), bind('evt_a'));
+    expect(sealed.encoding).toBe('br');
+    expect(() => c.open({ ...sealed, encoding: undefined, rawBytes: undefined }, bind('evt_a'))).toThrow();
+    expect(() => c.open({ ...sealed, rawBytes: sealed.rawBytes! + 1 }, bind('evt_a'))).toThrow();
+    expect(() => c.open(sealed, bind('evt_b'))).toThrow();
+    // An uncompressed payload cannot be passed off as compressed either.
+    const plain = c.seal(Buffer.from('{"a":1}'), bind('evt_a'));
+    expect(() => c.open({ ...plain, encoding: 'br', rawBytes: 7 }, bind('evt_a'))).toThrow();
+  });
+
   it('rejects keys that are not 32 bytes and a current id that is not a key', () => {
     expect(() => new PayloadCipher(new Map([['k1', Buffer.alloc(16)]]), 'k1')).toThrow(/32 bytes/);
     expect(() => new PayloadCipher(new Map([['k1', k1]]), 'k9')).toThrow(/k9/);

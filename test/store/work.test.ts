@@ -1,8 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { uuidv7 } from '../../src/crypto/ids.js';
-import type { SealedPayload } from '../../src/crypto/payload-cipher.js';
+import { PayloadCipher, type SealedPayload } from '../../src/crypto/payload-cipher.js';
 import { openStore } from '../../src/store/open.js';
-import type { AcceptRecord, InboxStore } from '../../src/store/port.js';
+import { heldBytes, type AcceptRecord, type InboxStore } from '../../src/store/port.js';
 import type { BatchOutcome, EventFilter, EventKey, NewEffect, NewMarker, OutboxSettlement, Settlement, StoreTx } from '../../src/store/work-port.js';
 import { cipher, record } from '../helpers/records.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
@@ -105,10 +105,11 @@ describeEachStore('work store', (kind) => {
 
     it('readPayloads answers in the order asked and, with maxBytes, only the prefix that fits (at least one)', async () => {
       // Ciphertexts of 1,000 / 3,000 / 500 / 2,000 bytes plus the AEAD tag; a purged id in the middle.
+      // Each counts what it holds once opened: its ciphertext and as many raw bytes (heldBytes).
       const sizes = [1000, 3000, 500, 2000];
       const recs = sizes.map((_, i) => at(`evt_size_${i}`, i));
       const withBodies = recs.map((r, i) => record(r.providerEventId, `"${'x'.repeat(sizes[i]! - 2)}"`, { inboxId: r.inboxId, receivedAtMs: r.receivedAtMs }));
-      const lengths = new Map(withBodies.map((r) => [r.payloadId, r.payload.ciphertext.length]));
+      const lengths = new Map(withBodies.map((r) => [r.payloadId, 2 * r.payload.ciphertext.length]));
       await accept(...withBodies);
       const [a, b, c, d] = withBodies.map((r) => r.payloadId);
       const ask = [d!, uuidv7(T), b!, a!, c!]; // not the order they were written in
@@ -125,6 +126,25 @@ describeEachStore('work store', (kind) => {
       expect(got(await store.readPayloads(ask, 1_000_000))).toEqual([d, b, a, c]);
       const [first] = await store.readPayloads([c!], 1);
       expect(cipher.open(first!, withBodies[2]!).toString()).toBe(`"${'x'.repeat(498)}"`);
+    });
+
+    it('a compressed payload is stored with its encoding and raw size, counts its raw size in readPayloads, and opens to the exact bytes', async () => {
+      const packing = new PayloadCipher(new Map([['k1', Buffer.alloc(32, 1)]]), 'k1', 1024);
+      const bodies = [0, 1, 2].map((i) => `{"id":"evt_z${i}","pad":"${'z'.repeat(300_000)}"}`);
+      const recs = bodies.map((body, i) => {
+        const r = at(`evt_z${i}`, i);
+        const binding = { provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId };
+        return record(r.providerEventId, body, { inboxId: r.inboxId, receivedAtMs: r.receivedAtMs, payload: packing.seal(Buffer.from(body), binding) });
+      });
+      await accept(...recs);
+      const ids = recs.map((r) => r.payloadId);
+      const read = await store.readPayloads(ids);
+      expect(read.map((p) => [p.encoding, p.rawBytes])).toEqual(bodies.map((b) => ['br', b.length]));
+      expect(read.every((p) => p.ciphertext.length < 2_000)).toBe(true);
+      read.forEach((p, i) => expect(cipher.open(p, recs[i]!).toString()).toBe(bodies[i]));
+      // ~300 KB each once opened, though their ciphertexts are small: two fit in 700 KB, not three.
+      expect((await store.readPayloads(ids, 700_000)).map((p) => p.payloadId)).toEqual(ids.slice(0, 2));
+      expect(read.reduce((n, p) => n + heldBytes(p), 0)).toBeGreaterThan(900_000);
     });
 
     it('a second claimer at the same time gets nothing', async () => {

@@ -5,13 +5,13 @@ import { inLockOrder } from './lock-order.js';
 import * as SQL from './sql.js';
 
 /** Columns per record in SQL.acceptStatement. */
-export const COLS = 18;
+export const COLS = 20;
 
 /** One record's parameters for SQL.acceptStatement, in COLS order. */
 export function acceptValues(r: AcceptRecord): unknown[] {
   return [r.inboxId, r.payloadId, r.outboxId, r.provider, r.endpointId, r.providerEventId, r.eventType,
     r.objectId, r.objectVersion, r.providerCreatedAtMs, r.receivedAtMs, r.payloadHash, r.matchedSecretVersion,
-    r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay];
+    r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay, r.payload.encoding ?? null, r.payload.rawBytes ?? null];
 }
 
 export type Query = <R extends pg.QueryResultRow>(config: pg.QueryConfig) => Promise<pg.QueryResult<R>>;

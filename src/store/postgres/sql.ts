@@ -40,12 +40,12 @@ export function acceptStatement(rows: number, cols: number): string {
     const p = (c: number) => `$${r * cols + c}`;
     tuples.push(`(${p(1)}::uuid, ${p(2)}::uuid, ${p(3)}::uuid, ${p(4)}::text, ${p(5)}::text, ${p(6)}::text, ${p(7)}::text,
       ${p(8)}::text, ${p(9)}::text, ${p(10)}::float8, ${p(11)}::float8, ${p(12)}::bytea, ${p(13)}::text,
-      ${p(14)}::text, ${p(15)}::bytea, ${p(16)}::bytea, ${p(17)}::text, ${p(18)}::boolean)`);
+      ${p(14)}::text, ${p(15)}::bytea, ${p(16)}::bytea, ${p(17)}::text, ${p(18)}::boolean, ${p(19)}::text, ${p(20)}::int4)`);
   }
   sql = `
     WITH input (inbox_id, payload_id, outbox_id, provider, endpoint_id, provider_event_id, event_type,
                 object_id, object_version, provider_created_ms, received_ms, payload_hash, matched_secret_version,
-                key_id, nonce, ciphertext, topic, relay) AS (
+                key_id, nonce, ciphertext, topic, relay, encoding, raw_bytes) AS (
       VALUES ${tuples.join(',\n')}
     ),
     ins AS (
@@ -60,8 +60,8 @@ export function acceptStatement(rows: number, cols: number): string {
       RETURNING inbox_id
     ),
     pay AS (
-      INSERT INTO webhook_payload (payload_id, key_id, nonce, ciphertext, created_at)
-      SELECT i.payload_id, i.key_id, i.nonce, i.ciphertext, to_timestamp(i.received_ms / 1000.0)
+      INSERT INTO webhook_payload (payload_id, key_id, nonce, ciphertext, created_at, encoding, raw_bytes)
+      SELECT i.payload_id, i.key_id, i.nonce, i.ciphertext, to_timestamp(i.received_ms / 1000.0), i.encoding, i.raw_bytes
       FROM input i JOIN ins USING (inbox_id)
     ),
     obx AS (

@@ -10,8 +10,8 @@ export const INSERT_INBOX = `
   RETURNING inbox_id`;
 
 export const INSERT_PAYLOAD = `
-  INSERT INTO webhook_payload (payload_id, key_id, nonce, ciphertext, created_at)
-  VALUES (?, ?, ?, ?, ?)`;
+  INSERT INTO webhook_payload (payload_id, key_id, nonce, ciphertext, created_at, encoding, raw_bytes)
+  VALUES (?, ?, ?, ?, ?, ?, ?)`;
 
 export const INSERT_OUTBOX = `
   INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at, next_attempt_at, published_at) VALUES (?, ?, ?, ?, ?, ?)`;

@@ -30,7 +30,8 @@ export const READ_CLAIMED_INBOX = `
 
 /**
  * A claim's payloads in the order of @ids, read outside the claim's write lock, only where a
- * target opens them, and only as many as fit in @maxBytes (InboxStore.readPayloads). The sizes
+ * target opens them, and only as many as fit in @maxBytes (InboxStore.readPayloads; each counts
+ * port.ts heldBytes: ciphertext + raw size). The sizes
  * come first, on their own (`lens`: length() of a BLOB reads its size, not its pages), so the
  * running total never touches a ciphertext and only the payloads that fit are read. (With
  * length(p.ciphertext) inside the window query, SQLite carried every ciphertext through the
@@ -39,11 +40,11 @@ export const READ_CLAIMED_INBOX = `
  */
 export const READ_PAYLOADS = `
   WITH lens AS (
-    SELECT j.key AS ord, p.payload_id, length(p.ciphertext) AS len
+    SELECT j.key AS ord, p.payload_id, length(p.ciphertext) + coalesce(p.raw_bytes, length(p.ciphertext)) AS len
     FROM json_each(@ids) j JOIN webhook_payload p ON p.payload_id = j.value
   ),
   sized AS (SELECT ord, payload_id, len, sum(len) OVER (ORDER BY ord) AS upto FROM lens)
-  SELECT p.payload_id, p.key_id, p.nonce, p.ciphertext
+  SELECT p.payload_id, p.key_id, p.nonce, p.ciphertext, p.encoding, p.raw_bytes
   FROM sized s JOIN webhook_payload p ON p.payload_id = s.payload_id
   WHERE s.upto = s.len OR s.upto <= @maxBytes
   ORDER BY s.ord`;

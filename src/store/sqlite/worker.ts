@@ -73,7 +73,7 @@ const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
     const won = s.inbox.get({ ...r, payloadHash: bytes(r.payloadHash) });
     if (won !== undefined) {
       if (r.coalesceKey !== undefined) s.markNotice.run(r.coalesceKey, r.inboxId);
-      s.payload.run(r.payloadId, r.payload.keyId, bytes(r.payload.nonce), bytes(r.payload.ciphertext), r.receivedAtMs);
+      s.payload.run(r.payloadId, r.payload.keyId, bytes(r.payload.nonce), bytes(r.payload.ciphertext), r.receivedAtMs, r.payload.encoding ?? null, r.payload.rawBytes ?? null);
       s.outbox.run(r.outboxId, r.inboxId, r.topic, r.receivedAtMs, r.relay ? r.receivedAtMs : null, r.relay ? null : r.receivedAtMs);
       return { inboxId: r.inboxId, duplicate: false };
     }
