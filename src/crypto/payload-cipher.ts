@@ -124,8 +124,8 @@ export class PayloadCipher {
     this.sealingKey = { keyId: currentKeyId, key: new Uint8Array(current), compressFrom: compressBodyBytes > 0 ? compressBodyBytes : Infinity };
   }
 
-  seal(plain: Buffer, binding: PayloadBinding): SealedPayload {
-    return sealPayload(plain, this.sealingKey, binding);
+  seal(raw: Buffer, binding: PayloadBinding): SealedPayload {
+    return sealPayload(raw, this.sealingKey, binding);
   }
 
   has(keyId: string): boolean {
