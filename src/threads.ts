@@ -48,6 +48,15 @@ export const bytes = (v: unknown): Buffer => {
 };
 
 /**
+ * A sealed payload that crossed a thread, with its byte fields as Buffers again (the driver sends
+ * a Buffer as binary bytea) and every other field as it came: its key id, and a compressed
+ * payload's encoding and raw size, which its associated data binds.
+ */
+export function revivedPayload<P extends { readonly nonce: Uint8Array; readonly ciphertext: Uint8Array }>(p: P): P {
+  return { ...p, nonce: bytes(p.nonce), ciphertext: bytes(p.ciphertext) };
+}
+
+/**
  * Whether a Buffer's memory can be moved to another thread: it must own its whole ArrayBuffer
  * (a pooled buffer shares its memory with others and must never be transferred). After the
  * move the sender's views of it are empty.

@@ -2,7 +2,7 @@ import type { EndpointConfig } from '../config/schema.js';
 import type { PayloadCipher, SealedPayload } from '../crypto/payload-cipher.js';
 import { IngressError, type Reason } from '../errors.js';
 import type { Envelope, ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
-import { bytes, ownsItsMemory, startWorker, WorkerCalls } from '../threads.js';
+import { bytes, ownsItsMemory, revivedPayload, startWorker, WorkerCalls } from '../threads.js';
 import type { OffloadRequest } from './offload-worker.js';
 import type { RequestSnapshot } from './request-view.js';
 
@@ -58,7 +58,7 @@ export class OffloadLane {
       return w;
     },
     settle: (r) => {
-      if (r.ok) return { envelope: r.envelope, payloadHash: bytes(r.payloadHash), payload: { ...r.sealed, nonce: bytes(r.sealed.nonce), ciphertext: bytes(r.sealed.ciphertext) } };
+      if (r.ok) return { envelope: r.envelope, payloadHash: bytes(r.payloadHash), payload: revivedPayload(r.sealed) };
       if (r.reason) throw new IngressError(r.reason, r.detail);
       throw new Error(`parse thread: ${r.message}`);
     },

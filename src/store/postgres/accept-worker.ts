@@ -1,7 +1,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import type { AcceptRecord } from '../port.js';
-import { bytes, exitOnUnreadableRequest, movableCiphertexts } from '../../threads.js';
+import { bytes, exitOnUnreadableRequest, movableCiphertexts, revivedPayload } from '../../threads.js';
 import { insertUnique, warmPool, type Query } from './accept.js';
 
 /**
@@ -27,7 +27,7 @@ const query: Query = (config) => pool.query(config);
 
 /** Buffers arrive as plain Uint8Arrays; the driver sends Buffers as binary bytea. */
 function revive(r: AcceptRecord): AcceptRecord {
-  return { ...r, payloadHash: bytes(r.payloadHash), payload: { ...r.payload, nonce: bytes(r.payload.nonce), ciphertext: bytes(r.payload.ciphertext) } };
+  return { ...r, payloadHash: bytes(r.payloadHash), payload: revivedPayload(r.payload) };
 }
 
 exitOnUnreadableRequest();
