@@ -78,12 +78,12 @@ export const CLAIM_INBOX = named('claim_inbox', leasedClaim('webhook_inbox', 'in
  * encoding, its decoding and the TOAST reads were half of a claim's cost on both sides.
  */
 export const READ_PAYLOADS = named('read_payloads', `
-  WITH sized AS (
+  WITH lens AS (
     -- octet_length of a TOASTed value reads its header, not its chunks
-    SELECT a.ord, p.payload_id, octet_length(p.ciphertext) + coalesce(p.raw_bytes, octet_length(p.ciphertext)) AS len,
-      sum(octet_length(p.ciphertext) + coalesce(p.raw_bytes, octet_length(p.ciphertext))) OVER (ORDER BY a.ord) AS upto
+    SELECT a.ord, p.payload_id, octet_length(p.ciphertext) + coalesce(p.raw_bytes, octet_length(p.ciphertext)) AS len
     FROM unnest($1::uuid[]) WITH ORDINALITY a (id, ord) JOIN webhook_payload p ON p.payload_id = a.id
-  )
+  ),
+  sized AS (SELECT ord, payload_id, len, sum(len) OVER (ORDER BY ord) AS upto FROM lens)
   SELECT p.payload_id::text AS payload_id, p.key_id, p.nonce, p.ciphertext, p.encoding, p.raw_bytes
   FROM sized s JOIN webhook_payload p ON p.payload_id = s.payload_id
   WHERE s.upto = s.len OR s.upto <= $2
