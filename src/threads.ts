@@ -27,7 +27,7 @@ export function exitOnUnreadableRequest(): void {
 /**
  * In a thread: lowers this thread's CPU priority by `by` nice steps (to at most 19) and no other
  * thread's. On Linux a thread has its own nice value, set through its thread id
- * (/proc/thread-self names it); raising one's own needs no privilege. A scheduling hint only:
+ * (/proc/thread-self names it); raising one's own nice value (less priority) needs no privilege. A scheduling hint only:
  * returns whether it was applied (not on other systems), and never throws.
  */
 export function lowerThisThreadsPriority(by: number): boolean {
