@@ -288,7 +288,7 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
     outcomes.timeout = (outcomes.timeout ?? 0) + 1;
   }
   pool.destroy();
-  if (spec.timelineFile) writeTimeline(spec.timelineFile, latency, interval);
+  if (spec.timelineFile) writeTimeline(spec.timelineFile, latency, interval, windowStart);
 
   const sentMeasured = Math.max(0, Math.min(next, total) - warmupN);
   return {
@@ -309,12 +309,14 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
   };
 }
 
-function writeTimeline(file: string, latency: Float64Array, interval: number): void {
+function writeTimeline(file: string, latency: Float64Array, interval: number, windowStart: number): void {
   const per = Math.max(1, Math.round(100 / interval));
-  const lines = ['t_ms,requests,p50_ms,p99_ms,max_ms'];
+  // epoch_ms lines a window up with a server's own timestamped logs (BENCH_KEEP_LOGS).
+  const epoch0 = performance.timeOrigin + windowStart;
+  const lines = ['t_ms,epoch_ms,requests,p50_ms,p99_ms,max_ms'];
   for (let i = 0; i < latency.length; i += per) {
     const p = percentiles(latency.subarray(i, i + per));
-    lines.push(`${Math.round(i * interval)},${Math.min(per, latency.length - i)},${p.p50.toFixed(2)},${p.p99.toFixed(2)},${p.max.toFixed(2)}`);
+    lines.push(`${Math.round(i * interval)},${Math.round(epoch0 + i * interval)},${Math.min(per, latency.length - i)},${p.p50.toFixed(2)},${p.p99.toFixed(2)},${p.max.toFixed(2)}`);
   }
   writeFileSync(file, lines.join('\n') + '\n');
 }

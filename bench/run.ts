@@ -35,7 +35,7 @@ import { killAll, launch, RUN_DIR, track, type Running } from './children.js';
 import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
-import { cpuDelta, cpuOfCommand, diskWrites, threadCpuMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
+import { cpuDelta, cpuOfCommand, diskWrites, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const BUILD = join(ROOT, 'dist-bench', 'bench');
@@ -220,6 +220,8 @@ export interface Usage {
   pgCpuPct: number;
   /** The event-loop thread alone, and the busiest other thread (SQLite writer, GC helper, …). */
   mainThreadCpuPct: number;
+  /** The event-loop thread's run-queue wait (absent from older records). */
+  mainThreadWaitPct?: number;
   otherThreadCpuPct: number;
   machineBusyPct: number;
   windowS: number;
@@ -279,6 +281,8 @@ export interface CpuWindow {
   /** % of one core. */
   readonly cpuPct: number;
   readonly mainThreadCpuPct: number;
+  /** % of the window the event-loop thread was runnable but waiting for a core. */
+  readonly mainThreadWaitPct: number;
   readonly otherThreadCpuPct: number;
   readonly pgCpuPct: number;
   readonly machineBusyPct: number;
@@ -291,6 +295,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
   let cpu0 = 0, cpu1 = 0, t0 = 0, t1 = 0;
   let pg0 = new Map<number, number>(), pg1 = new Map<number, number>();
   let th0 = new Map<number, number>(), th1 = new Map<number, number>();
+  let wait0 = NaN, wait1 = NaN;
   let m0: [number, number] = [0, 0], m1: [number, number] = [0, 0];
   let d0 = diskWrites(), d1 = d0;
   return {
@@ -299,6 +304,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
       t0 = performance.now();
       cpu0 = procCpuMs(pid) ?? 0;
       th0 = threadCpuMs(pid);
+      wait0 = threadRunQueueWaitMs(pid, pid);
       pg0 = cpuOfCommand('postgres');
       m0 = machineJiffies();
     },
@@ -306,6 +312,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
       t1 = performance.now();
       cpu1 = procCpuMs(pid) ?? cpu0;
       th1 = threadCpuMs(pid);
+      wait1 = threadRunQueueWaitMs(pid, pid);
       pg1 = cpuOfCommand('postgres');
       m1 = machineJiffies();
       d1 = diskWrites();
@@ -321,6 +328,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
         cpuMs: cpu1 - cpu0,
         cpuPct: pct(cpu1 - cpu0),
         mainThreadCpuPct: pct((th1.get(pid) ?? 0) - (th0.get(pid) ?? 0)),
+        mainThreadWaitPct: pct(wait1 - wait0),
         otherThreadCpuPct: pct(Math.max(0, ...[...th1].filter(([tid]) => tid !== pid).map(([tid, c]) => c - (th0.get(tid) ?? 0)))),
         pgCpuPct: pct(cpuDelta(pg0, pg1)),
         machineBusyPct: m1[1] > m0[1] ? (100 * (m1[0] - m0[0])) / (m1[1] - m0[1]) : NaN,
@@ -394,6 +402,7 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
       idleRssMiB: idleRss / 1024 ** 2,
       pgCpuPct: c.pgCpuPct,
       mainThreadCpuPct: c.mainThreadCpuPct,
+      mainThreadWaitPct: c.mainThreadWaitPct,
       otherThreadCpuPct: c.otherThreadCpuPct,
       machineBusyPct: c.machineBusyPct,
       windowS: c.windowS,
@@ -438,7 +447,7 @@ export function table(head: string[], rows: string[][]): string {
   return [line(head), `|${w.map((n, i) => (i === 0 ? ':' : '') + '-'.repeat(n + 1) + (i === 0 ? '' : ':')).join('|')}|`, ...rows.map(line)].join('\n');
 }
 
-const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'non-2xx/errors', 'dups acked', 'pass'];
+const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'main thr wait %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'non-2xx/errors', 'dups acked', 'pass'];
 function rateRow(s: StepRecord<RateResult>): string[] {
   const r = s.result;
   const u = s.usage;
@@ -447,7 +456,7 @@ function rateRow(s: StepRecord<RateResult>): string[] {
   const other = Math.max(0, u.machineBusyPct * CORES - u.serverCpuPct - u.pgCpuPct - lgPct);
   return [
     LABELS[s.target], f0(r.offered), f0(r.achieved), ms(r.latency.p50), ms(r.latency.p95), ms(r.latency.p99), ms(r.latency.max),
-    f0(u.serverCpuPct), f0(u.mainThreadCpuPct), f0(u.otherThreadCpuPct), f0(perReq), f0(u.peakRssMiB), f0(u.pgCpuPct), f0(lgPct), f0(other),
+    f0(u.serverCpuPct), f0(u.mainThreadCpuPct), u.mainThreadWaitPct === undefined ? '–' : f0(u.mainThreadWaitPct), f0(u.otherThreadCpuPct), f0(perReq), f0(u.peakRssMiB), f0(u.pgCpuPct), f0(lgPct), f0(other),
     ms(r.sendLag.p99), outcomesText(r.outcomes), s.target === 'sqlite' || s.target === 'postgres' ? `${r.dupAcked}/${r.dupSent}` : `–/${r.dupSent}`,
     (passes(r) ? 'yes' : 'NO') + (other > NOISY_PCT ? ' (noisy)' : ''),
   ];
@@ -617,7 +626,7 @@ function renderReport(
     for (const t of targets) for (const s of ladder.get(t) ?? []) rows.push(rateRow(s));
     out.push(table(RATE_HEAD, rows));
     out.push('');
-    out.push('CPU % is of one core. "main thr" = the server\'s event-loop thread; "top other thr" = its busiest other thread (the SQLite writer on SQLite). ' +
+    out.push('CPU % is of one core. "main thr" = the server\'s event-loop thread; "main thr wait" = the share of the window it was runnable but waiting for a core (/proc schedstat: the cores were busy with other threads or processes, its own helpers included); "top other thr" = its busiest other thread (the SQLite writer on SQLite). ' +
       '"other CPU" = whole-box CPU not explained by server, PostgreSQL and loadgen (interference). "send lag" = how late the loadgen handed requests to the client (connection cap or loadgen lag; counted in latency).');
     const meanBody = [...ladder.values()].flat().map((s) => s.result.meanBodyBytes);
     if (meanBody.length) out.push(`Mean body size sent: ${f0(meanBody.reduce((a, b) => a + b, 0) / meanBody.length)} bytes. "dups acked" = duplicates answered \`"duplicate":true\` / duplicates sent.`);

@@ -162,6 +162,20 @@ export function threadCpuMs(pid: number): Map<number, number> {
 }
 
 /**
+ * How long a thread has waited in the run queue, runnable but not on a core (ms; the second
+ * field of /proc/<pid>/task/<tid>/schedstat). Over a window it tells a busy box from a busy
+ * thread: an event loop that waits for a core adds that wait to every request it holds.
+ * NaN if the kernel does not keep schedstats.
+ */
+export function threadRunQueueWaitMs(pid: number, tid: number): number {
+  try {
+    return Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'latin1').split(' ')[1]) / 1e6;
+  } catch {
+    return NaN;
+  }
+}
+
+/**
  * Whole-disk write counters from /proc/diskstats, summed over the machine's disks (partitions,
  * loop and ram devices left out): sectors are 512 bytes; flushes = completed flush requests
  * (fsync/fdatasync reaching the device).
