@@ -19,6 +19,9 @@ export interface SealedPayload {
 
 export type PayloadEncoding = 'br';
 
+/** How a compressed payload was packed; absent for one stored as it came. */
+type Packing = { readonly encoding: PayloadEncoding; readonly rawBytes: number };
+
 export interface PayloadBinding {
   readonly provider: string;
   readonly endpointId: string;
@@ -82,25 +85,25 @@ export function sha256(data: Buffer | string): Buffer {
  * compressed first if it is large and compresses (opening gives back `raw`, byte for byte).
  */
 export function sealPayload(raw: Buffer, k: SealingKey, binding: PayloadBinding): SealedPayload {
-  let plain = raw;
-  let encoding: { encoding: PayloadEncoding; rawBytes: number } | undefined;
   if (raw.length >= k.compressFrom) {
     const packed = compress(raw);
-    if (packed.length < raw.length) {
-      plain = packed;
-      encoding = { encoding: 'br', rawBytes: raw.length };
-    }
+    if (packed.length < raw.length) return encrypt(packed, k, binding, { encoding: 'br', rawBytes: raw.length });
   }
+  return encrypt(raw, k, binding, undefined);
+}
+
+/** AES-256-GCM over `plain` (what is stored: the raw bytes, or their packing) with a fresh random nonce. */
+function encrypt(plain: Buffer, k: Pick<SealingKey, 'keyId' | 'key'>, binding: PayloadBinding, packing: Packing | undefined): SealedPayload {
   const nonce = randomBytesFromPool(NONCE_BYTES);
   const cipher = createCipheriv('aes-256-gcm', k.key, nonce);
-  cipher.setAAD(payloadAad(binding, encoding));
+  cipher.setAAD(payloadAad(binding, packing));
   const out = Buffer.allocUnsafeSlow(plain.length + TAG_BYTES);
   let n = 0;
   for (let at = 0; at < plain.length; at += SLICE_BYTES) n += cipher.update(plain.subarray(at, at + SLICE_BYTES)).copy(out, n);
   const tail = cipher.final();
   tail.copy(out, n);
   cipher.getAuthTag().copy(out, n + tail.length);
-  return { keyId: k.keyId, nonce, ciphertext: out, ...encoding };
+  return { keyId: k.keyId, nonce, ciphertext: out, ...packing };
 }
 
 /**
@@ -134,18 +137,42 @@ export class PayloadCipher {
 
   /** The exact raw bytes. Throws if the key is unknown or the ciphertext/binding does not authenticate. */
   open(sealed: SealedPayload, binding: PayloadBinding): Buffer {
-    const key = this.keys.get(sealed.keyId);
-    if (!key) throw new Error(`payload key "${sealed.keyId}" is not configured`);
-    const body = sealed.ciphertext.subarray(0, sealed.ciphertext.length - TAG_BYTES);
-    const tag = sealed.ciphertext.subarray(sealed.ciphertext.length - TAG_BYTES);
-    const decipher = createDecipheriv('aes-256-gcm', key, sealed.nonce);
-    decipher.setAAD(payloadAad(binding, sealed));
-    decipher.setAuthTag(tag);
-    const plain = Buffer.concat([decipher.update(body), decipher.final()]);
+    const plain = this.decrypt(sealed, binding);
     // Authenticated above: these are bytes this receiver compressed, not a stranger's input.
     if (sealed.encoding !== 'br') return plain;
     const raw = brotliDecompressSync(plain, { maxOutputLength: Math.max(1, sealed.rawBytes!) });
     if (raw.length !== sealed.rawBytes) throw new Error('decompressed payload has the wrong size');
     return raw;
+  }
+
+  /**
+   * The same payload sealed again under the current key (key rotation: `keys reseal`): a fresh
+   * nonce, the same binding and packing, so it opens to the same raw bytes and its row's
+   * payload_hash still holds. A compressed payload stays compressed: it is never unpacked here.
+   */
+  reseal(sealed: SealedPayload, binding: PayloadBinding): SealedPayload {
+    const plain = this.decrypt(sealed, binding);
+    const packing = sealed.encoding ? { encoding: sealed.encoding, rawBytes: sealed.rawBytes! } : undefined;
+    return encrypt(plain, this.sealingKey, binding, packing);
+  }
+
+  /** What was sealed (the raw bytes or their packing), once the tag authenticates it and its binding. */
+  private decrypt(sealed: SealedPayload, binding: PayloadBinding): Buffer {
+    const key = this.keys.get(sealed.keyId);
+    if (!key) throw new PayloadKeyMissingError(sealed.keyId);
+    const body = sealed.ciphertext.subarray(0, sealed.ciphertext.length - TAG_BYTES);
+    const tag = sealed.ciphertext.subarray(sealed.ciphertext.length - TAG_BYTES);
+    const decipher = createDecipheriv('aes-256-gcm', key, sealed.nonce);
+    decipher.setAAD(payloadAad(binding, sealed));
+    decipher.setAuthTag(tag);
+    return Buffer.concat([decipher.update(body), decipher.final()]);
+  }
+}
+
+/** A payload sealed under a key id this cipher was not given. */
+export class PayloadKeyMissingError extends Error {
+  override readonly name = 'PayloadKeyMissingError';
+  constructor(readonly keyId: string) {
+    super(`payload key "${keyId}" is not configured`);
   }
 }

@@ -1,7 +1,7 @@
 import { createDecipheriv, randomBytes } from 'node:crypto';
 import { MessageChannel, receiveMessageOnPort } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
-import { PayloadCipher, payloadAad, sealPayload, type SealingKey } from '../../src/crypto/payload-cipher.js';
+import { PayloadCipher, PayloadKeyMissingError, payloadAad, sealPayload, type SealingKey } from '../../src/crypto/payload-cipher.js';
 import { uuidv7 } from '../../src/crypto/ids.js';
 
 const k1 = Buffer.alloc(32, 1);
@@ -127,6 +127,33 @@ describe('payload encryption', () => {
     // An uncompressed payload cannot be passed off as compressed either.
     const plain = c.seal(Buffer.from('{"a":1}'), bind('evt_a'));
     expect(() => c.open({ ...plain, encoding: 'br', rawBytes: 7 }, bind('evt_a'))).toThrow();
+  });
+
+  it('reseal (key rotation): the same bytes under the current key and a fresh nonce, a compressed one still compressed', () => {
+    const old = new PayloadCipher(new Map([['k1', k1]]), 'k1', 1024);
+    const rotated = new PayloadCipher(new Map([['k1', k1], ['k2', k2]]), 'k2', 1024);
+    const onlyNew = new PayloadCipher(new Map([['k2', k2]]), 'k2');
+    const small = Buffer.from('{"amount":1,"note":"é"}');
+    const big = Buffer.from(JSON.stringify({ items: Array.from({ length: 300 }, (_, i) => ({ id: `li_${i}` })) }));
+    for (const [raw, id] of [[small, 'evt_s'], [big, 'evt_b']] as const) {
+      const before = old.seal(raw, bind(id));
+      const after = rotated.reseal(before, bind(id));
+      expect(after.keyId).toBe('k2');
+      expect(after.nonce.equals(before.nonce)).toBe(false);
+      expect(after.encoding).toBe(before.encoding);
+      expect(after.rawBytes).toBe(before.rawBytes);
+      expect(after.ciphertext.length).toBe(before.ciphertext.length); // the packed bytes, never unpacked and packed again
+      expect(onlyNew.open(after, bind(id)).equals(raw)).toBe(true);
+      expect(() => rotated.reseal(before, bind('another_row'))).toThrow(); // the binding still authenticates first
+    }
+    expect(old.seal(big, bind('x')).encoding).toBe('br');
+  });
+
+  it('opening or resealing under a key it was not given says which key is missing', () => {
+    const sealed = new PayloadCipher(new Map([['k0', k1]]), 'k0').seal(Buffer.from('{}'), bind('a'));
+    const c = new PayloadCipher(new Map([['k2', k2]]), 'k2');
+    expect(() => c.reseal(sealed, bind('a'))).toThrow(PayloadKeyMissingError);
+    expect(() => c.open(sealed, bind('a'))).toThrow('payload key "k0" is not configured');
   });
 
   it('rejects keys that are not 32 bytes and a current id that is not a key', () => {
