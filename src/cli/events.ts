@@ -1,15 +1,16 @@
 import { loadConfigFile } from '../config/load.js';
+import type { Config } from '../config/schema.js';
 import { TECHNICAL_REASONS } from '../engine/failure.js';
 import { openStore } from '../store/open.js';
 import type { InboxStore } from '../store/port.js';
 import type { InboxDetail } from '../store/work-port.js';
 
 /** Operator commands over the inbox: list, show, retry one FAILED event, requeue technical failures. */
-async function withStore<T>(configFile: string, fn: (s: InboxStore) => Promise<T>): Promise<T> {
+export async function withStore<T>(configFile: string, fn: (s: InboxStore, config: Config) => Promise<T>): Promise<T> {
   const config = loadConfigFile(configFile);
   const store = openStore(config.database);
   try {
-    return await fn(store);
+    return await fn(store, config);
   } finally {
     await store.close();
   }

@@ -8,6 +8,7 @@ import { runCheckConfig } from './check-config.js';
 import { runSendSample } from './send-sample.js';
 import { runWork } from './work.js';
 import { runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
+import { runKeysList, runKeysReseal } from './keys.js';
 
 interface Command {
   readonly summary: string;
@@ -92,6 +93,21 @@ const COMMANDS: Record<string, Command> = {
     usage: 'webhook-inbox requeue --config FILE --reason technical',
     options: { ...CONFIG, reason: { type: 'string' } },
     run: (v) => runRequeue(String(v.config), String(v.reason)),
+  },
+  keys: {
+    summary: 'Payload key rotation: keys list (payloads per key) | keys reseal (seal old ones under the current key).',
+    usage: 'webhook-inbox keys list --config FILE\n       webhook-inbox keys reseal --config FILE\n\n' +
+      '  list    stored payloads per payload key id, and whether each key is current, old or missing\n' +
+      '  reseal  seal every payload under an older key again under payloadKeys.current (same bytes,\n' +
+      '          same hash; safe while serve and work run), so the older key can be removed.\n' +
+      '          Exits 1 if some payload could not be resealed (its key missing, or it does not authenticate).',
+    options: CONFIG,
+    positionals: ['list|reseal'],
+    run: (v, args) => {
+      if (args[0] === 'list') return runKeysList(String(v.config));
+      if (args[0] === 'reseal') return runKeysReseal(String(v.config));
+      throw new UsageError(`unknown keys subcommand "${args[0]}" (list or reseal)`);
+    },
   },
 };
 

@@ -46,16 +46,7 @@ export class KeyRing {
     // Without the current key nothing can be sealed: no cipher, and the ingress answers 503. An
     // older key that cannot be read only stops the opening of payloads sealed under it (the
     // workers retry those, payload_key_unavailable): accepts go on, and /readyz names it.
-    const keys = new Map<string, Buffer>();
-    for (const [id, ref] of this.config.payloadKeys.keys) {
-      try {
-        const key = decodeBase64(resolveSecret(ref, this.env));
-        if (key === null || key.length !== 32) throw new SecretUnavailableError(ref.path, 'must be 32 bytes, base64-encoded (openssl rand -base64 32)');
-        keys.set(id, key);
-      } catch (err) {
-        problems.push((err as Error).message);
-      }
-    }
+    const keys = loadPayloadKeys(this.config, this.env, problems);
     const destinationKeys = new Map<string, Buffer>();
     for (const d of this.config.destinations) {
       if (d.type !== 'http') continue;
@@ -67,7 +58,7 @@ export class KeyRing {
     }
     this.endpointKeys = endpointKeys;
     this.destinationKeys = destinationKeys;
-    this.payloadCipher = keys.has(this.config.payloadKeys.current) ? new PayloadCipher(keys, this.config.payloadKeys.current, this.config.limits.compressBodyBytes) : null;
+    this.payloadCipher = payloadCipherOf(this.config, keys);
     this.problems = problems;
   }
 
@@ -87,6 +78,26 @@ export class KeyRing {
   get ready(): boolean {
     return this.problems.length === 0;
   }
+}
+
+/** The payload keys that resolve, by id; each one that does not adds a problem naming its config path. */
+export function loadPayloadKeys(config: Config, env: NodeJS.ProcessEnv, problems: string[]): Map<string, Buffer> {
+  const keys = new Map<string, Buffer>();
+  for (const [id, ref] of config.payloadKeys.keys) {
+    try {
+      const key = decodeBase64(resolveSecret(ref, env));
+      if (key === null || key.length !== 32) throw new SecretUnavailableError(ref.path, 'must be 32 bytes, base64-encoded (openssl rand -base64 32)');
+      keys.set(id, key);
+    } catch (err) {
+      problems.push((err as Error).message);
+    }
+  }
+  return keys;
+}
+
+/** The cipher over these keys, or null without the current one (nothing could be sealed). */
+export function payloadCipherOf(config: Config, keys: ReadonlyMap<string, Buffer>): PayloadCipher | null {
+  return keys.has(config.payloadKeys.current) ? new PayloadCipher(keys, config.payloadKeys.current, config.limits.compressBodyBytes) : null;
 }
 
 /**

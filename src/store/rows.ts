@@ -1,7 +1,9 @@
 import { bytes } from '../threads.js';
 import type { PayloadEncoding } from '../crypto/payload-cipher.js';
 import type { InboxRow, StoredPayload } from './port.js';
-import type { BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, InboxDetail, OutboxClaim, OutboxSettlement, QueueStats, Settlement } from './work-port.js';
+import type {
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, InboxDetail, OutboxClaim, OutboxSettlement, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
+} from './work-port.js';
 
 /**
  * Row → port mapping shared by both stores. Both select the same column names; timestamps
@@ -37,6 +39,14 @@ export function toInboxRow(r: RawRow): InboxRow {
 export function toStoredPayload(r: RawRow): StoredPayload {
   const p = { payloadId: r.payload_id as string, keyId: r.key_id as string, nonce: bytes(r.nonce), ciphertext: bytes(r.ciphertext) };
   return r.encoding == null ? p : { ...p, encoding: r.encoding as PayloadEncoding, rawBytes: Number(r.raw_bytes) };
+}
+
+export function toPayloadKeyUsage(r: RawRow): PayloadKeyUsage {
+  return { keyId: r.key_id as string, payloads: Number(r.payloads) };
+}
+
+export function toResealRef(r: RawRow): ResealRef {
+  return { payloadId: r.payload_id as string, provider: r.provider as string, endpointId: r.endpoint_id as string, providerEventId: r.provider_event_id as string };
 }
 
 /** An inbox row with the engine's columns (lease_owner, failure_reason, handler_version, processed_at). */

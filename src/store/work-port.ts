@@ -1,3 +1,4 @@
+import type { SealedPayload } from '../crypto/payload-cipher.js';
 import type { InboxRow, StoredPayload } from './port.js';
 
 /**
@@ -178,6 +179,24 @@ export interface BacklogStat {
   readonly oldestReceivedAtMs: number;
 }
 
+/** Payload key rotation: how many stored payloads one key id seals. */
+export interface PayloadKeyUsage {
+  readonly keyId: string;
+  readonly payloads: number;
+}
+
+/** A stored payload to seal again, and its row's unique key (what its associated data binds). */
+export interface ResealRef extends EventKey {
+  readonly payloadId: string;
+}
+
+/** A new sealing for a payload, swapped in only while the row still holds `oldNonce`. */
+export interface Resealed {
+  readonly payloadId: string;
+  readonly oldNonce: Buffer;
+  readonly sealed: SealedPayload;
+}
+
 export interface WorkStore {
   /**
    * A handler transaction open longer than this is rolled back by the store (SQLite: it holds the
@@ -223,6 +242,20 @@ export interface WorkStore {
   requeueFailed(reasons: readonly string[], nowMs: number): Promise<number>;
   /** Inbox counts and oldest age by endpoint, type and status (non-terminal rows, plus FAILED). */
   backlog(): Promise<BacklogStat[]>;
+  /** Stored payloads per key id, by key id. */
+  payloadKeyUsage(): Promise<PayloadKeyUsage[]>;
+  /**
+   * Up to `limit` payloads sealed under any key but `keyId`, in payload id order after
+   * `afterPayloadId` (null: from the first). Payloads no inbox row points at have no binding and
+   * are left out.
+   */
+  payloadsToReseal(keyId: string, afterPayloadId: string | null, limit: number): Promise<ResealRef[]>;
+  /**
+   * Swaps in each new sealing (key id, nonce, ciphertext; the packing columns stay) where the
+   * row still holds `oldNonce`, all in one transaction; returns how many rows changed. A row
+   * resealed or purged meanwhile is left alone.
+   */
+  resealPayloads(items: readonly Resealed[]): Promise<number>;
   /** Outbox: unpublished rows and the oldest one's created_at; effects by status. */
   queueStats(): Promise<QueueStats>;
 }

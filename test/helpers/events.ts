@@ -14,6 +14,12 @@ export function stripeEvent(id: string, opts: { type?: string; size?: number } =
   return Buffer.from(text);
 }
 
+/** A ~620 KB Stripe-style event of distinct line items (JSON that compresses as real JSON does). */
+export function largeEvent(id: string): Buffer {
+  const items = Array.from({ length: 4000 }, (_, i) => ({ id: `li_${id}_${i}`, amount: (i * 7919) % 100_000, currency: 'usd', description: `Product ${i % 313} size ${i % 17}`, note: 'é ✓' }));
+  return Buffer.from(JSON.stringify({ id, object: 'event', type: 'payment_intent.succeeded', created: 1700000000, data: { object: { id: `pi_${id}`, items } } }, null, 1));
+}
+
 /** Headers a correct Stripe delivery of `body` carries. */
 export function stripeHeaders(body: Buffer, secret = STRIPE_SECRET, timestamp?: number): Record<string, string> {
   return { 'content-type': 'application/json', ...stripe.sign(body, secret, timestamp === undefined ? {} : { timestamp }) };

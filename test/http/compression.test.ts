@@ -3,7 +3,7 @@ import { sha256 } from '../../src/crypto/payload-cipher.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
-import { stripeHeaders } from '../helpers/events.js';
+import { largeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
 
@@ -12,12 +12,6 @@ import { describeEachStore } from '../helpers/stores.js';
  * what the database writes is ~6x smaller for JSON, and everything that reads it back gets the
  * exact bytes that were signed. On the event loop and on the helper thread alike.
  */
-
-/** A ~620 KB Stripe-style event of distinct line items (JSON that compresses as real JSON does). */
-function largeEvent(id: string): Buffer {
-  const items = Array.from({ length: 4000 }, (_, i) => ({ id: `li_${id}_${i}`, amount: (i * 7919) % 100_000, currency: 'usd', description: `Product ${i % 313} size ${i % 17}`, note: 'é ✓' }));
-  return Buffer.from(JSON.stringify({ id, object: 'event', type: 'payment_intent.succeeded', created: 1700000000, data: { object: { id: `pi_${id}`, items } } }, null, 1));
-}
 
 describeEachStore('large bodies stored compressed', (kind) => {
   let app: TestApp | undefined;

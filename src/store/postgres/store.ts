@@ -5,10 +5,11 @@ import { MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
   eventListLimit, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
-  toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
+  toOutboxClaim, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, QueueStats, StoreTx,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, PayloadKeyUsage, QueueStats,
+  Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
@@ -341,6 +342,24 @@ export class PostgresStore implements InboxStore {
 
   async queueStats(): Promise<QueueStats> {
     return toQueueStats(await this.rows(W.QUEUE_STATS));
+  }
+
+  async payloadKeyUsage(): Promise<PayloadKeyUsage[]> {
+    return (await this.rows(W.PAYLOAD_KEY_USAGE)).map(toPayloadKeyUsage);
+  }
+
+  async payloadsToReseal(keyId: string, afterPayloadId: string | null, limit: number): Promise<ResealRef[]> {
+    if (afterPayloadId !== null && !UUID_RE.test(afterPayloadId)) throw new Error(`not a payload id: ${afterPayloadId}`);
+    return (await this.rows(W.PAYLOADS_TO_RESEAL, [keyId, afterPayloadId, limit])).map(toResealRef);
+  }
+
+  async resealPayloads(items: readonly Resealed[]): Promise<number> {
+    if (items.length === 0) return 0;
+    return this.transaction(async (tx) => {
+      let changed = 0;
+      for (const x of items) changed += (await tx.query(W.RESEAL_PAYLOAD.text, [x.payloadId, x.sealed.keyId, x.sealed.nonce, x.sealed.ciphertext, x.oldNonce])).length;
+      return changed;
+    });
   }
 
   async close(): Promise<void> {

@@ -274,3 +274,18 @@ export const QUEUE_STATS = named('queue_stats', `
   SELECT status, count(*)::int, NULL FROM webhook_effects WHERE status IN ('PENDING', 'PROCESSING') GROUP BY status
   UNION ALL
   SELECT 'FAILED', count(*)::int, NULL FROM webhook_effects WHERE status = 'FAILED'`);
+
+/** Payload key rotation (`keys`): payloads per key id. No index on key_id: an operator's count, read rarely. */
+export const PAYLOAD_KEY_USAGE = named('payload_key_usage', `
+  SELECT key_id, count(*)::int AS payloads FROM webhook_payload GROUP BY key_id ORDER BY key_id`);
+
+/** Payloads under another key than $1, after $2 in id order (the primary key: each page starts where the last ended). */
+export const PAYLOADS_TO_RESEAL = named('payloads_to_reseal', `
+  SELECT p.payload_id::text AS payload_id, i.provider, i.endpoint_id, i.provider_event_id
+  FROM webhook_payload p JOIN webhook_inbox i ON i.raw_payload_ref = p.payload_id
+  WHERE p.key_id <> $1 AND ($2::uuid IS NULL OR p.payload_id > $2::uuid)
+  ORDER BY p.payload_id LIMIT $3`);
+
+/** One payload's new sealing, only while it still holds the nonce it was read with. */
+export const RESEAL_PAYLOAD = named('reseal_payload', `
+  UPDATE webhook_payload SET key_id = $2, nonce = $3, ciphertext = $4 WHERE payload_id = $1 AND nonce = $5 RETURNING payload_id`);

@@ -5,13 +5,14 @@ import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptUnique } from '../dedupe.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
-  toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toQueueStats, toStoredPayload, type RawRow,
+  toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, QueueStats, StoreTx,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, PayloadKeyUsage, QueueStats,
+  Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
 import { SqliteTx } from './tx.js';
-import type { ClaimArgs } from './work-ops.js';
+import type { ClaimArgs, ResealArg } from './work-ops.js';
 import type { WorkerInit } from './worker.js';
 
 /** How often a store with new-work listeners looks for commits by other processes. */
@@ -172,6 +173,20 @@ export class SqliteStore implements InboxStore {
 
   async queueStats(): Promise<QueueStats> {
     return toQueueStats(await this.call<RawRow[]>('queueStats'));
+  }
+
+  async payloadKeyUsage(): Promise<PayloadKeyUsage[]> {
+    return (await this.call<RawRow[]>('payloadKeyUsage')).map(toPayloadKeyUsage);
+  }
+
+  async payloadsToReseal(keyId: string, afterPayloadId: string | null, limit: number): Promise<ResealRef[]> {
+    return (await this.call<RawRow[]>('payloadsToReseal', { keyId, after: afterPayloadId, limit })).map(toResealRef);
+  }
+
+  async resealPayloads(items: readonly Resealed[]): Promise<number> {
+    if (items.length === 0) return 0;
+    const arg: ResealArg[] = items.map((x) => ({ payloadId: x.payloadId, oldNonce: x.oldNonce, keyId: x.sealed.keyId, nonce: x.sealed.nonce, ciphertext: x.sealed.ciphertext }));
+    return this.call('resealPayloads', arg);
   }
 
   async ping(): Promise<void> {

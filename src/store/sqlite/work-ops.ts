@@ -1,6 +1,7 @@
 import type Database from 'better-sqlite3';
 import { effectSettlementColumns, eventListLimit, outboxSettlementColumns, settlementColumns } from '../rows.js';
 import { assertStillLeased, type BatchOutcome, type EffectSettlement, type EventFilter, type EventKey, type OutboxSettle, type ProcessedMarker } from '../work-port.js';
+import { bytes } from '../../threads.js';
 import * as W from './work-sql.js';
 
 /** A writer-thread operation: one message in, one structured-clonable answer out. */
@@ -8,6 +9,8 @@ export type Ops = Record<string, (arg: any) => unknown>;
 
 export interface ClaimArgs { readonly n: number; readonly owner: string; readonly leaseMs: number; readonly nowMs: number }
 interface Guarded<S> { readonly id: string; readonly owner: string; readonly s: S }
+/** One Resealed, flat: its byte fields arrive from the event loop as plain Uint8Arrays. */
+export interface ResealArg { readonly payloadId: string; readonly oldNonce: Uint8Array; readonly keyId: string; readonly nonce: Uint8Array; readonly ciphertext: Uint8Array }
 
 /**
  * The WorkStore's operations on the writer thread. `free` ops run on their own (each an
@@ -72,6 +75,14 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     return st(W.INBOX_EXISTS).get(a.id) ? 'not_failed' : 'not_found';
   });
 
+  const resealPayloads = db.transaction((items: ResealArg[]) => {
+    let changed = 0;
+    for (const x of items) {
+      changed += st(W.RESEAL_PAYLOAD).run({ payloadId: x.payloadId, keyId: x.keyId, nonce: bytes(x.nonce), ciphertext: bytes(x.ciphertext), oldNonce: bytes(x.oldNonce) }).changes;
+    }
+    return changed;
+  });
+
   const free: Ops = {
     claimInbox: (a: ClaimArgs) => claimInbox.immediate(a),
     claimEffects: (a: ClaimArgs) => claimEffects.immediate(a),
@@ -96,6 +107,9 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     requeueFailed: (a: { reasons: string[]; nowMs: number }) =>
       st(W.REQUEUE_FAILED).run({ reasons: JSON.stringify(a.reasons), now: a.nowMs }).changes,
     backlog: () => st(W.BACKLOG).all(),
+    payloadKeyUsage: () => st(W.PAYLOAD_KEY_USAGE).all(),
+    payloadsToReseal: (a: { keyId: string; after: string | null; limit: number }) => st(W.PAYLOADS_TO_RESEAL).all(a),
+    resealPayloads: (items: ResealArg[]) => resealPayloads.immediate(items),
     queueStats: () => st(W.QUEUE_STATS).all(),
   };
 

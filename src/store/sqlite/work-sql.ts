@@ -165,3 +165,18 @@ export const QUEUE_STATS = `
   SELECT status, count(*), NULL FROM webhook_effects WHERE status IN ('PENDING', 'PROCESSING') GROUP BY status
   UNION ALL
   SELECT 'FAILED', count(*), NULL FROM webhook_effects WHERE status = 'FAILED'`;
+
+/** Payload key rotation (`keys`): payloads per key id. No index on key_id: an operator's count, read rarely. */
+export const PAYLOAD_KEY_USAGE = `
+  SELECT key_id, count(*) AS payloads FROM webhook_payload GROUP BY key_id ORDER BY key_id`;
+
+/** Payloads under another key than @keyId, after @after in id order (the primary key: each page starts where the last ended). */
+export const PAYLOADS_TO_RESEAL = `
+  SELECT p.payload_id, i.provider, i.endpoint_id, i.provider_event_id
+  FROM webhook_payload p JOIN webhook_inbox i ON i.raw_payload_ref = p.payload_id
+  WHERE p.key_id <> @keyId AND (@after IS NULL OR p.payload_id > @after)
+  ORDER BY p.payload_id LIMIT @limit`;
+
+/** One payload's new sealing, only while it still holds the nonce it was read with. */
+export const RESEAL_PAYLOAD = `
+  UPDATE webhook_payload SET key_id = @keyId, nonce = @nonce, ciphertext = @ciphertext WHERE payload_id = @payloadId AND nonce = @oldNonce`;

@@ -1,0 +1,100 @@
+import type { Config } from '../config/schema.js';
+import { loadPayloadKeys, payloadCipherOf } from '../crypto/keyring.js';
+import { PayloadKeyMissingError, type PayloadCipher } from '../crypto/payload-cipher.js';
+import type { InboxStore } from '../store/port.js';
+import type { Resealed, ResealRef } from '../store/work-port.js';
+import { withStore } from './events.js';
+
+/**
+ * Payload key rotation. `payloadKeys.current` seals new payloads; older keys stay configured only
+ * to open what they sealed. `keys list` shows which keys still seal stored payloads; `keys reseal`
+ * seals those payloads again under the current key, so an old key can then be removed.
+ */
+
+/** Payloads per page of ids, and the most payload bytes (ciphertext + raw size) held at once. */
+const PAGE = 500;
+const MAX_BYTES = 16 * 1024 * 1024;
+
+export function runKeysList(configFile: string): Promise<number> {
+  return withStore(configFile, async (store, config) => {
+    const problems: string[] = [];
+    const keys = loadPayloadKeys(config, process.env, problems);
+    printUsage(await store.payloadKeyUsage(), config, keys);
+    for (const p of problems) console.error(`warning: ${p}`);
+    return 0;
+  });
+}
+
+function printUsage(usage: readonly { keyId: string; payloads: number }[], config: Config, loaded: ReadonlyMap<string, Buffer>): void {
+  const counts = new Map(usage.map((u) => [u.keyId, u.payloads]));
+  const ids = [...new Set([...config.payloadKeys.keys.keys(), ...counts.keys()])].sort();
+  const state = (id: string): string => {
+    if (!config.payloadKeys.keys.has(id)) return 'NOT CONFIGURED: its payloads cannot be opened';
+    if (!loaded.has(id)) return 'configured but unreadable (see the warning)';
+    if (id === config.payloadKeys.current) return 'current';
+    return counts.get(id) ? 'old: run "keys reseal" before removing it' : 'old, seals nothing: can be removed';
+  };
+  console.log(['key_id'.padEnd(16), 'payloads'.padStart(10), 'state'].join('  '));
+  for (const id of ids) console.log([id.padEnd(16), String(counts.get(id) ?? 0).padStart(10), state(id)].join('  '));
+}
+
+interface ResealTally {
+  resealed: number;
+  /** key id → payloads left as they are because that key is not configured. */
+  missing: Map<string, number>;
+  /** Payload ids that did not authenticate under their key and binding. */
+  unauthentic: string[];
+}
+
+export function runKeysReseal(configFile: string): Promise<number> {
+  return withStore(configFile, async (store, config) => {
+    const problems: string[] = [];
+    const keys = loadPayloadKeys(config, process.env, problems);
+    for (const p of problems) console.error(`warning: ${p}`);
+    const cipher = payloadCipherOf(config, keys);
+    if (!cipher) {
+      console.error(`the current payload key "${config.payloadKeys.current}" cannot be read: nothing resealed`);
+      return 1;
+    }
+    const tally = await resealAll(store, cipher);
+    console.error(`resealed ${tally.resealed} payload(s) under "${cipher.currentKeyId}"`);
+    for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
+    if (tally.unauthentic.length > 0) console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${tally.unauthentic.join(', ')}`);
+    printUsage(await store.payloadKeyUsage(), config, keys);
+    return tally.missing.size === 0 && tally.unauthentic.length === 0 ? 0 : 1;
+  });
+}
+
+/**
+ * Every payload under another key than the current one, page by page in payload id order, at
+ * most MAX_BYTES of them in memory, each slice swapped in by one transaction. A payload that
+ * changed meanwhile (its nonce is not the one read) is left to the next run.
+ */
+export async function resealAll(store: InboxStore, cipher: PayloadCipher): Promise<ResealTally> {
+  const tally: ResealTally = { resealed: 0, missing: new Map(), unauthentic: [] };
+  let after: string | null = null;
+  for (;;) {
+    const page: ResealRef[] = await store.payloadsToReseal(cipher.currentKeyId, after, PAGE);
+    if (page.length === 0) return tally;
+    after = page[page.length - 1]!.payloadId;
+    let rest = page;
+    while (rest.length > 0) {
+      const read = await store.readPayloads(rest.map((r) => r.payloadId), MAX_BYTES);
+      if (read.length === 0) break; // purged meanwhile
+      const byId = new Map(rest.map((r) => [r.payloadId, r]));
+      const updates: Resealed[] = [];
+      for (const p of read) {
+        try {
+          updates.push({ payloadId: p.payloadId, oldNonce: p.nonce, sealed: cipher.reseal(p, byId.get(p.payloadId)!) });
+        } catch (err) {
+          if (err instanceof PayloadKeyMissingError) tally.missing.set(err.keyId, (tally.missing.get(err.keyId) ?? 0) + 1);
+          else tally.unauthentic.push(p.payloadId);
+        }
+      }
+      tally.resealed += await store.resealPayloads(updates);
+      // The read is a prefix of `rest` (purged ones absent): go on after its last payload.
+      const last = read[read.length - 1]!.payloadId;
+      rest = rest.slice(rest.findIndex((r) => r.payloadId === last) + 1);
+    }
+  }
+}

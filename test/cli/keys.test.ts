@@ -1,0 +1,190 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { startApp } from '../../src/app.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
+import { HandlerRegistry } from '../../src/engine/handlers.js';
+import { openStore } from '../../src/store/open.js';
+import type { InboxStore } from '../../src/store/port.js';
+import { configDoc, PAYLOAD_KEY } from '../helpers/app.js';
+import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
+import { largeEvent, stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { post } from '../helpers/http.js';
+import { assertBuilt, CLI } from '../helpers/server-process.js';
+import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
+
+/**
+ * Payload key rotation from an operator's side: events accepted over HTTP under an old key, the
+ * config moved to a new current key, `keys list` and `keys reseal` run as shipped (dist/), and
+ * then a server that holds ONLY the new key processes the resealed events with the exact bytes
+ * that were signed.
+ */
+
+const K0 = Buffer.alloc(32, 1).toString('base64');
+const K2 = Buffer.alloc(32, 2).toString('base64');
+
+function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
+  assertBuilt();
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { env: process.env, encoding: 'utf8', timeout: 60_000 }, (error, out, err) => {
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, out, err });
+    });
+  });
+}
+
+/** `keys list` as { key id: [payloads, state] }. */
+function usageTable(out: string): Record<string, [number, string]> {
+  const [header, ...rows] = out.trimEnd().split('\n');
+  expect(header!.split(/\s+/)).toEqual(['key_id', 'payloads', 'state']);
+  return Object.fromEntries(rows.map((l) => {
+    const [id, n, ...state] = l.split(/\s+/);
+    return [id!, [Number(n), state.join(' ')]];
+  }));
+}
+
+describe('keys --help', () => {
+  it('prints both subcommands and exits 0; an unknown subcommand is a usage error', async () => {
+    const r = await cli(['keys', '--help']);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('Usage: webhook-inbox keys list --config FILE');
+    expect(r.out).toContain('webhook-inbox keys reseal --config FILE');
+    const bad = await cli(['keys', 'rotate', '--config', 'x.yaml']);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain('unknown keys subcommand "rotate" (list or reseal)');
+  });
+});
+
+describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
+  let db: TestDatabase | undefined;
+  let dir: string;
+  let rotated: string;
+  let store: InboxStore;
+  /** event id → the exact body sent */
+  const sent = new Map<string, Buffer>();
+  /** event id → inbox id */
+  const ids = new Map<string, string>();
+  let tampered: string;
+
+  /** Accepts `events` over HTTP with a server on this database that seals under `keys.current`. */
+  async function accept(payloadKeys: Record<string, unknown>, events: [string, Buffer][]): Promise<void> {
+    const app = await startApp(parseConfig(configDoc(db!.url, { payloadKeys }), {}), { logger: pino({ level: 'silent' }), workers: false });
+    try {
+      for (const [eventId, body] of events) {
+        const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+        expect(r.status, r.text).toBe(200);
+        sent.set(eventId, body);
+        ids.set(eventId, r.json().inbox_id);
+      }
+    } finally {
+      await app.close();
+    }
+  }
+
+  const payloadOf = async (eventId: string) => (await store.getPayload((await store.getInbox(ids.get(eventId)!))!.rawPayloadRef!))!;
+
+  beforeAll(async () => {
+    db = await freshDatabase(kind);
+    dir = mkdtempSync(join(tmpdir(), 'wi-keys-cli-'));
+    // k0 seals one event and is then dropped from the config: its payload cannot be resealed.
+    await accept({ current: 'k0', keys: { k0: K0 } }, [['evt_k0', stripeEvent('evt_k0')]]);
+    // k1 (the old key) seals four, one of them large enough to be stored compressed.
+    await accept({ current: 'k1', keys: { k1: PAYLOAD_KEY } }, [
+      ['evt_a', stripeEvent('evt_a', { size: 3000 })], ['evt_b', stripeEvent('evt_b')], ['evt_c', stripeEvent('evt_c')], ['evt_large', largeEvent('evt_large')],
+    ]);
+    // The rotation: k2 is current, k1 stays to open what it sealed.
+    const doc = configDoc(db.url, { payloadKeys: { current: 'k2', keys: { k1: PAYLOAD_KEY, k2: K2 } } });
+    await accept(doc.payloadKeys as Record<string, unknown>, [['evt_new', stripeEvent('evt_new')]]);
+    rotated = join(dir, 'rotated.yaml');
+    writeFileSync(rotated, stringify(doc));
+    store = openStore(db.url);
+    // evt_c's row gets evt_b's nonce: it no longer authenticates, and must be left as it is.
+    tampered = (await payloadOf('evt_c')).payloadId;
+    const from = (await payloadOf('evt_b')).payloadId;
+    await store.transaction((tx) => tx.query(`UPDATE webhook_payload SET nonce = (SELECT nonce FROM webhook_payload WHERE payload_id = '${from}') WHERE payload_id = '${tampered}'`));
+    expect(await payloadOf('evt_large')).toMatchObject({ keyId: 'k1', encoding: 'br' });
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await db?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('keys list: payloads per key id, and which key is current, old or missing', async () => {
+    const r = await cli(['keys', 'list', '--config', rotated]);
+    expect(r.code, r.err).toBe(0);
+    expect(usageTable(r.out)).toEqual({
+      k0: [1, 'NOT CONFIGURED: its payloads cannot be opened'],
+      k1: [4, 'old: run "keys reseal" before removing it'],
+      k2: [1, 'current'],
+    });
+  });
+
+  it('keys reseal: every payload it can open moves to the current key; the rest are named and it exits 1', async () => {
+    const before = new Map(await Promise.all([...ids.keys()].map(async (e) => [e, await payloadOf(e)] as const)));
+    const r = await cli(['keys', 'reseal', '--config', rotated]);
+    expect(r.code, r.out + r.err).toBe(1);
+    expect(r.err).toContain('resealed 3 payload(s) under "k2"');
+    expect(r.err).toContain('left 1 payload(s) sealed under "k0", which is not configured or not readable');
+    expect(r.err).toContain(`left 1 payload(s) that do not authenticate (altered or moved rows): ${tampered}`);
+    expect(usageTable(r.out)).toEqual({
+      k0: [1, 'NOT CONFIGURED: its payloads cannot be opened'],
+      k1: [1, 'old: run "keys reseal" before removing it'],
+      k2: [4, 'current'],
+    });
+
+    // Opened with the new key alone: the exact bytes, under a fresh nonce; the row's hash holds.
+    const onlyK2 = new PayloadCipher(new Map([['k2', Buffer.from(K2, 'base64')]]), 'k2');
+    for (const e of ['evt_a', 'evt_b', 'evt_large']) {
+      const row = (await store.getInbox(ids.get(e)!))!;
+      const now = await payloadOf(e);
+      expect(now.keyId, e).toBe('k2');
+      expect(now.nonce.equals(before.get(e)!.nonce), e).toBe(false);
+      expect(onlyK2.open(now, row).equals(sent.get(e)!), e).toBe(true);
+      expect(row.payloadHash.equals(sha256(sent.get(e)!)), e).toBe(true);
+    }
+    // The large one stays compressed: resealing never unpacks it.
+    expect(await payloadOf('evt_large')).toMatchObject({ encoding: 'br', rawBytes: sent.get('evt_large')!.length });
+    expect((await payloadOf('evt_large')).ciphertext.length).toBe(before.get('evt_large')!.ciphertext.length);
+    // What it could not reseal is exactly as it was.
+    for (const e of ['evt_k0', 'evt_c', 'evt_new']) expect(await payloadOf(e), e).toEqual(before.get(e));
+  });
+
+  it('keys reseal again: nothing more to do, the same two named', async () => {
+    const r = await cli(['keys', 'reseal', '--config', rotated]);
+    expect(r.code).toBe(1);
+    expect(r.err).toContain('resealed 0 payload(s) under "k2"');
+    expect(r.err).toContain(`that do not authenticate (altered or moved rows): ${tampered}`);
+  });
+
+  it('a row changed since it was read is left alone (the swap is guarded by the nonce read)', async () => {
+    const p = await payloadOf('evt_a');
+    const cipher = new PayloadCipher(new Map([['k2', Buffer.from(K2, 'base64')]]), 'k2');
+    const row = (await store.getInbox(ids.get('evt_a')!))!;
+    const stale = { payloadId: p.payloadId, oldNonce: Buffer.alloc(12, 9), sealed: cipher.reseal(p, row) };
+    expect(await store.resealPayloads([stale])).toBe(0);
+    expect(await payloadOf('evt_a')).toEqual(p);
+    expect(await store.resealPayloads([{ ...stale, oldNonce: p.nonce }])).toBe(1);
+    expect(cipher.open(await payloadOf('evt_a'), row).equals(sent.get('evt_a')!)).toBe(true);
+  });
+
+  it('after the rotation a server holding only the new key processes the resealed events with their exact bytes', async () => {
+    const seen = new Map<string, Buffer>();
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
+      seen.set(event.providerEventId, event.raw);
+    });
+    const config = parseConfig(configDoc(db!.url, { ...FAST_WORKERS, payloadKeys: { current: 'k2', keys: { k2: K2 } } }), {});
+    const app = await startApp(config, { logger: pino({ level: 'silent' }), workers: true, handlers });
+    try {
+      await waitFor(() => ['evt_a', 'evt_b', 'evt_large', 'evt_new'].every((e) => seen.has(e)), 15_000, 'resealed events handled');
+      for (const e of ['evt_a', 'evt_b', 'evt_large', 'evt_new']) expect(seen.get(e)!.equals(sent.get(e)!), e).toBe(true);
+    } finally {
+      await app.close();
+    }
+  });
+});
