@@ -14,6 +14,8 @@ import { withStore } from './events.js';
 /** Payloads per page of ids, and the most payload bytes (ciphertext + raw size) held at once. */
 const PAGE = 500;
 const MAX_BYTES = 16 * 1024 * 1024;
+/** Payload ids named in a report, at most. */
+const SHOW_IDS = 20;
 
 export function runKeysList(configFile: string): Promise<number> {
   return withStore(configFile, async (store, config) => {
@@ -59,7 +61,10 @@ export function runKeysReseal(configFile: string): Promise<number> {
     const tally = await resealAll(store, cipher);
     console.error(`resealed ${tally.resealed} payload(s) under "${cipher.currentKeyId}"`);
     for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
-    if (tally.unauthentic.length > 0) console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${tally.unauthentic.join(', ')}`);
+    if (tally.unauthentic.length > 0) {
+      const shown = tally.unauthentic.slice(0, SHOW_IDS).join(', ') + (tally.unauthentic.length > SHOW_IDS ? ', …' : '');
+      console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${shown}`);
+    }
     printUsage(await store.payloadKeyUsage(), config, keys);
     return tally.missing.size === 0 && tally.unauthentic.length === 0 ? 0 : 1;
   });

@@ -40,7 +40,7 @@ describe('operator commands: --help', () => {
   it('the top-level help lists the operator commands', async () => {
     const r = await cli(['--help']);
     expect(r.code).toBe(0);
-    for (const cmd of ['work', 'events', 'retry', 'requeue']) expect(r.out).toMatch(new RegExp(`^  ${cmd} +\\S`, 'm'));
+    for (const cmd of ['work', 'events', 'retry', 'requeue', 'keys']) expect(r.out).toMatch(new RegExp(`^  ${cmd} +\\S`, 'm'));
   });
 });
 
