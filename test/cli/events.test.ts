@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,18 +15,10 @@ import { configDoc, startTestApp, STRIPE_SECRET } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
-import { assertBuilt, CLI } from '../helpers/server-process.js';
+import { runCli } from '../helpers/server-process.js';
 import { describeEachStore, type TestDatabase } from '../helpers/stores.js';
 
-/** The shipped CLI (dist/), as an operator runs it: exit code, stdout, stderr. */
-function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  assertBuilt();
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env: process.env, encoding: 'utf8', timeout: 30_000 }, (error, out, err) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, out, err });
-    });
-  });
-}
+const cli = runCli;
 
 describe('operator commands: --help', () => {
   it.each(['work', 'events', 'retry', 'requeue'])('%s --help prints usage and exits 0', async (cmd) => {

@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +14,7 @@ import { configDoc, PAYLOAD_KEY } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
 import { largeEvent, stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
-import { assertBuilt, CLI } from '../helpers/server-process.js';
+import { runCli } from '../helpers/server-process.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
 /**
@@ -28,14 +27,7 @@ import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/
 const K0 = Buffer.alloc(32, 1).toString('base64');
 const K2 = Buffer.alloc(32, 2).toString('base64');
 
-function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  assertBuilt();
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env: process.env, encoding: 'utf8', timeout: 60_000 }, (error, out, err) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, out, err });
-    });
-  });
-}
+const cli = (args: string[]) => runCli(args, 60_000);
 
 /** `keys list` as { key id: [payloads, state] }. */
 function usageTable(out: string): Record<string, [number, string]> {

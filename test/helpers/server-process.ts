@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
@@ -8,6 +8,16 @@ export const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.u
 /** The shipped CLI (dist/) as a separate process — `npm test` builds it before the tests run. */
 export function assertBuilt(): void {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm test" (it builds first) or "npm run build"`);
+}
+
+/** The shipped CLI (dist/), as an operator runs it, without blocking the test's event loop: exit code, stdout, stderr. */
+export function runCli(args: string[], timeoutMs = 30_000): Promise<{ code: number | null; out: string; err: string }> {
+  assertBuilt();
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { env: process.env, encoding: 'utf8', timeout: timeoutMs }, (error, out, err) => {
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, out, err });
+    });
+  });
 }
 
 export interface ServerProcess {
