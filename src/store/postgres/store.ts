@@ -355,11 +355,8 @@ export class PostgresStore implements InboxStore {
 
   async resealPayloads(items: readonly Resealed[]): Promise<number> {
     if (items.length === 0) return 0;
-    return this.transaction(async (tx) => {
-      let changed = 0;
-      for (const x of items) changed += (await tx.query(W.RESEAL_PAYLOAD.text, [x.payloadId, x.sealed.keyId, x.sealed.nonce, x.sealed.ciphertext, x.oldNonce])).length;
-      return changed;
-    });
+    const values = items.flatMap((x) => [x.payloadId, x.sealed.keyId, x.sealed.nonce, x.sealed.ciphertext, x.oldNonce]);
+    return (await this.query({ text: W.resealStatement(items.length), values }, this.workPool)).rowCount ?? 0;
   }
 
   async close(): Promise<void> {

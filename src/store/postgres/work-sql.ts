@@ -286,6 +286,15 @@ export const PAYLOADS_TO_RESEAL = named('payloads_to_reseal', `
   WHERE p.key_id <> $1 AND ($2::uuid IS NULL OR p.payload_id > $2::uuid)
   ORDER BY p.payload_id LIMIT $3`);
 
-/** One payload's new sealing, only while it still holds the nonce it was read with. */
-export const RESEAL_PAYLOAD = named('reseal_payload', `
-  UPDATE webhook_payload SET key_id = $2, nonce = $3, ciphertext = $4 WHERE payload_id = $1 AND nonce = $5 RETURNING payload_id`);
+/**
+ * n payloads' new sealings in one statement, each only while its row still holds the nonce it
+ * was read with (5 parameters a row: id, key id, nonce, ciphertext, old nonce; each bytea its own
+ * parameter, sent binary). Unnamed: an operator's command, its row count varies.
+ */
+export function resealStatement(n: number): string {
+  const rows = Array.from({ length: n }, (_, r) => `($${r * 5 + 1}::uuid, $${r * 5 + 2}::text, $${r * 5 + 3}::bytea, $${r * 5 + 4}::bytea, $${r * 5 + 5}::bytea)`);
+  return `
+  UPDATE webhook_payload p SET key_id = v.key_id, nonce = v.nonce, ciphertext = v.ciphertext
+  FROM (VALUES ${rows.join(', ')}) AS v (payload_id, key_id, nonce, ciphertext, old_nonce)
+  WHERE p.payload_id = v.payload_id AND p.nonce = v.old_nonce`;
+}
