@@ -356,7 +356,9 @@ export class PostgresStore implements InboxStore {
   async resealPayloads(items: readonly Resealed[]): Promise<number> {
     if (items.length === 0) return 0;
     const values = items.flatMap((x) => [x.payloadId, x.sealed.keyId, x.sealed.nonce, x.sealed.ciphertext, x.oldNonce]);
-    return (await this.query({ text: W.resealStatement(items.length), values }, this.workPool)).rowCount ?? 0;
+    // The accept pool, always synchronous_commit on (the work pool may not be: durableEngineCommits):
+    // an operator removes the old key once `keys list` shows it sealing nothing, so this must not be lost.
+    return (await this.query({ text: W.resealStatement(items.length), values })).rowCount ?? 0;
   }
 
   async close(): Promise<void> {
