@@ -52,7 +52,7 @@ interface ResealTally {
   unauthentic: string[];
 }
 
-export function runKeysReseal(configFile: string): Promise<number> {
+export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Promise<number> {
   return withStore(configFile, async (store, config) => {
     const problems: string[] = [];
     const keys = loadPayloadKeys(config, process.env, problems);
@@ -62,7 +62,7 @@ export function runKeysReseal(configFile: string): Promise<number> {
       console.error(`the current payload key "${config.payloadKeys.current}" cannot be read: nothing resealed`);
       return 1;
     }
-    const tally = await resealAll(store, cipher);
+    const tally = await resealAll(store, cipher, opts);
     console.error(`resealed ${tally.resealed} payload(s) under "${cipher.currentKeyId}"`);
     for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
     if (tally.unauthentic.length > 0) {
@@ -74,13 +74,26 @@ export function runKeysReseal(configFile: string): Promise<number> {
   });
 }
 
+export interface ResealOptions {
+  /**
+   * At most this many payloads a second (paced after each slice): resealing competes with a
+   * running server for the database and the cores (bench/reseal-under-load.ts). Absent: as fast as it goes.
+   */
+  readonly perSecond?: number;
+}
+
 /**
  * Every payload under another key than the current one, page by page in payload id order, at
  * most MAX_BYTES of them in memory, each slice swapped in by one transaction. A payload that
  * changed meanwhile (its nonce is not the one read) is left to the next run.
  */
-export async function resealAll(store: InboxStore, cipher: PayloadCipher): Promise<ResealTally> {
+export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: ResealOptions = {}): Promise<ResealTally> {
   const tally: ResealTally = { resealed: 0, missing: new Map(), unauthentic: [] };
+  const started = performance.now();
+  let done = 0;
+  // Paced, a slice is 50 ms of the rate: many small transactions spread the work evenly, where
+  // one 4 MiB UPDATE then a pause made a running server's latency jump with each slice.
+  const sliceMax = opts.perSecond ? Math.max(1, Math.ceil(opts.perSecond / 20)) : PAGE;
   let after: string | null = null;
   for (;;) {
     const page: ResealRef[] = await store.payloadsToReseal(cipher.currentKeyId, after, PAGE);
@@ -88,7 +101,7 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher): Promi
     after = page[page.length - 1]!.payloadId;
     let rest = page;
     while (rest.length > 0) {
-      const read = await store.readPayloads(rest.map((r) => r.payloadId), MAX_BYTES);
+      const read = await store.readPayloads(rest.slice(0, sliceMax).map((r) => r.payloadId), MAX_BYTES);
       if (read.length === 0) break; // purged meanwhile
       const byId = new Map(rest.map((r) => [r.payloadId, r]));
       const updates: Resealed[] = [];
@@ -101,6 +114,11 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher): Promi
         }
       }
       tally.resealed += await store.resealPayloads(updates);
+      done += read.length;
+      if (opts.perSecond) {
+        const ahead = started + (done / opts.perSecond) * 1000 - performance.now();
+        if (ahead > 0) await new Promise((r) => setTimeout(r, ahead));
+      }
       // The read is a prefix of `rest` (purged ones absent): go on after its last payload.
       const last = read[read.length - 1]!.payloadId;
       rest = rest.slice(rest.findIndex((r) => r.payloadId === last) + 1);

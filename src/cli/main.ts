@@ -96,16 +96,22 @@ const COMMANDS: Record<string, Command> = {
   },
   keys: {
     summary: 'Payload key rotation: keys list (payloads per key) | keys reseal (seal old ones under the current key).',
-    usage: 'webhook-inbox keys list --config FILE\n       webhook-inbox keys reseal --config FILE\n\n' +
+    usage: 'webhook-inbox keys list --config FILE\n       webhook-inbox keys reseal --config FILE [--per-second N]\n\n' +
       '  list    stored payloads per payload key id, and whether each key is current, old or missing\n' +
       '  reseal  seal every payload under an older key again under payloadKeys.current (same bytes,\n' +
       '          same hash; safe while serve and work run), so the older key can be removed.\n' +
-      '          Exits 1 if some payload could not be resealed (its key missing, or it does not authenticate).',
-    options: CONFIG,
+      '          Exits 1 if some payload could not be resealed (its key missing, or it does not authenticate).\n' +
+      '  --per-second N  reseal at most N payloads a second (it competes with a running server)',
+    options: { ...CONFIG, 'per-second': { type: 'string' } },
+    optional: ['per-second'],
     positionals: ['list|reseal'],
     run: (v, args) => {
       if (args[0] === 'list') return runKeysList(String(v.config));
-      if (args[0] === 'reseal') return runKeysReseal(String(v.config));
+      if (args[0] === 'reseal') {
+        const perSecond = v['per-second'] === undefined ? undefined : Number(v['per-second']);
+        if (perSecond !== undefined && (!Number.isInteger(perSecond) || perSecond < 1)) throw new UsageError('--per-second must be a positive integer');
+        return runKeysReseal(String(v.config), { perSecond });
+      }
       throw new UsageError(`unknown keys subcommand "${args[0]}" (list or reseal)`);
     },
   },

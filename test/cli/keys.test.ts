@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { startApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
+import { resealAll } from '../../src/cli/keys.js';
 import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { openStore } from '../../src/store/open.js';
@@ -165,6 +166,19 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     expect(cipher.open(await payloadOf('evt_a'), row).equals(sent.get('evt_a')!)).toBe(true);
   });
 
+  it('--per-second paces it: 3 payloads at 2 a second take about 1.5 s, not less; a bad value is a usage error', async () => {
+    await accept({ current: 'k1', keys: { k1: PAYLOAD_KEY } }, [['evt_p1', stripeEvent('evt_p1')], ['evt_p2', stripeEvent('evt_p2')], ['evt_p3', stripeEvent('evt_p3')]]);
+    const rotatedCipher = new PayloadCipher(new Map([['k1', Buffer.from(PAYLOAD_KEY, 'base64')], ['k2', Buffer.from(K2, 'base64')]]), 'k2');
+    const t0 = performance.now();
+    const tally = await resealAll(store, rotatedCipher, { perSecond: 2 });
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(1400);
+    expect(tally.resealed).toBe(3);
+    for (const e of ['evt_p1', 'evt_p2', 'evt_p3']) expect((await payloadOf(e)).keyId, e).toBe('k2');
+    const bad = await cli(['keys', 'reseal', '--config', rotated, '--per-second', '0']);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain('--per-second must be a positive integer');
+  });
+
   it('after the rotation a server holding only the new key processes the resealed events with their exact bytes', async () => {
     const seen = new Map<string, Buffer>();
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
@@ -173,8 +187,9 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     const config = parseConfig(configDoc(db!.url, { ...FAST_WORKERS, payloadKeys: { current: 'k2', keys: { k2: K2 } } }), {});
     const app = await startApp(config, { logger: pino({ level: 'silent' }), workers: true, handlers });
     try {
-      await waitFor(() => ['evt_a', 'evt_b', 'evt_large', 'evt_new'].every((e) => seen.has(e)), 15_000, 'resealed events handled');
-      for (const e of ['evt_a', 'evt_b', 'evt_large', 'evt_new']) expect(seen.get(e)!.equals(sent.get(e)!), e).toBe(true);
+      const resealed = ['evt_a', 'evt_b', 'evt_large', 'evt_new', 'evt_p1', 'evt_p2', 'evt_p3'];
+      await waitFor(() => resealed.every((e) => seen.has(e)), 15_000, 'resealed events handled');
+      for (const e of resealed) expect(seen.get(e)!.equals(sent.get(e)!), e).toBe(true);
     } finally {
       await app.close();
     }
