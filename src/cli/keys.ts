@@ -101,8 +101,12 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
     after = page[page.length - 1]!.payloadId;
     let rest = page;
     while (rest.length > 0) {
-      const read = await store.readPayloads(rest.slice(0, sliceMax).map((r) => r.payloadId), MAX_BYTES);
-      if (read.length === 0) break; // purged meanwhile
+      const slice = rest.slice(0, sliceMax);
+      const read = await store.readPayloads(slice.map((r) => r.payloadId), MAX_BYTES);
+      if (read.length === 0) {
+        rest = rest.slice(slice.length); // every one purged meanwhile (a present one is always read)
+        continue;
+      }
       const byId = new Map(rest.map((r) => [r.payloadId, r]));
       const updates: Resealed[] = [];
       for (const p of read) {

@@ -179,6 +179,27 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     expect(bad.err).toContain('--per-second must be a positive integer');
   });
 
+  it('a slice whose payloads were all purged after the listing is skipped, not the rest of its page', async () => {
+    await accept({ current: 'k1', keys: { k1: PAYLOAD_KEY } }, [['evt_q1', stripeEvent('evt_q1')], ['evt_q2', stripeEvent('evt_q2')], ['evt_q3', stripeEvent('evt_q3')]]);
+    const purged = (await payloadOf('evt_q1')).payloadId;
+    // The store as resealAll sees it, with evt_q1's payload purged between the listing and the read.
+    const racing = {
+      payloadsToReseal: async (...a: Parameters<InboxStore['payloadsToReseal']>) => {
+        const page = await store.payloadsToReseal(...a);
+        await store.transaction((tx) => tx.query(`DELETE FROM webhook_payload WHERE payload_id = '${purged}'`));
+        return page;
+      },
+      readPayloads: (...a: Parameters<InboxStore['readPayloads']>) => store.readPayloads(...a),
+      resealPayloads: (...a: Parameters<InboxStore['resealPayloads']>) => store.resealPayloads(...a),
+    } as InboxStore;
+    const rotatedCipher = new PayloadCipher(new Map([['k1', Buffer.from(PAYLOAD_KEY, 'base64')], ['k2', Buffer.from(K2, 'base64')]]), 'k2');
+    // 20 a second: slices of one payload, so the first slice is exactly the purged one.
+    const tally = await resealAll(racing, rotatedCipher, { perSecond: 20 });
+    expect(tally.resealed).toBe(2);
+    for (const e of ['evt_q2', 'evt_q3']) expect((await payloadOf(e)).keyId, e).toBe('k2');
+    sent.delete('evt_q1');
+  });
+
   it('after the rotation a server holding only the new key processes the resealed events with their exact bytes', async () => {
     const seen = new Map<string, Buffer>();
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
@@ -187,7 +208,7 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     const config = parseConfig(configDoc(db!.url, { ...FAST_WORKERS, payloadKeys: { current: 'k2', keys: { k2: K2 } } }), {});
     const app = await startApp(config, { logger: pino({ level: 'silent' }), workers: true, handlers });
     try {
-      const resealed = ['evt_a', 'evt_b', 'evt_large', 'evt_new', 'evt_p1', 'evt_p2', 'evt_p3'];
+      const resealed = ['evt_a', 'evt_b', 'evt_large', 'evt_new', 'evt_p1', 'evt_p2', 'evt_p3', 'evt_q2', 'evt_q3'];
       await waitFor(() => resealed.every((e) => seen.has(e)), 15_000, 'resealed events handled');
       for (const e of resealed) expect(seen.get(e)!.equals(sent.get(e)!), e).toBe(true);
     } finally {
