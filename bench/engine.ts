@@ -20,10 +20,8 @@ import pg from 'pg';
 import { parseWorkers, type WorkersConfig } from '../src/config/engine.js';
 import { PayloadCipher } from '../src/crypto/payload-cipher.js';
 import { openStore } from '../src/store/open.js';
-import type { AcceptRecord } from '../src/store/port.js';
-import { EventFactory, prng } from './events.js';
 import type { RateResult } from './loadgen.js';
-import { sealedRecord } from './records.js';
+import { seedEvents } from './records.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { launch, RUN_DIR, type Running } from './children.js';
 import { dropDb, pgAdmin, recreateDb } from './databases.js';
@@ -195,20 +193,7 @@ async function seed(url: string, n: number, tag: string): Promise<{ seconds: num
   try {
     await store.migrate();
     const cipher = new PayloadCipher(new Map([['bench', Buffer.from(PAYLOAD_KEY, 'base64')]]), 'bench');
-    const factory = new EventFactory(SEED_SIZES);
-    const rnd = prng(42);
-    let bytes = 0;
-    for (let i = 0; i < n; i += SEED_BATCH) {
-      const records: AcceptRecord[] = [];
-      const now = Date.now();
-      for (let j = i; j < Math.min(n, i + SEED_BATCH); j++) {
-        const id = `${tag}_${j}`;
-        const body = factory.make(id, false, rnd, Math.floor(now / 1000));
-        bytes += body.length;
-        records.push(sealedRecord(cipher, id, body, now));
-      }
-      await store.acceptBatch(records);
-    }
+    const bytes = await seedEvents(store, cipher, n, tag, SEED_SIZES, 42, SEED_BATCH);
     return { seconds: (performance.now() - t0) / 1000, meanBodyBytes: bytes / n };
   } finally {
     await store.close();

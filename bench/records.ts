@@ -1,6 +1,7 @@
 import { uuidv7 } from '../src/crypto/ids.js';
 import { sha256, type PayloadCipher } from '../src/crypto/payload-cipher.js';
-import type { AcceptRecord } from '../src/store/port.js';
+import type { AcceptRecord, InboxStore } from '../src/store/port.js';
+import { EventFactory, prng, type EventFactoryOptions } from './events.js';
 
 /**
  * The record the ingress writes for a verified Stripe-style event `evt_<id>` on the bench
@@ -16,4 +17,26 @@ export function sealedRecord(cipher: PayloadCipher, id: string, body: Buffer, no
     payloadHash: sha256(body), matchedSecretVersion: 'v1', payload: cipher.seal(body, binding),
     topic: 'stripe.payment_intent.succeeded', relay: false,
   };
+}
+
+/**
+ * Accepts `n` bench events `evt_<tag>_<i>` (bodies of `sizes`, none large; a seeded PRNG) through
+ * the store API, `batch` per transaction, sealed under `cipher`. Returns the body bytes written.
+ */
+export async function seedEvents(store: InboxStore, cipher: PayloadCipher, n: number, tag: string, sizes: EventFactoryOptions, seed: number, batch = 500): Promise<number> {
+  const factory = new EventFactory(sizes);
+  const rnd = prng(seed);
+  let bytes = 0;
+  for (let i = 0; i < n; i += batch) {
+    const records: AcceptRecord[] = [];
+    const now = Date.now();
+    for (let j = i; j < Math.min(n, i + batch); j++) {
+      const id = `${tag}_${j}`;
+      const body = factory.make(id, false, rnd, Math.floor(now / 1000));
+      bytes += body.length;
+      records.push(sealedRecord(cipher, id, body, now));
+    }
+    await store.acceptBatch(records);
+  }
+  return bytes;
 }

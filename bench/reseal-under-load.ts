@@ -14,10 +14,9 @@ import { performance } from 'node:perf_hooks';
 import { Pool } from 'undici';
 import { PayloadCipher } from '../src/crypto/payload-cipher.js';
 import { openStore } from '../src/store/open.js';
-import type { AcceptRecord } from '../src/store/port.js';
 import { dropDb, recreateDb } from './databases.js';
 import { DEFAULT_SIZES, EventFactory, prng, stripeSignature } from './events.js';
-import { sealedRecord } from './records.js';
+import { seedEvents } from './records.js';
 
 const kind = process.argv[2];
 const n = Number(process.argv[3] ?? 50_000);
@@ -37,14 +36,7 @@ async function seed(): Promise<void> {
   const store = openStore(url);
   try {
     await store.migrate();
-    const old = new PayloadCipher(new Map([['old', Buffer.from(OLD, 'base64')]]), 'old');
-    const factory = new EventFactory(DEFAULT_SIZES);
-    const rnd = prng(11);
-    for (let i = 0; i < n; i += 500) {
-      const records: AcceptRecord[] = [];
-      for (let j = i; j < Math.min(n, i + 500); j++) records.push(sealedRecord(old, `seed_${j}`, factory.make(`seed_${j}`, false, rnd, Math.floor(Date.now() / 1000)), Date.now()));
-      await store.acceptBatch(records);
-    }
+    await seedEvents(store, new PayloadCipher(new Map([['old', Buffer.from(OLD, 'base64')]]), 'old'), n, 'seed', DEFAULT_SIZES, 11);
   } finally {
     await store.close();
   }

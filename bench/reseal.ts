@@ -12,10 +12,9 @@ import { join } from 'node:path';
 import { resealAll } from '../src/cli/keys.js';
 import { PayloadCipher } from '../src/crypto/payload-cipher.js';
 import { openStore } from '../src/store/open.js';
-import type { AcceptRecord } from '../src/store/port.js';
 import { dropDb, recreateDb } from './databases.js';
-import { DEFAULT_SIZES, EventFactory, prng } from './events.js';
-import { sealedRecord } from './records.js';
+import { DEFAULT_SIZES } from './events.js';
+import { seedEvents } from './records.js';
 
 const kind = process.argv[2];
 const n = Number(process.argv[3] ?? 20_000);
@@ -29,18 +28,7 @@ const store = openStore(url);
 try {
   await store.migrate();
   const old = new PayloadCipher(new Map([['old', OLD]]), 'old');
-  const factory = new EventFactory(DEFAULT_SIZES);
-  const rnd = prng(7);
-  let bytes = 0;
-  for (let i = 0; i < n; i += 500) {
-    const records: AcceptRecord[] = [];
-    for (let j = i; j < Math.min(n, i + 500); j++) {
-      const body = factory.make(`evt_reseal_${j}`, false, rnd, Math.floor(Date.now() / 1000));
-      bytes += body.length;
-      records.push(sealedRecord(old, `evt_reseal_${j}`, body, Date.now()));
-    }
-    await store.acceptBatch(records);
-  }
+  const bytes = await seedEvents(store, old, n, 'reseal', DEFAULT_SIZES, 7);
   const rotated = new PayloadCipher(new Map([['old', OLD], ['new', NEW]]), 'new');
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
