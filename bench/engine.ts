@@ -25,9 +25,10 @@ import { seedEvents } from './records.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { launch, RUN_DIR, type Running } from './children.js';
 import { dropDb, pgAdmin, recreateDb } from './databases.js';
+import { ROOT, runLoad } from './load.js';
 import {
-  A_P99_TARGET_MS, A_RATE, CORES, NOISY_PCT, PATH, PAYLOAD_KEY, ROOT, SERVER_MAIN, STRIPE_SECRET,
-  cpuSampler, f0, f1, ms, opts, outcomesText, runLoad, scrapeCommitStats, serverConfig, table, waitQuiet, type CpuWindow, type Usage,
+  A_P99_TARGET_MS, A_RATE, CORES, NOISY_PCT, PATH, PAYLOAD_KEY, SERVER_MAIN, STRIPE_SECRET,
+  cpuSampler, f0, f1, ms, opts, outcomesText, scrapeCommitStats, serverConfig, table, waitQuiet, type CpuWindow, type Usage,
 } from './run.js';
 
 export const ENGINE_SCENARIOS = ['drain', 'e2e'] as const;

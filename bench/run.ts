@@ -21,24 +21,22 @@
  *   npm run bench -- --only postgres --rates 4000 --log-level info    (with the one log line per request)
  *   npm run bench -- --only postgres --rates 2000 --large-fraction 0  (no 1 MiB bodies: prices them)
  */
-import { execFileSync, fork } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import ts from 'typescript';
-import type { FloodResult, FloodSpec, LoadMessage, LoadResult, RateResult, RateSpec } from './loadgen.js';
+import type { FloodResult, FloodSpec, LoadResult, RateResult, RateSpec } from './loadgen.js';
 import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js';
-import { killAll, launch, RUN_DIR, track, type Running } from './children.js';
+import { killAll, launch, RUN_DIR, type Running } from './children.js';
+import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
 import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
 import { cpuDelta, cpuOfCommand, diskWrites, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
-export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-export const BUILD = join(ROOT, 'dist-bench', 'bench');
 export let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
 export const STRIPE_SECRET = 'whsec_bench_' + randomBytes(12).toString('hex');
@@ -147,20 +145,6 @@ const LABELS: Record<TargetName, string> = {
   sqlite: 'webhook-inbox SQLite',
   postgres: 'webhook-inbox PostgreSQL',
 };
-
-/** The children run as plain JavaScript (no tsx loader thread in their CPU/RSS): transpile bench/*.ts. */
-function buildChildren(): void {
-  mkdirSync(BUILD, { recursive: true });
-  for (const f of ['events', 'h1-client', 'loadgen', 'ref-plain', 'ref-express']) {
-    const src = readFileSync(join(ROOT, 'bench', `${f}.ts`), 'utf8');
-    const out = ts.transpileModule(src, {
-      compilerOptions: { module: ts.ModuleKind.ES2022, target: ts.ScriptTarget.ES2022, sourceMap: false },
-      fileName: `${f}.ts`,
-    });
-    writeFileSync(join(BUILD, `${f}.js`), out.outputText);
-  }
-  // dist-bench/ is under the repo root, whose package.json says "type": "module".
-}
 
 // ---------------------------------------------------------------- targets
 
@@ -337,21 +321,6 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
       };
     },
   };
-}
-
-/** Forks the load generator on `spec`; `on` is called at the edges of its measured window. Resolves with its result. */
-export function runLoad<R extends LoadResult>(spec: RateSpec | FloodSpec, on: { windowStart(): void; windowEnd(): void }): Promise<R> {
-  const lg = track(fork(join(BUILD, 'loadgen.js'), [JSON.stringify(spec)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: [] }));
-  return new Promise<R>((res, rej) => {
-    let got: R | undefined;
-    lg.on('message', (m: LoadMessage) => {
-      if (m.type === 'window-start') on.windowStart();
-      else if (m.type === 'window-end') on.windowEnd();
-      else if (m.type === 'result') got = m.result as R;
-      else if (m.type === 'error') rej(new Error(`loadgen: ${m.message}`));
-    });
-    lg.once('exit', (code) => (got ? res(got) : rej(new Error(`loadgen exited with code ${code} without a result`))));
-  });
 }
 
 async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<RateSpec, 'url'> | Omit<FloodSpec, 'url'>): Promise<StepRecord<R>> {
