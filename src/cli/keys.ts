@@ -99,6 +99,7 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
     const page: ResealRef[] = await store.payloadsToReseal(cipher.currentKeyId, after, PAGE);
     if (page.length === 0) return tally;
     after = page[page.length - 1]!.payloadId;
+    const byId = new Map(page.map((r) => [r.payloadId, r]));
     let rest = page;
     while (rest.length > 0) {
       const slice = rest.slice(0, sliceMax);
@@ -107,7 +108,6 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
         rest = rest.slice(slice.length); // every one purged meanwhile (a present one is always read)
         continue;
       }
-      const byId = new Map(rest.map((r) => [r.payloadId, r]));
       const updates: Resealed[] = [];
       for (const p of read) {
         try {
