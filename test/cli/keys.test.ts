@@ -27,6 +27,9 @@ import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/
 
 const K0 = Buffer.alloc(32, 1).toString('base64');
 const K2 = Buffer.alloc(32, 2).toString('base64');
+/** The new key alone (what a server holds once the old key is removed), and old + new with the new one current. */
+const onlyK2 = new PayloadCipher(new Map([['k2', Buffer.from(K2, 'base64')]]), 'k2');
+const rotatedCipher = new PayloadCipher(new Map([['k1', Buffer.from(PAYLOAD_KEY, 'base64')], ['k2', Buffer.from(K2, 'base64')]]), 'k2');
 
 const cli = (args: string[]) => runCli(args, 60_000);
 
@@ -132,7 +135,6 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     });
 
     // Opened with the new key alone: the exact bytes, under a fresh nonce; the row's hash holds.
-    const onlyK2 = new PayloadCipher(new Map([['k2', Buffer.from(K2, 'base64')]]), 'k2');
     for (const e of ['evt_a', 'evt_b', 'evt_large']) {
       const row = (await store.getInbox(ids.get(e)!))!;
       const now = await payloadOf(e);
@@ -157,18 +159,16 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
 
   it('a row changed since it was read is left alone (the swap is guarded by the nonce read)', async () => {
     const p = await payloadOf('evt_a');
-    const cipher = new PayloadCipher(new Map([['k2', Buffer.from(K2, 'base64')]]), 'k2');
     const row = (await store.getInbox(ids.get('evt_a')!))!;
-    const stale = { payloadId: p.payloadId, oldNonce: Buffer.alloc(12, 9), sealed: cipher.reseal(p, row) };
+    const stale = { payloadId: p.payloadId, oldNonce: Buffer.alloc(12, 9), sealed: onlyK2.reseal(p, row) };
     expect(await store.resealPayloads([stale])).toBe(0);
     expect(await payloadOf('evt_a')).toEqual(p);
     expect(await store.resealPayloads([{ ...stale, oldNonce: p.nonce }])).toBe(1);
-    expect(cipher.open(await payloadOf('evt_a'), row).equals(sent.get('evt_a')!)).toBe(true);
+    expect(onlyK2.open(await payloadOf('evt_a'), row).equals(sent.get('evt_a')!)).toBe(true);
   });
 
   it('--per-second paces it: 3 payloads at 2 a second take about 1.5 s, not less; a bad value is a usage error', async () => {
     await accept({ current: 'k1', keys: { k1: PAYLOAD_KEY } }, [['evt_p1', stripeEvent('evt_p1')], ['evt_p2', stripeEvent('evt_p2')], ['evt_p3', stripeEvent('evt_p3')]]);
-    const rotatedCipher = new PayloadCipher(new Map([['k1', Buffer.from(PAYLOAD_KEY, 'base64')], ['k2', Buffer.from(K2, 'base64')]]), 'k2');
     const t0 = performance.now();
     const tally = await resealAll(store, rotatedCipher, { perSecond: 2 });
     expect(performance.now() - t0).toBeGreaterThanOrEqual(1400);
@@ -192,7 +192,6 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
       readPayloads: (...a: Parameters<InboxStore['readPayloads']>) => store.readPayloads(...a),
       resealPayloads: (...a: Parameters<InboxStore['resealPayloads']>) => store.resealPayloads(...a),
     } as InboxStore;
-    const rotatedCipher = new PayloadCipher(new Map([['k1', Buffer.from(PAYLOAD_KEY, 'base64')], ['k2', Buffer.from(K2, 'base64')]]), 'k2');
     // 20 a second: slices of one payload, so the first slice is exactly the purged one.
     const tally = await resealAll(racing, rotatedCipher, { perSecond: 20 });
     expect(tally.resealed).toBe(2);
