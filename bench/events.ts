@@ -28,12 +28,23 @@ export function stripeSignature(secret: string, body: Buffer, t: number): string
   return `t=${t},v1=${sig}`;
 }
 
-/** One line item, padded to a fixed width so a body's size is a simple function of the item count. */
+/**
+ * One line item, padded to a fixed width so a body's size is a simple function of the item count.
+ * Its ids, amounts and words vary (a seeded generator), so a body compresses as real event JSON
+ * does (~4-5x with brotli at quality 1), not as one phrase repeated would (~16x): the server may
+ * compress bodies before sealing them (limits.compressBodyBytes), and a flattering ratio would
+ * flatter that.
+ */
 const ITEM_BYTES = 160;
-function item(i: number): string {
-  const base = `{"id":"li_${String(i).padStart(8, '0')}","object":"line_item","amount_subtotal":${1000 + (i % 977)},"currency":"usd","quantity":${1 + (i % 5)},"description":"`;
+const WORDS = ['annual', 'plan', 'blue', 'large', 'cotton', 'shirt', 'express', 'shipping', 'gift', 'card', 'refill', 'pack',
+  'premium', 'support', 'seat', 'license', 'black', 'mug', 'ceramic', 'set', 'of', 'two', 'organic', 'coffee', 'beans', 'dark',
+  'roast', 'monthly', 'box', 'small', 'green', 'tea', 'sample', 'bundle', 'extra', 'storage', 'add-on', 'team', 'edition', 'pro'];
+function item(i: number, rnd: () => number): string {
+  const id = () => Math.floor(rnd() * 2 ** 40).toString(36);
+  const base = `{"id":"li_${id()}","object":"line_item","amount_subtotal":${Math.floor(rnd() * 100_000)},"currency":"usd","quantity":${1 + (i % 5)},"description":"`;
   const tail = '"}';
-  const fill = 'Bench item with a plausible description text '.repeat(4);
+  let fill = `Product ${Math.floor(rnd() * 400)} size ${Math.floor(rnd() * 17)} sku ${id()}`;
+  while (fill.length < ITEM_BYTES) fill += ` ${WORDS[Math.floor(rnd() * WORDS.length)]}`;
   return base + fill.slice(0, ITEM_BYTES - base.length - tail.length) + tail;
 }
 
@@ -81,7 +92,8 @@ export class EventFactory {
   constructor(private readonly opts: EventFactoryOptions = DEFAULT_SIZES, private readonly type = 'payment_intent.succeeded') {
     // Enough items for the largest ordinary body; a body takes a prefix of them (cut at an item edge).
     const n = Math.ceil(opts.maxBytes / (ITEM_BYTES + 1)) + 1;
-    this.itemsJoined = Buffer.from(Array.from({ length: n }, (_, i) => item(i)).join(','));
+    const rnd = prng(0x17e5);
+    this.itemsJoined = Buffer.from(Array.from({ length: n }, (_, i) => item(i, rnd)).join(','));
     this.mid = Buffer.from(`","object":"payment_intent","amount":2000,"currency":"usd","status":"succeeded","livemode":false,"metadata":{"order_id":"bench"},"line_items":{"object":"list","has_more":false,"data":[`);
     this.end = Buffer.from(`]}}}}`);
     this.largeFiller = variedItems(opts.largeBytes);

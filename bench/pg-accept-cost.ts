@@ -7,6 +7,8 @@
  *
  *   node --import tsx bench/pg-accept-cost.ts [events=12000] [batch=16] [variant=as-is]
  *   LANES=1 node --import tsx bench/pg-accept-cost.ts 20000 32   (one commit lane: its serial cost)
+ *   COMPRESS=8192 node --import tsx bench/pg-accept-cost.ts 20000 32   (bodies of 8192+ bytes sealed
+ *     brotli-compressed, as limits.compressBodyBytes does; compression itself is not in the timing)
  *
  * Variants change the schema after migrating, to price a piece of it:
  * `no-fks` (both foreign keys on the accept path), `no-payload-fk` (inbox → payload, and its
@@ -55,7 +57,7 @@ await schema.connect();
 for (const s of ddl) await schema.query(s);
 await schema.end();
 
-const cipher = new PayloadCipher(new Map([['bench', randomBytes(32)]]), 'bench');
+const cipher = new PayloadCipher(new Map([['bench', randomBytes(32)]]), 'bench', Number(process.env.COMPRESS ?? 0));
 const factory = new EventFactory({ minBytes: 1024, maxBytes: 13 * 1024, largeBytes: 1 << 20 });
 const rnd = prng(7);
 const now = Date.now();
