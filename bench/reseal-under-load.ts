@@ -4,7 +4,7 @@
  * events) at RATE req/s twice — alone, then with the shipped `keys reseal` running beside it —
  * and the ack latency of both windows is printed. Run after `npm run build`.
  *
- *   node --import tsx bench/reseal-under-load.ts sqlite|postgres [events] [rate] [seconds] [reseal --per-second]
+ *   node --import tsx bench/reseal-under-load.ts sqlite|postgres [events] [rate] [seconds] [keys reseal flags…, e.g. --busy 50]
  */
 import { spawn } from 'node:child_process';
 import { rmSync, writeFileSync } from 'node:fs';
@@ -23,8 +23,8 @@ const kind = process.argv[2];
 const n = Number(process.argv[3] ?? 50_000);
 const rate = Number(process.argv[4] ?? 1000);
 const seconds = Number(process.argv[5] ?? 10);
-const perSecond = process.argv[6];
-if (kind !== 'sqlite' && kind !== 'postgres') throw new Error('usage: bench/reseal-under-load.ts sqlite|postgres [events] [rate] [seconds] [per-second]');
+const flags = process.argv.slice(6);
+if (kind !== 'sqlite' && kind !== 'postgres') throw new Error('usage: bench/reseal-under-load.ts sqlite|postgres [events] [rate] [seconds] [keys reseal flags…]');
 
 const CLI = join(ROOT, 'dist', 'cli', 'main.js');
 const OLD = Buffer.alloc(32, 1).toString('base64');
@@ -37,6 +37,7 @@ async function load(base: string, tag: string): Promise<string> {
   const r = await runLoad<RateResult>({
     mode: 'rate', url: base, path: '/webhooks/stripe-bench', secret: SECRET, rate, warmupS: 2, durationS: seconds, drainS: 10,
     connections: 256, dupFraction: 0, largeFraction: 0, seed: 3, tag,
+    ...(process.env.RESEAL_TIMELINE ? { timelineFile: `${process.env.RESEAL_TIMELINE}-${tag}.csv` } : {}),
   }, { windowStart: () => undefined, windowEnd: () => undefined });
   const notOk = r.measured - r.ok;
   return `p50 ${r.latency.p50.toFixed(1)} / p99 ${r.latency.p99.toFixed(1)} / max ${r.latency.max.toFixed(1)} ms, ${notOk} not 2xx`;
@@ -62,9 +63,9 @@ try {
     console.log(`${kind}, ${n} payloads under the old key, ${rate} req/s for ${seconds} s`);
     console.log(`  alone:              ${await load(server.url, 'alone')}`);
     const t0 = performance.now();
-    const reseal = spawn(process.execPath, [CLI, 'keys', 'reseal', '--config', cfg, ...(perSecond ? ['--per-second', perSecond] : [])], { stdio: 'ignore' });
+    const reseal = spawn(process.execPath, [CLI, 'keys', 'reseal', '--config', cfg, ...flags], { stdio: 'ignore' });
     const resealed = new Promise<number>((resolve) => reseal.once('exit', () => resolve((performance.now() - t0) / 1000)));
-    console.log(`  beside keys reseal${perSecond ? ` --per-second ${perSecond}` : ''}: ${await load(server.url, 'beside')}`);
+    console.log(`  beside keys reseal${flags.length ? ` ${flags.join(' ')}` : ''}: ${await load(server.url, 'beside')}`);
     console.log(`  keys reseal took ${(await resealed).toFixed(1)} s (exit ${reseal.exitCode})`);
   } finally {
     await server.stop();
