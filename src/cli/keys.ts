@@ -50,6 +50,9 @@ interface ResealTally {
   missing: Map<string, number>;
   /** Payload ids that did not authenticate under their key and binding. */
   unauthentic: string[];
+  /** Wall time of the whole run, and the part of it spent waiting to keep the pace. */
+  elapsedMs: number;
+  pausedMs: number;
 }
 
 export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Promise<number> {
@@ -63,7 +66,8 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
       return 1;
     }
     const tally = await resealAll(store, cipher, opts);
-    console.error(`resealed ${tally.resealed} payload(s) under "${cipher.currentKeyId}"`);
+    const busyShare = tally.elapsedMs > 0 ? Math.round((100 * (tally.elapsedMs - tally.pausedMs)) / tally.elapsedMs) : 100;
+    console.error(`resealed ${tally.resealed} payload(s) under "${cipher.currentKeyId}" in ${(tally.elapsedMs / 1000).toFixed(1)} s, busy ${busyShare} % of it`);
     for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
     if (tally.unauthentic.length > 0) {
       const shown = tally.unauthentic.slice(0, SHOW_IDS).join(', ') + (tally.unauthentic.length > SHOW_IDS ? ', …' : '');
@@ -77,10 +81,29 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
 export interface ResealOptions {
   /**
    * At most this many payloads a second (paced after each slice): resealing competes with a
-   * running server for the database and the cores (bench/reseal-under-load.ts). Absent: as fast as it goes.
+   * running server for the database and the cores (bench/reseal-under-load.ts).
    */
   readonly perSecond?: number;
+  /**
+   * At most this share of the wall time, in percent, spent in slices: after a slice that took t ms
+   * it waits t × (100 − busy) / busy ms. A busy database makes slices slower and so the waits
+   * longer: the pace follows the load without a rate to guess. 100 or absent: no waits (the
+   * CLI's default is DEFAULT_BUSY_PERCENT).
+   */
+  readonly busyPercent?: number;
 }
+
+/** Payloads per slice when paced: many small transactions, each holding the database briefly. */
+const PACED_SLICE = 50;
+
+/**
+ * `keys reseal` works at most a quarter of the time unless told otherwise: it is meant to run
+ * beside a live server. Measured with bench/reseal-under-load.ts (1,000 req/s, 50,000 payloads,
+ * 2 cores shared with the server, the database and the load generator): ack p99 on SQLite 14–18 ms
+ * alone, 47 ms beside an unpaced reseal, 25 ms beside this one; on PostgreSQL 24–38 ms alone,
+ * 404 ms unpaced, 98–171 ms at 25 % (bench/RESULTS.md). `--busy 100` for a maintenance window.
+ */
+export const DEFAULT_BUSY_PERCENT = 25;
 
 /**
  * Every payload under another key than the current one, page by page in payload id order, at
@@ -88,16 +111,20 @@ export interface ResealOptions {
  * changed meanwhile (its nonce is not the one read) is left to the next run.
  */
 export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: ResealOptions = {}): Promise<ResealTally> {
-  const tally: ResealTally = { resealed: 0, missing: new Map(), unauthentic: [] };
-  const started = performance.now();
-  let done = 0;
-  // Paced, a slice is 50 ms of the rate: many small transactions spread the work evenly, where
-  // one 4 MiB UPDATE then a pause made a running server's latency jump with each slice.
-  const sliceMax = opts.perSecond ? Math.max(1, Math.ceil(opts.perSecond / 20)) : PAGE;
+  const tally: ResealTally = { resealed: 0, missing: new Map(), unauthentic: [], elapsedMs: 0, pausedMs: 0 };
+  const pacer = new Pacer(opts, tally);
+  // Paced, a slice is small (50 ms of the rate, or PACED_SLICE): many small transactions spread
+  // the work evenly, where one 4 MiB UPDATE then a pause made a running server's latency jump
+  // with each slice.
+  const sliceMax = opts.perSecond ? Math.max(1, Math.ceil(opts.perSecond / 20)) : pacer.busy ? PACED_SLICE : PAGE;
   let after: string | null = null;
   for (;;) {
     const page: ResealRef[] = await store.payloadsToReseal(cipher.currentKeyId, after, PAGE);
-    if (page.length === 0) return tally;
+    await pacer.pace(0);
+    if (page.length === 0) {
+      tally.elapsedMs = performance.now() - pacer.started;
+      return tally;
+    }
     after = page[page.length - 1]!.payloadId;
     const byId = new Map(page.map((r) => [r.payloadId, r]));
     let rest = page;
@@ -118,14 +145,38 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
         }
       }
       tally.resealed += await store.resealPayloads(updates);
-      done += read.length;
-      if (opts.perSecond) {
-        const ahead = started + (done / opts.perSecond) * 1000 - performance.now();
-        if (ahead > 0) await new Promise((r) => setTimeout(r, ahead));
-      }
+      await pacer.pace(read.length);
       // The read is a prefix of `rest` (purged ones absent): go on after its last payload.
       const last = read[read.length - 1]!.payloadId;
       rest = rest.slice(rest.findIndex((r) => r.payloadId === last) + 1);
     }
+  }
+}
+
+/**
+ * Waits after each piece of database work as long as both limits ask: `perSecond` (payloads so
+ * far against the clock) and `busyPercent` (the time worked since the last wait, scaled).
+ */
+class Pacer {
+  readonly started = performance.now();
+  readonly busy: number | undefined;
+  private done = 0;
+  private workingSince = this.started;
+
+  constructor(private readonly opts: ResealOptions, private readonly tally: ResealTally) {
+    this.busy = opts.busyPercent !== undefined && opts.busyPercent < 100 ? opts.busyPercent : undefined;
+  }
+
+  async pace(payloads: number): Promise<void> {
+    this.done += payloads;
+    const now = performance.now();
+    const wait = Math.max(
+      this.opts.perSecond ? this.started + (this.done / this.opts.perSecond) * 1000 - now : 0,
+      this.busy ? ((now - this.workingSince) * (100 - this.busy)) / this.busy : 0,
+    );
+    // A timer may fire up to a millisecond early (libuv counts whole ms): sleep until the time.
+    for (let left = wait; left > 0; left = now + wait - performance.now()) await new Promise((r) => setTimeout(r, left));
+    this.workingSince = performance.now();
+    this.tally.pausedMs += this.workingSince - now;
   }
 }

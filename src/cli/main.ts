@@ -8,7 +8,7 @@ import { runCheckConfig } from './check-config.js';
 import { runSendSample } from './send-sample.js';
 import { runWork } from './work.js';
 import { runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
-import { runKeysList, runKeysReseal } from './keys.js';
+import { DEFAULT_BUSY_PERCENT, runKeysList, runKeysReseal } from './keys.js';
 
 interface Command {
   readonly summary: string;
@@ -96,21 +96,26 @@ const COMMANDS: Record<string, Command> = {
   },
   keys: {
     summary: 'Payload key rotation: keys list (payloads per key) | keys reseal (seal old ones under the current key).',
-    usage: 'webhook-inbox keys list --config FILE\n       webhook-inbox keys reseal --config FILE [--per-second N]\n\n' +
+    usage: 'webhook-inbox keys list --config FILE\n       webhook-inbox keys reseal --config FILE [--busy PERCENT] [--per-second N]\n\n' +
       '  list    stored payloads per payload key id, and whether each key is current, old or missing\n' +
       '  reseal  seal every payload under an older key again under payloadKeys.current (same bytes,\n' +
       '          same hash; safe while serve and work run), so the older key can be removed.\n' +
       '          Exits 1 if some payload could not be resealed (its key missing, or it does not authenticate).\n' +
+      '  --busy PERCENT  spend at most PERCENT % of the time resealing, waiting in between in proportion\n' +
+      `                  to how long each small slice took, so a loaded database slows it down (default ${DEFAULT_BUSY_PERCENT}\n` +
+      '                  unless --per-second is given; 100 = no waits, for a maintenance window)\n' +
       '  --per-second N  reseal at most N payloads a second (it competes with a running server)',
-    options: { ...CONFIG, 'per-second': { type: 'string' } },
-    optional: ['per-second'],
+    options: { ...CONFIG, 'per-second': { type: 'string' }, busy: { type: 'string' } },
+    optional: ['per-second', 'busy'],
     positionals: ['list|reseal'],
     run: (v, args) => {
       if (args[0] === 'list') return runKeysList(String(v.config));
       if (args[0] === 'reseal') {
         const perSecond = v['per-second'] === undefined ? undefined : Number(v['per-second']);
         if (perSecond !== undefined && (!Number.isInteger(perSecond) || perSecond < 1)) throw new UsageError('--per-second must be a positive integer');
-        return runKeysReseal(String(v.config), { perSecond });
+        const busyPercent = v.busy === undefined ? undefined : Number(v.busy);
+        if (busyPercent !== undefined && (!Number.isInteger(busyPercent) || busyPercent < 1 || busyPercent > 100)) throw new UsageError('--busy must be an integer percentage from 1 to 100');
+        return runKeysReseal(String(v.config), { perSecond, busyPercent: busyPercent ?? (perSecond ? undefined : DEFAULT_BUSY_PERCENT) });
       }
       throw new UsageError(`unknown keys subcommand "${args[0]}" (list or reseal)`);
     },

@@ -43,6 +43,13 @@ function usageTable(out: string): Record<string, [number, string]> {
   }));
 }
 
+/** The share of its run `keys reseal` reports having worked, in percent ("… in 1.2 s, busy 20 % of it"). */
+function busyShare(err: string): number {
+  const m = /in [\d.]+ s, busy (\d+) % of it/.exec(err);
+  expect(m, err).not.toBeNull();
+  return Number(m![1]);
+}
+
 describe('keys --help', () => {
   it('prints both subcommands and exits 0; an unknown subcommand is a usage error', async () => {
     const r = await cli(['keys', '--help']);
@@ -126,6 +133,7 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     const r = await cli(['keys', 'reseal', '--config', rotated]);
     expect(r.code, r.out + r.err).toBe(1);
     expect(r.err).toContain('resealed 3 payload(s) under "k2"');
+    expect(busyShare(r.err)).toBeLessThanOrEqual(25); // paced by default: it runs beside a live server
     expect(r.err).toContain('left 1 payload(s) sealed under "k0", which is not configured or not readable');
     expect(r.err).toContain(`left 1 payload(s) that do not authenticate (altered or moved rows): ${tampered}`);
     expect(usageTable(r.out)).toEqual({
@@ -177,6 +185,26 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     const bad = await cli(['keys', 'reseal', '--config', rotated, '--per-second', '0']);
     expect(bad.code).toBe(2);
     expect(bad.err).toContain('--per-second must be a positive integer');
+  });
+
+  it('--busy paces by the time worked: at 20 % it waits four times as long as each slice took; bad values are usage errors', async () => {
+    const events = Array.from({ length: 120 }, (_, i) => [`evt_b${i}`, stripeEvent(`evt_b${i}`)] as [string, Buffer]);
+    await accept({ current: 'k1', keys: { k1: PAYLOAD_KEY } }, events);
+    const t0 = performance.now();
+    const r = await cli(['keys', 'reseal', '--config', rotated, '--busy', '20']);
+    const wall = performance.now() - t0;
+    expect(r.err).toContain('resealed 120 payload(s) under "k2"');
+    const share = busyShare(r.err);
+    expect(share).toBeLessThanOrEqual(20);
+    // Its run (all of it, waits included) fits in the CLI's wall time, and the waits were real.
+    const [, seconds] = /in ([\d.]+) s,/.exec(r.err)!;
+    expect(Number(seconds) * 1000).toBeLessThanOrEqual(wall);
+    for (const [e] of events) expect((await payloadOf(e)).keyId, e).toBe('k2');
+    for (const bad of ['0', '101', 'x']) {
+      const u = await cli(['keys', 'reseal', '--config', rotated, '--busy', bad]);
+      expect(u.code, bad).toBe(2);
+      expect(u.err).toContain('--busy must be an integer percentage from 1 to 100');
+    }
   });
 
   it('a slice whose payloads were all purged after the listing is skipped, not the rest of its page', async () => {
