@@ -99,8 +99,8 @@ const PACED_SLICE = 50;
 /**
  * `keys reseal` works at most a quarter of the time unless told otherwise: it is meant to run
  * beside a live server. Measured with bench/reseal-under-load.ts (1,000 req/s, 50,000 payloads,
- * 2 cores shared with the server, the database and the load generator): ack p99 on SQLite 14–18 ms
- * alone, 47 ms beside an unpaced reseal, 25 ms beside this one; on PostgreSQL 24–38 ms alone,
+ * 2 cores shared with the server, the database and the load generator): ack p99 on SQLite 13–18 ms
+ * alone, 47 ms beside an unpaced reseal, 19–25 ms beside this one; on PostgreSQL 24–58 ms alone,
  * 404 ms unpaced, 98–171 ms at 25 % (bench/RESULTS.md). `--busy 100` for a maintenance window.
  */
 export const DEFAULT_BUSY_PERCENT = 25;
