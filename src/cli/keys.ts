@@ -111,8 +111,8 @@ export const DEFAULT_BUSY_PERCENT = 25;
  * changed meanwhile (its nonce is not the one read) is left to the next run.
  */
 export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: ResealOptions = {}): Promise<ResealTally> {
-  const tally: ResealTally = { resealed: 0, missing: new Map(), unauthentic: [], elapsedMs: 0, pausedMs: 0 };
-  const pacer = new Pacer(opts, tally);
+  const tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'> = { resealed: 0, missing: new Map(), unauthentic: [] };
+  const pacer = new Pacer(opts);
   // Paced, a slice is small (50 ms of the rate, or PACED_SLICE): many small transactions spread
   // the work evenly, where one 4 MiB UPDATE then a pause made a running server's latency jump
   // with each slice.
@@ -121,10 +121,7 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
   for (;;) {
     const page: ResealRef[] = await store.payloadsToReseal(cipher.currentKeyId, after, PAGE);
     await pacer.pace(0);
-    if (page.length === 0) {
-      tally.elapsedMs = performance.now() - pacer.started;
-      return tally;
-    }
+    if (page.length === 0) return { ...tally, ...pacer.times() };
     after = page[page.length - 1]!.payloadId;
     const byId = new Map(page.map((r) => [r.payloadId, r]));
     let rest = page;
@@ -158,12 +155,13 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
  * far against the clock) and `busyPercent` (the time worked since the last wait, scaled).
  */
 class Pacer {
-  readonly started = performance.now();
+  private readonly started = performance.now();
   readonly busy: number | undefined;
   private done = 0;
   private workingSince = this.started;
+  private pausedMs = 0;
 
-  constructor(private readonly opts: ResealOptions, private readonly tally: ResealTally) {
+  constructor(private readonly opts: ResealOptions) {
     this.busy = opts.busyPercent !== undefined && opts.busyPercent < 100 ? opts.busyPercent : undefined;
   }
 
@@ -177,6 +175,11 @@ class Pacer {
     // A timer may fire up to a millisecond early (libuv counts whole ms): sleep until the time.
     for (let left = wait; left > 0; left = now + wait - performance.now()) await new Promise((r) => setTimeout(r, left));
     this.workingSince = performance.now();
-    this.tally.pausedMs += this.workingSince - now;
+    this.pausedMs += this.workingSince - now;
+  }
+
+  /** Wall time since the start, and the part of it spent waiting. */
+  times(): { elapsedMs: number; pausedMs: number } {
+    return { elapsedMs: performance.now() - this.started, pausedMs: this.pausedMs };
   }
 }
