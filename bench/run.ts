@@ -150,7 +150,7 @@ const LABELS: Record<TargetName, string> = {
 
 /** The box's speed at the run's start (sys.ts cpuSpeed). */
 const speedLine = (m: MachineInfo): string =>
-  `HMAC-SHA256 over 10 KiB ${m.speed.hmacUs} µs, JSON.parse of a ${f0(m.speed.parseBytes)}-byte bench event ${m.speed.parseUs} µs`;
+  `HMAC-SHA256 over 10 KiB ${m.speed.hmacUs} µs, JSON.parse of a ${f0(m.speed.parseBytes)}-byte bench event ${m.speed.parseUs} µs, first write to fresh memory ${m.speed.freshPageUs} µs per 4 KiB page`;
 
 /** Our server's config for a bench run; `workers` replaces the default (off for the ingress ladder). */
 export function serverConfig(database: string, workers: object = { enabled: false }): object {
@@ -467,7 +467,7 @@ async function main(): Promise<void> {
   const machine = machineInfo(pgVersion, new EventFactory().make('speed', false, prng(1), Math.floor(Date.now() / 1000)));
   const started = new Date();
   console.log(`webhook-inbox bench — ${started.toISOString()}`);
-  console.log(`machine: ${machine.cores} cores, ${machine.model}, ${machine.ramGiB} GiB RAM, Node ${machine.node}, PostgreSQL ${machine.postgres}`);
+  console.log(`machine: ${machine.cores} cores, ${machine.model}, ${machine.ramGiB} GiB RAM, Node ${machine.node}, PostgreSQL ${machine.postgres}, DAMON memory scanners on: ${machine.damon}`);
   console.log(`speed now: ${speedLine(machine)}`);
   if (targets.length) console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}${opts.nodeArgs.length ? `; server node flags: ${opts.nodeArgs.join(' ')}` : ''}${opts.logLevel === 'warn' ? '' : `; server log.level: ${opts.logLevel}`}`);
   if (scenarios.length) console.log(`engine: ${scenarios.join(', ')} on ${stores.join(', ')}; backlog ${f0(opts.backlog)}; e2e ${f0(A_RATE)} req/s for ${opts.e2eDurationS} s`);
@@ -579,7 +579,7 @@ function renderReport(
   out.push(`## Run ${started.toISOString()}${quick ? ' (quick)' : ''}`);
   out.push('');
   out.push(`- date (UTC): ${date}`);
-  out.push(`- machine: ${machine.cores} cores (\`nproc\`), ${machine.model}, ${machine.ramGiB} GiB RAM, Linux ${machine.kernel}`);
+  out.push(`- machine: ${machine.cores} cores (\`nproc\`), ${machine.model}, ${machine.ramGiB} GiB RAM, Linux ${machine.kernel}; DAMON memory scanners on: ${machine.damon}`);
   out.push(`- Node ${machine.node}; PostgreSQL ${machine.postgres}`);
   out.push(`- speed at the start: ${speedLine(machine)}`);
   out.push(`- measured: ${MEASURED_BUILD}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);

@@ -89,7 +89,9 @@ export interface MachineInfo {
   readonly postgres: string;
   readonly kernel: string;
   /** µs per operation, measured at the run's start (cpuSpeed). */
-  readonly speed: { readonly hmacUs: number; readonly parseUs: number; readonly parseBytes: number };
+  readonly speed: { readonly hmacUs: number; readonly parseUs: number; readonly parseBytes: number; readonly freshPageUs: number };
+  /** The kernel's own memory-access scanners (DAMON kdamonds) that are on, e.g. "1 (sampling every 500 ms)"; "none". */
+  readonly damon: string;
 }
 
 /**
@@ -97,6 +99,8 @@ export interface MachineInfo {
  * JSON.parse of a bench event (µs each; the median of 7 rounds). Boxes of the same kind have
  * measured 9-15 µs and 25-127 µs here, and every absolute result moves with them, while ratios
  * to the references move less: this line says which kind of box a run had.
+ * Plus what a page fault costs (freshPageUs): on some of these VMs ~12 µs per 4 KiB page,
+ * 20-40× bare metal, which the CPU figures above do not show.
  */
 export function cpuSpeed(sampleJson: Buffer): MachineInfo['speed'] {
   const key = Buffer.alloc(32, 7);
@@ -113,7 +117,53 @@ export function cpuSpeed(sampleJson: Buffer): MachineInfo['speed'] {
   };
   const hmacUs = median(() => createHmac('sha256', key).update(body).digest(), 2000);
   const parseUs = median(() => JSON.parse(text), 1000);
-  return { hmacUs: Math.round(hmacUs * 10) / 10, parseUs: Math.round(parseUs * 10) / 10, parseBytes: sampleJson.length };
+  return { hmacUs: Math.round(hmacUs * 10) / 10, parseUs: Math.round(parseUs * 10) / 10, parseBytes: sampleJson.length, freshPageUs: freshPageUs() };
+}
+
+/**
+ * µs per 4 KiB page to write memory the process has never touched, beyond writing warm memory:
+ * a 16 MiB buffer is mmap-ed untouched (past glibc's mmap threshold), so its first fill takes a
+ * page fault per page and its second does not. The median of 5 buffers.
+ */
+function freshPageUs(): number {
+  const bytes = 16 * 1024 * 1024;
+  const rounds: number[] = [];
+  for (let r = 0; r < 5; r++) {
+    const buf = Buffer.allocUnsafeSlow(bytes);
+    let t = performance.now();
+    buf.fill(r + 1);
+    const fresh = performance.now() - t;
+    t = performance.now();
+    buf.fill(r + 2);
+    const warm = performance.now() - t;
+    rounds.push(((fresh - warm) * 1000) / (bytes / 4096));
+  }
+  return Math.round(rounds.sort((a, b) => a - b)[2]! * 100) / 100;
+}
+
+/**
+ * DAMON kdamonds that are on: the kernel sampling which pages are in use, e.g. for a host that
+ * reclaims a VM's idle memory. On one of these VMs its passes (every ~0.5 s, tens of ms each
+ * under load) lined up with the slowest 100 ms windows of a step (bench/RESULTS.md).
+ */
+export function damonScanners(): string {
+  const root = '/sys/kernel/mm/damon/admin/kdamonds';
+  const on: string[] = [];
+  try {
+    for (const d of readdirSync(root)) {
+      if (!/^\d+$/.test(d)) continue;
+      try {
+        if (readFileSync(`${root}/${d}/state`, 'utf8').trim() !== 'on') continue;
+        const us = Number(readFileSync(`${root}/${d}/contexts/0/monitoring_attrs/intervals/sample_us`, 'utf8'));
+        on.push(Number.isFinite(us) ? `sampling every ${Math.round(us / 1000)} ms` : 'on');
+      } catch {
+        on.push('on');
+      }
+    }
+  } catch {
+    return 'none';
+  }
+  return on.length === 0 ? 'none' : `${on.length} (${on.join('; ')})`;
 }
 
 export function machineInfo(postgresVersion: string, sampleJson: Buffer): MachineInfo {
@@ -138,6 +188,7 @@ export function machineInfo(postgresVersion: string, sampleJson: Buffer): Machin
     postgres: postgresVersion,
     kernel: os.release(),
     speed: cpuSpeed(sampleJson),
+    damon: damonScanners(),
   };
 }
 
