@@ -35,7 +35,7 @@ import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
 import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
-import { cpuDelta, cpuOfCommand, diskWrites, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
+import { cpuDelta, cpuOfCommand, diskWrites, KDAMOND, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
 export let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
@@ -202,6 +202,8 @@ export interface Usage {
   rssQuartersMiB: number[];
   idleRssMiB: number;
   pgCpuPct: number;
+  /** DAMON's kdamond threads over the window (absent from older records). */
+  scannerCpuPct?: number;
   /** The event-loop thread alone, and the busiest other thread (SQLite writer, GC helper, …). */
   mainThreadCpuPct: number;
   /** The event-loop thread's run-queue wait (absent from older records). */
@@ -269,6 +271,8 @@ export interface CpuWindow {
   readonly mainThreadWaitPct: number;
   readonly otherThreadCpuPct: number;
   readonly pgCpuPct: number;
+  /** DAMON's kdamond kernel threads (sys.ts damonScanners), % of one core: part of "other CPU". */
+  readonly scannerCpuPct: number;
   readonly machineBusyPct: number;
   /** Whole machine, to its disks: MiB written and flush requests, per second. */
   readonly diskWriteMiBps: number;
@@ -278,6 +282,7 @@ export interface CpuWindow {
 export function cpuSampler(pid: number): { start(): void; end(): void; readonly ended: boolean; result(): CpuWindow } {
   let cpu0 = 0, cpu1 = 0, t0 = 0, t1 = 0;
   let pg0 = new Map<number, number>(), pg1 = new Map<number, number>();
+  let sc0 = new Map<number, number>(), sc1 = new Map<number, number>();
   let th0 = new Map<number, number>(), th1 = new Map<number, number>();
   let wait0 = NaN, wait1 = NaN;
   let m0: [number, number] = [0, 0], m1: [number, number] = [0, 0];
@@ -290,6 +295,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
       th0 = threadCpuMs(pid);
       wait0 = threadRunQueueWaitMs(pid, pid);
       pg0 = cpuOfCommand('postgres');
+      sc0 = cpuOfCommand(KDAMOND);
       m0 = machineJiffies();
     },
     end() {
@@ -298,6 +304,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
       th1 = threadCpuMs(pid);
       wait1 = threadRunQueueWaitMs(pid, pid);
       pg1 = cpuOfCommand('postgres');
+      sc1 = cpuOfCommand(KDAMOND);
       m1 = machineJiffies();
       d1 = diskWrites();
     },
@@ -315,6 +322,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
         mainThreadWaitPct: pct(wait1 - wait0),
         otherThreadCpuPct: pct(Math.max(0, ...[...th1].filter(([tid]) => tid !== pid).map(([tid, c]) => c - (th0.get(tid) ?? 0)))),
         pgCpuPct: pct(cpuDelta(pg0, pg1)),
+        scannerCpuPct: pct(cpuDelta(sc0, sc1)),
         machineBusyPct: m1[1] > m0[1] ? (100 * (m1[0] - m0[0])) / (m1[1] - m0[1]) : NaN,
         diskWriteMiBps: windowS > 0 ? (d1.bytes - d0.bytes) / 1024 ** 2 / windowS : NaN,
         diskFlushesPerS: windowS > 0 ? (d1.flushes - d0.flushes) / windowS : NaN,
@@ -370,6 +378,7 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
       rssQuartersMiB: quarters.map((q) => q / 1024 ** 2),
       idleRssMiB: idleRss / 1024 ** 2,
       pgCpuPct: c.pgCpuPct,
+      scannerCpuPct: c.scannerCpuPct,
       mainThreadCpuPct: c.mainThreadCpuPct,
       mainThreadWaitPct: c.mainThreadWaitPct,
       otherThreadCpuPct: c.otherThreadCpuPct,
@@ -602,6 +611,8 @@ function renderReport(
     const commits = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.commit).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.commit!.meanBatch)} req/batch, ${ms(s.usage.commit!.meanCommitMs)} ms/commit` +
       (Number.isFinite(s.usage.commit!.loopMaxMs) ? `, loop delay p99 ${ms(s.usage.commit!.loopP99Ms)} / max ${ms(s.usage.commit!.loopMaxMs)} ms` : '')));
     if (commits.length) out.push(`Group commit (server /metrics, incl. warm-up) and event-loop delay (measured window): ${commits.join('; ')}.`);
+    const scans = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.scannerCpuPct !== undefined).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.scannerCpuPct!)}`));
+    if (machine.damon !== 'none' && scans.length) out.push(`DAMON's kdamond (the platform's memory scanner, part of "other CPU"; on PostgreSQL steps its passes lined up with the slow 100 ms windows: RESULTS.md, 2026-12-02 07:00) over the measured window, % of one core: ${scans.join('; ')}.`);
     out.push('');
 
     out.push('### Summary');

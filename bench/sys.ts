@@ -50,13 +50,14 @@ export function resetPeakRss(pid: number): boolean {
   }
 }
 
-/** Sum of CPU ms of every process whose command is `comm` (e.g. all PostgreSQL backends). */
-export function cpuOfCommand(comm: string): Map<number, number> {
+/** Sum of CPU ms of every process whose command is `comm` (e.g. all PostgreSQL backends), or matches it. */
+export function cpuOfCommand(comm: string | RegExp): Map<number, number> {
   const out = new Map<number, number>();
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
     try {
-      if (readFileSync(`/proc/${d}/comm`, 'utf8').trim() !== comm) continue;
+      const name = readFileSync(`/proc/${d}/comm`, 'utf8').trim();
+      if (typeof comm === 'string' ? name !== comm : !comm.test(name)) continue;
     } catch {
       continue;
     }
@@ -140,6 +141,9 @@ function freshPageUs(): number {
   }
   return Math.round(rounds.sort((a, b) => a - b)[2]! * 100) / 100;
 }
+
+/** The command names of DAMON's kernel threads (kdamond.0, …), for cpuOfCommand. */
+export const KDAMOND = /^kdamond\./;
 
 /**
  * DAMON kdamonds that are on: the kernel sampling which pages are in use, e.g. for a host that
