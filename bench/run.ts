@@ -612,7 +612,7 @@ function renderReport(
       (Number.isFinite(s.usage.commit!.loopMaxMs) ? `, loop delay p99 ${ms(s.usage.commit!.loopP99Ms)} / max ${ms(s.usage.commit!.loopMaxMs)} ms` : '')));
     if (commits.length) out.push(`Group commit (server /metrics, incl. warm-up) and event-loop delay (measured window): ${commits.join('; ')}.`);
     const scans = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.scannerCpuPct !== undefined).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.scannerCpuPct!)}`));
-    if (machine.damon !== 'none' && scans.length) out.push(`DAMON's kdamond (the platform's memory scanner, part of "other CPU"; on PostgreSQL steps its passes lined up with the slow 100 ms windows: RESULTS.md, 2026-12-02 07:00) over the measured window, % of one core: ${scans.join('; ')}.`);
+    if (machine.damon !== 'none' && scans.length) out.push(`DAMON's kdamond (the platform's memory scanner, part of "other CPU"; on PostgreSQL steps its passes lined up with the slow 100 ms windows: RESULTS.md, 2026-12-02 06:45) over the measured window, % of one core: ${scans.join('; ')}.`);
     out.push('');
 
     out.push('### Summary');

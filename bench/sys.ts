@@ -100,8 +100,8 @@ export interface MachineInfo {
  * JSON.parse of a bench event (µs each; the median of 7 rounds). Boxes of the same kind have
  * measured 9-15 µs and 25-127 µs here, and every absolute result moves with them, while ratios
  * to the references move less: this line says which kind of box a run had.
- * Plus what a page fault costs (freshPageUs): on some of these VMs ~12 µs per 4 KiB page,
- * 20-40× bare metal, which the CPU figures above do not show.
+ * Plus what a page fault costs (freshPageUs): on some of these VMs ~12 µs per 4 KiB page, many
+ * times bare metal's, which the CPU figures above do not show.
  */
 export function cpuSpeed(sampleJson: Buffer): MachineInfo['speed'] {
   const key = Buffer.alloc(32, 7);
@@ -123,11 +123,11 @@ export function cpuSpeed(sampleJson: Buffer): MachineInfo['speed'] {
 
 /**
  * µs per 4 KiB page to write memory the process has never touched, beyond writing warm memory:
- * a 16 MiB buffer is mmap-ed untouched (past glibc's mmap threshold), so its first fill takes a
- * page fault per page and its second does not. The median of 5 buffers.
+ * a 40 MiB buffer is mmap-ed untouched (past glibc's largest mmap threshold, 32 MiB), so its
+ * first fill takes a page fault per page and its second does not. The median of 5 buffers.
  */
 function freshPageUs(): number {
-  const bytes = 16 * 1024 * 1024;
+  const bytes = 40 * 1024 * 1024;
   const rounds: number[] = [];
   for (let r = 0; r < 5; r++) {
     const buf = Buffer.allocUnsafeSlow(bytes);
