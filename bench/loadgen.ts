@@ -80,6 +80,12 @@ export interface RateResult {
   /** ms of loadgen CPU during the window. */
   readonly loadgenCpuMs: number;
   readonly windowMs: number;
+  /**
+   * 100 ms slices of the window (by scheduled send time) whose MEDIAN request took over
+   * STALL_MS: moments when everything waited, not a few slow requests. A handful of them is
+   * enough to set a step's p99.
+   */
+  readonly stalls: { readonly slices: number; readonly of: number };
 }
 
 export interface FloodResult {
@@ -289,6 +295,7 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
   }
   pool.destroy();
   if (spec.timelineFile) writeTimeline(spec.timelineFile, latency, interval, windowStart);
+  const perSlice = slices(latency, interval);
 
   const sentMeasured = Math.max(0, Math.min(next, total) - warmupN);
   return {
@@ -306,17 +313,29 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
     dupAcked,
     loadgenCpuMs: cpuWindow,
     windowMs: windowEnd - windowStart,
+    stalls: { slices: perSlice.filter((w) => w.p.p50 > STALL_MS).length, of: perSlice.length },
   };
 }
 
-function writeTimeline(file: string, latency: Float64Array, interval: number, windowStart: number): void {
+/** The 2,000 req/s line's p99 target: a slice whose median is past it stalled as a whole. */
+const STALL_MS = 50;
+
+/** Latency per 100 ms slice of the window, by scheduled send time. */
+function slices(latency: Float64Array, interval: number): { startMs: number; requests: number; p: Percentiles }[] {
   const per = Math.max(1, Math.round(100 / interval));
+  const out = [];
+  for (let i = 0; i < latency.length; i += per) {
+    out.push({ startMs: i * interval, requests: Math.min(per, latency.length - i), p: percentiles(latency.subarray(i, i + per)) });
+  }
+  return out;
+}
+
+function writeTimeline(file: string, latency: Float64Array, interval: number, windowStart: number): void {
   // epoch_ms lines a window up with a server's own timestamped logs (BENCH_KEEP_LOGS).
   const epoch0 = performance.timeOrigin + windowStart;
   const lines = ['t_ms,epoch_ms,requests,p50_ms,p99_ms,max_ms'];
-  for (let i = 0; i < latency.length; i += per) {
-    const p = percentiles(latency.subarray(i, i + per));
-    lines.push(`${Math.round(i * interval)},${Math.round(epoch0 + i * interval)},${Math.min(per, latency.length - i)},${p.p50.toFixed(2)},${p.p99.toFixed(2)},${p.max.toFixed(2)}`);
+  for (const { startMs, requests, p } of slices(latency, interval)) {
+    lines.push(`${Math.round(startMs)},${Math.round(epoch0 + startMs)},${requests},${p.p50.toFixed(2)},${p.p99.toFixed(2)},${p.max.toFixed(2)}`);
   }
   writeFileSync(file, lines.join('\n') + '\n');
 }

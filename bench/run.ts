@@ -611,6 +611,8 @@ function renderReport(
     const commits = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.commit).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.commit!.meanBatch)} req/batch, ${ms(s.usage.commit!.meanCommitMs)} ms/commit` +
       (Number.isFinite(s.usage.commit!.loopMaxMs) ? `, loop delay p99 ${ms(s.usage.commit!.loopP99Ms)} / max ${ms(s.usage.commit!.loopMaxMs)} ms` : '')));
     if (commits.length) out.push(`Group commit (server /metrics, incl. warm-up) and event-loop delay (measured window): ${commits.join('; ')}.`);
+    const stalls = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.result.stalls).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${s.result.stalls.slices}/${s.result.stalls.of}`));
+    if (stalls.length) out.push(`Stalled 100 ms slices of the window (by scheduled send time, the slice's median request over 50 ms: everything waited, not a few requests; a few of them set a step's p99): ${stalls.join('; ')}.`);
     const scans = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.scannerCpuPct !== undefined).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.scannerCpuPct!)}`));
     if (machine.damon !== 'none' && scans.length) out.push(`DAMON's kdamond (the platform's memory scanner, part of "other CPU"; on PostgreSQL steps its passes lined up with the slow 100 ms windows: RESULTS.md, 2026-12-02 06:45) over the measured window, % of one core: ${scans.join('; ')}.`);
     out.push('');
