@@ -294,8 +294,8 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
     outcomes.timeout = (outcomes.timeout ?? 0) + 1;
   }
   pool.destroy();
-  if (spec.timelineFile) writeTimeline(spec.timelineFile, latency, interval, windowStart);
   const perSlice = slices(latency, interval);
+  if (spec.timelineFile) writeTimeline(spec.timelineFile, perSlice, windowStart);
 
   const sentMeasured = Math.max(0, Math.min(next, total) - warmupN);
   return {
@@ -330,11 +330,11 @@ function slices(latency: Float64Array, interval: number): { startMs: number; req
   return out;
 }
 
-function writeTimeline(file: string, latency: Float64Array, interval: number, windowStart: number): void {
+function writeTimeline(file: string, perSlice: ReturnType<typeof slices>, windowStart: number): void {
   // epoch_ms lines a window up with a server's own timestamped logs (BENCH_KEEP_LOGS).
   const epoch0 = performance.timeOrigin + windowStart;
   const lines = ['t_ms,epoch_ms,requests,p50_ms,p99_ms,max_ms'];
-  for (const { startMs, requests, p } of slices(latency, interval)) {
+  for (const { startMs, requests, p } of perSlice) {
     lines.push(`${Math.round(startMs)},${Math.round(epoch0 + startMs)},${requests},${p.p50.toFixed(2)},${p.p99.toFixed(2)},${p.max.toFixed(2)}`);
   }
   writeFileSync(file, lines.join('\n') + '\n');
