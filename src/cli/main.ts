@@ -25,6 +25,14 @@ const CONFIG = { config: { type: 'string', short: 'c' } } as const;
 const STATUSES = ['PENDING', 'PROCESSING', 'PROCESSED', 'FAILED'];
 const INBOX_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/** An optional integer option within [min, max]; anything else is a usage error with `message`. */
+function intOption(value: unknown, min: number, max: number, message: string): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(message);
+  return n;
+}
+
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: 'Run the webhook receiver (migrates first unless --no-migrate).',
@@ -71,8 +79,7 @@ const COMMANDS: Record<string, Command> = {
         return runEventsShow(String(v.config), args[1].toLowerCase());
       }
       if (args[0] !== 'list') throw new UsageError(`unknown events subcommand "${args[0]}" (list or show)`);
-      const limit = v.limit === undefined ? undefined : Number(v.limit);
-      if (limit !== undefined && (!Number.isInteger(limit) || limit < 1 || limit > 1000)) throw new UsageError('--limit must be an integer from 1 to 1000');
+      const limit = intOption(v.limit, 1, 1000, '--limit must be an integer from 1 to 1000');
       // Not an id, a cursor would page nowhere (PostgreSQL) or from the top (SQLite compares text): refuse it.
       if (v.before !== undefined && !INBOX_ID_RE.test(String(v.before))) throw new UsageError('--before must be an inbox id (a UUID, as "events list" prints it)');
       const status = (v.status as string | undefined)?.toUpperCase();
@@ -111,10 +118,8 @@ const COMMANDS: Record<string, Command> = {
     run: (v, args) => {
       if (args[0] === 'list') return runKeysList(String(v.config));
       if (args[0] === 'reseal') {
-        const perSecond = v['per-second'] === undefined ? undefined : Number(v['per-second']);
-        if (perSecond !== undefined && (!Number.isInteger(perSecond) || perSecond < 1)) throw new UsageError('--per-second must be a positive integer');
-        const busyPercent = v.busy === undefined ? undefined : Number(v.busy);
-        if (busyPercent !== undefined && (!Number.isInteger(busyPercent) || busyPercent < 1 || busyPercent > 100)) throw new UsageError('--busy must be an integer percentage from 1 to 100');
+        const perSecond = intOption(v['per-second'], 1, Infinity, '--per-second must be a positive integer');
+        const busyPercent = intOption(v.busy, 1, 100, '--busy must be an integer percentage from 1 to 100');
         return runKeysReseal(String(v.config), { perSecond, busyPercent: busyPercent ?? (perSecond ? undefined : DEFAULT_BUSY_PERCENT) });
       }
       throw new UsageError(`unknown keys subcommand "${args[0]}" (list or reseal)`);
