@@ -36,14 +36,15 @@ export function stripeSignature(secret: string, body: Buffer, t: number): string
  * flatter that.
  */
 const ITEM_BYTES = 160;
+/** A random Stripe-style id suffix (base 36, ~8 characters). */
+const randomId = (rnd: () => number): string => Math.floor(rnd() * 2 ** 40).toString(36);
 const WORDS = ['annual', 'plan', 'blue', 'large', 'cotton', 'shirt', 'express', 'shipping', 'gift', 'card', 'refill', 'pack',
   'premium', 'support', 'seat', 'license', 'black', 'mug', 'ceramic', 'set', 'of', 'two', 'organic', 'coffee', 'beans', 'dark',
   'roast', 'monthly', 'box', 'small', 'green', 'tea', 'sample', 'bundle', 'extra', 'storage', 'add-on', 'team', 'edition', 'pro'];
 function item(i: number, rnd: () => number): string {
-  const id = () => Math.floor(rnd() * 2 ** 40).toString(36);
-  const base = `{"id":"li_${id()}","object":"line_item","amount_subtotal":${Math.floor(rnd() * 100_000)},"currency":"usd","quantity":${1 + (i % 5)},"description":"`;
+  const base = `{"id":"li_${randomId(rnd)}","object":"line_item","amount_subtotal":${Math.floor(rnd() * 100_000)},"currency":"usd","quantity":${1 + (i % 5)},"description":"`;
   const tail = '"}';
-  let fill = `Product ${Math.floor(rnd() * 400)} size ${Math.floor(rnd() * 17)} sku ${id()}`;
+  let fill = `Product ${Math.floor(rnd() * 400)} size ${Math.floor(rnd() * 17)} sku ${randomId(rnd)}`;
   while (fill.length < ITEM_BYTES) fill += ` ${WORDS[Math.floor(rnd() * WORDS.length)]}`;
   return base + fill.slice(0, ITEM_BYTES - base.length - tail.length) + tail;
 }
@@ -58,7 +59,7 @@ const ITEM_END = Buffer.from('}}');
  */
 function variedItems(bytes: number): Buffer {
   const rnd = prng(0x5eed);
-  const id = () => Math.floor(rnd() * 2 ** 40).toString(36);
+  const id = () => randomId(rnd);
   const colours = ['blue', 'red', 'green', 'black', 'white', 'silver'];
   const parts: string[] = [];
   let n = 0;
