@@ -35,7 +35,7 @@ import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
 import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
-import { cpuDelta, cpuOfCommand, diskWrites, KDAMOND, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
+import { cpuDelta, cpuOfCommands, diskWrites, KDAMOND, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
 export let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
@@ -294,8 +294,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
       cpu0 = procCpuMs(pid) ?? 0;
       th0 = threadCpuMs(pid);
       wait0 = threadRunQueueWaitMs(pid, pid);
-      pg0 = cpuOfCommand('postgres');
-      sc0 = cpuOfCommand(KDAMOND);
+      [pg0, sc0] = cpuOfCommands('postgres', KDAMOND);
       m0 = machineJiffies();
     },
     end() {
@@ -303,8 +302,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
       cpu1 = procCpuMs(pid) ?? cpu0;
       th1 = threadCpuMs(pid);
       wait1 = threadRunQueueWaitMs(pid, pid);
-      pg1 = cpuOfCommand('postgres');
-      sc1 = cpuOfCommand(KDAMOND);
+      [pg1, sc1] = cpuOfCommands('postgres', KDAMOND);
       m1 = machineJiffies();
       d1 = diskWrites();
     },

@@ -52,19 +52,26 @@ export function resetPeakRss(pid: number): boolean {
 
 /** Sum of CPU ms of every process whose command is `comm` (e.g. all PostgreSQL backends), or matches it. */
 export function cpuOfCommand(comm: string | RegExp): Map<number, number> {
-  const out = new Map<number, number>();
+  return cpuOfCommands(comm)[0];
+}
+
+/** cpuOfCommand for several commands in one walk of /proc (a window's edge reads it once). */
+export function cpuOfCommands<C extends (string | RegExp)[]>(...comms: C): { [K in keyof C]: Map<number, number> } {
+  const out = comms.map(() => new Map<number, number>());
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
+    let name: string;
     try {
-      const name = readFileSync(`/proc/${d}/comm`, 'utf8').trim();
-      if (typeof comm === 'string' ? name !== comm : !comm.test(name)) continue;
+      name = readFileSync(`/proc/${d}/comm`, 'utf8').trim();
     } catch {
       continue;
     }
+    const i = comms.findIndex((comm) => (typeof comm === 'string' ? name === comm : comm.test(name)));
+    if (i < 0) continue;
     const c = procCpuMs(Number(d));
-    if (c !== null) out.set(Number(d), c);
+    if (c !== null) out[i]!.set(Number(d), c);
   }
-  return out;
+  return out as { [K in keyof C]: Map<number, number> };
 }
 
 /** CPU ms used between two cpuOfCommand snapshots (processes born in between count from 0). */
