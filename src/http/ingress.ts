@@ -15,6 +15,7 @@ import { storableEnvelope } from '../providers/storable.js';
 import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { readBody, declaredContentLength, type BodyBudget } from './body.js';
 import { eventMatcher } from './event-filter.js';
+import { isFresh } from './freshness.js';
 import { TokenBucket } from './rate-limit.js';
 import type { FreshBodies } from '../engine/fresh-bodies.js';
 import type { Offloaded, OffloadLane } from './offload.js';
@@ -150,10 +151,8 @@ export class Ingress {
       const matched = verdict instanceof Promise ? await verdict : verdict;
       if (!matched) throw new IngressError('invalid_signature');
       // 6. Signed freshness, both directions (a future timestamp is as suspect as an old one).
-      if (meta.timestamp !== null && config.toleranceSeconds !== null) {
-        if (Math.abs(nowMs / 1000 - meta.timestamp) > config.toleranceSeconds) {
-          throw new IngressError('stale_timestamp', `signed timestamp is outside ±${config.toleranceSeconds} s`);
-        }
+      if (meta.timestamp !== null && config.toleranceSeconds !== null && !isFresh(meta.timestamp, nowMs, config.toleranceSeconds)) {
+        throw new IngressError('stale_timestamp', `signed timestamp is outside ±${config.toleranceSeconds} s`);
       }
       this.deps.metrics.secretMatches.inc([config.id, matched.version]);
       // A verified protocol handshake (Slack url_verification) is answered without an inbox row.
