@@ -34,6 +34,8 @@ export const REASONS = {
   payload_too_large: { status: 413, outcome: 'oversized' },
   bad_content_length: { status: 400, outcome: 'malformed' },
   request_aborted: { status: 400, outcome: 'malformed' },
+  expectation_failed: { status: 417, outcome: 'malformed' },
+  body_too_slow: { status: 408, outcome: 'malformed' },
   missing_signature: { status: 401, outcome: 'invalid_signature' },
   malformed_signature: { status: 401, outcome: 'invalid_signature' },
   ambiguous_signature: { status: 400, outcome: 'malformed' },

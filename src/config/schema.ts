@@ -43,6 +43,11 @@ export interface Config {
     /** Body bytes held in memory across all in-flight requests; past it → 503 overloaded. */
     readonly maxInFlightBodyBytes: number;
     /**
+     * After a body's first second, the pace it must keep (bytes/s) or be cut off with 408
+     * body_too_slow, freeing its share of maxInFlightBodyBytes; 0 = no pace rule.
+     */
+    readonly minBodyBytesPerSecond: number;
+    /**
      * Verified bodies of at least this many bytes are parsed and sealed on a helper thread, so a
      * 1 MiB JSON.parse does not stall every other request on the event loop; 0 = never;
      * undefined = the default for the process (http/offload.ts offloadThreshold).
@@ -166,7 +171,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   if (!keys.has(current)) throw new ConfigError(child(kp, 'current'), `"${current}" is not one of payloadKeys.keys`);
 
   const limp = 'limits';
-  const lim = asObject(o.limits ?? {}, limp, ['maxHeaders', 'maxHeaderBytes', 'headersTimeoutMs', 'requestTimeoutMs', 'keepAliveTimeoutMs', 'maxInFlightBodyBytes', 'offloadBodyBytes', 'compressBodyBytes']);
+  const lim = asObject(o.limits ?? {}, limp, ['maxHeaders', 'maxHeaderBytes', 'headersTimeoutMs', 'requestTimeoutMs', 'keepAliveTimeoutMs', 'maxInFlightBodyBytes', 'minBodyBytesPerSecond', 'offloadBodyBytes', 'compressBodyBytes']);
   const limits = {
     maxHeaders: optInt(lim, 'maxHeaders', limp, 8, 1000) ?? 100,
     maxHeaderBytes: optInt(lim, 'maxHeaderBytes', limp, 1024, 1024 * 1024) ?? 16 * 1024,
@@ -174,6 +179,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     requestTimeoutMs: optInt(lim, 'requestTimeoutMs', limp, 100, 600_000) ?? 30_000,
     keepAliveTimeoutMs: optInt(lim, 'keepAliveTimeoutMs', limp, 100, 600_000) ?? 65_000,
     maxInFlightBodyBytes: optInt(lim, 'maxInFlightBodyBytes', limp, 1024, 16 * 1024 ** 3) ?? 64 * 1024 * 1024,
+    minBodyBytesPerSecond: optInt(lim, 'minBodyBytesPerSecond', limp, 0, 1024 ** 3) ?? 64 * 1024,
     offloadBodyBytes: optInt(lim, 'offloadBodyBytes', limp, 0, 64 * 1024 * 1024),
     compressBodyBytes: optInt(lim, 'compressBodyBytes', limp, 0, 1024 ** 3) ?? DEFAULT_COMPRESS_BODY_BYTES,
   };

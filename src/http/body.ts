@@ -7,13 +7,26 @@ import { IngressError, type Reason } from '../errors.js';
  */
 const IN_MEMORY_COPIES = 2;
 
+/** A body's first second is free of the pace rule (connection start-up, the first window). */
+const PACE_GRACE_MS = 1000;
+const PACE_CHECK_MS = 500;
+
 /**
  * A process-wide cap on request-body bytes held in memory. Under a flood of large bodies the
  * server answers 503 + Retry-After (the provider retries later) instead of growing without bound.
  */
 export class BodyBudget {
   used = 0;
-  constructor(readonly limit: number) {}
+  /**
+   * @param limit bytes held at once, over all requests.
+   * @param minBytesPerSecond the pace a body holding a reservation must keep (0 = none): see readBody.
+   */
+  constructor(readonly limit: number, readonly minBytesPerSecond = 0) {}
+
+  /** Whether a body of `bodyBytes` would fit now, both its copies (nothing is reserved). */
+  hasRoomForBody(bodyBytes: number): boolean {
+    return this.used + bodyBytes * IN_MEMORY_COPIES <= this.limit;
+  }
 
   tryReserve(n: number): boolean {
     if (this.used + n > this.limit) return false;
@@ -28,9 +41,13 @@ export class BodyBudget {
 
 /**
  * Reads the exact raw bytes of the body, never more than `maxBytes`. With a Content-Length
- * the bytes are reserved up front and copied into one buffer; a chunked body reserves as it
- * streams and is cut off (413) as soon as it passes the limit. The caller must call
- * `budget.release(reserved)` when it no longer holds the body.
+ * the bytes are reserved up front and copied into one buffer (so an admitted body is never cut
+ * off for want of room: under a flood of large bodies the others get 503 at once, unread); a
+ * chunked body reserves as it streams and is cut off (413) as soon as it passes the limit.
+ * A reservation must be paid for in bytes: after the first second, a body that has arrived slower
+ * than `budget.minBytesPerSecond` is cut off (408 body_too_slow), so idle or trickling uploads that
+ * declared large bodies cannot hold the budget and turn every other sender away for as long as
+ * the request timeout. The caller must call `budget.release(reserved)` when it no longer holds the body.
  */
 export function readBody(
   req: IncomingMessage,
@@ -46,10 +63,21 @@ export function readBody(
     const fail = (reason: Reason, detail: string) => {
       if (done) return;
       done = true;
+      clearTimeout(pace);
       req.off('data', onData);
       budget.release(reserved);
       reject(new IngressError(reason, detail));
     };
+
+    // The pace check: most bodies have ended (and cleared it) long before its first run.
+    const started = performance.now();
+    const minRate = budget.minBytesPerSecond;
+    const checkPace = () => {
+      const owed = (minRate * (performance.now() - started - PACE_GRACE_MS)) / 1000;
+      if (received < owed) return fail('body_too_slow', `body arrived slower than ${minRate} bytes/s`);
+      pace = setTimeout(checkPace, PACE_CHECK_MS);
+    };
+    let pace: NodeJS.Timeout | undefined = minRate > 0 ? setTimeout(checkPace, PACE_GRACE_MS + PACE_CHECK_MS) : undefined;
 
     let target: Buffer | null = null;
     const chunks: Buffer[] = [];
@@ -78,6 +106,7 @@ export function readBody(
       if (done) return;
       if (target && received !== target.length) return fail('request_aborted', 'body shorter than Content-Length');
       done = true;
+      clearTimeout(pace);
       resolve({ body: target ?? (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received)), reserved });
     });
     req.once('aborted', () => fail('request_aborted', 'client aborted the request'));

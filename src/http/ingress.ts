@@ -20,7 +20,7 @@ import { TokenBucket } from './rate-limit.js';
 import type { FreshBodies } from '../engine/fresh-bodies.js';
 import type { Offloaded, OffloadLane } from './offload.js';
 import { requestSnapshot, viewOf } from './request-view.js';
-import { sendError, sendJson, sendReply } from './respond.js';
+import { isAwaitingContinue, sendError, sendJson, sendReply } from './respond.js';
 
 export interface IngressDeps {
   readonly keyring: KeyRing;
@@ -134,7 +134,11 @@ export class Ingress {
     if (!keys || !cipher) throw new IngressError('secrets_unavailable');
 
     // 3. The exact raw bytes, bounded. A sender waiting for 100 Continue is invited only now.
-    if (req.headers.expect?.toLowerCase() === '100-continue') res.writeContinue();
+    if (isAwaitingContinue(res)) {
+      // A body that could not be held now is not invited (readBody would refuse it at once).
+      if (declared !== null && !this.deps.budget.hasRoomForBody(declared)) throw new IngressError('overloaded', 'too many body bytes in flight');
+      res.writeContinue();
+    }
     const { body, reserved } = await readBody(req, config.maxBodyBytes, this.deps.budget, declared);
     try {
       // An unsigned reachability probe (Slack ssl_check) gets its fixed empty answer; nothing is kept.
@@ -167,7 +171,7 @@ export class Ingress {
       const sent = lane?.applies(adapter, body) ? lane.run(config, snapshot, meta, body, cipher) : null;
       const offloaded = sent ? await sent : undefined;
       const envelopes: readonly Envelope[] = (offloaded ? [offloaded.envelope]
-        : adapter.envelopes ? adapter.envelopes(body, view, meta) : [adapter.envelope(body, view, meta)]).map(storableEnvelope);
+        : adapter.envelopes ? adapter.envelopes(body, view, meta) : [adapter.envelope(body, view, meta)]).map((e) => storableEnvelope(e, body));
       if (envelopes.length === 0) throw new IngressError('malformed_payload', 'the delivery holds no event');
       verified.eventId = envelopes.length === 1 ? envelopes[0]!.eventId : `${envelopes[0]!.eventId} (+${envelopes.length - 1})`;
       verified.eventType = envelopes[0]!.eventType;

@@ -9,6 +9,7 @@ import { IngressError } from '../errors.js';
 import { bytes, exitOnUnreadableRequest, lowerThisThreadsPriority } from '../threads.js';
 import type { ProviderAdapter, SignatureMetadata } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
+import { storableEnvelope } from '../providers/storable.js';
 import { OFFLOAD_THREAD_NICE_STEPS } from './offload.js';
 import { viewOf, type RequestSnapshot } from './request-view.js';
 
@@ -36,7 +37,8 @@ lowerThisThreadsPriority(OFFLOAD_THREAD_NICE_STEPS);
 parentPort!.on('message', (m: OffloadRequest) => {
   try {
     const body = bytes(m.body);
-    const { payload, ...envelope } = adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta);
+    // Checked here too: the body (needed for its UTF-8 check) stays on this thread.
+    const { payload, ...envelope } = storableEnvelope(adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta), body);
     const stored = payload ?? body;
     const sealed = sealPayload(stored, m.sealingKey, { provider: m.provider, endpointId: m.endpointId, providerEventId: envelope.eventId });
     // seal() gives the ciphertext its own memory: it moves back without a copy.

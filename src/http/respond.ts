@@ -27,3 +27,18 @@ export function sendError(req: IncomingMessage, res: ServerResponse, e: IngressE
   const body = e.detail ? JSON.stringify({ error: e.reason, detail: e.detail }) : `{"error":"${e.reason}"}`;
   sendJson(res, e.status, body, headers);
 }
+
+/**
+ * Answers whose sender waits for `100 Continue` before sending the body: Node routes a request
+ * here through 'checkContinue' only for HTTP/1.1 and an Expect naming 100-continue (RFC 9110
+ * §10.1.1: an HTTP/1.0 sender's Expect is ignored).
+ */
+const awaitingContinue = new WeakSet<ServerResponse>();
+
+export function markAwaitingContinue(res: ServerResponse): void {
+  awaitingContinue.add(res);
+}
+
+export function isAwaitingContinue(res: ServerResponse): boolean {
+  return awaitingContinue.has(res);
+}

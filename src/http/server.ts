@@ -1,8 +1,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError } from '../errors.js';
 import type { Ingress } from './ingress.js';
-import { sendError, sendJson } from './respond.js';
+import { markAwaitingContinue, sendError, sendJson } from './respond.js';
 
 export interface AdminHandlers {
   metrics(): Promise<string>;
@@ -19,6 +20,7 @@ const WEBHOOK_PREFIX = '/webhooks/';
  * request), then routing to the ingress pipeline or the operational endpoints.
  */
 export function createHttpServer(config: Config, ingress: Ingress, admin: AdminHandlers): Server {
+  const answers = new OwedAnswers();
   const server = createServer({
     maxHeaderSize: config.limits.maxHeaderBytes,
     headersTimeout: config.limits.headersTimeoutMs,
@@ -33,9 +35,18 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
 
   // `Expect: 100-continue`: Node would invite the body at once; the request handler decides instead
   // (the ingress sends 100 Continue only once every check before the body has passed).
-  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => server.emit('request', req, res));
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    markAwaitingContinue(res);
+    server.emit('request', req, res);
+  });
+  // Any other expectation cannot be met (Node's own answer would be a bare 417 without our JSON).
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    answers.opened(req, res);
+    sendError(req, res, new IngressError('expectation_failed', 'only 100-continue is supported'));
+  });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const startedAt = performance.now();
+    answers.opened(req, res);
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);
@@ -80,13 +91,62 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     sendJson(res, 404, '{"error":"not_found"}', req.complete ? {} : { connection: 'close' });
   });
 
-  // Malformed HTTP and oversized header blocks: answer plainly and close.
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    if (!socket.writable) return socket.destroy();
-    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? '408 Request Timeout' : '400 Bad Request';
-    const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request';
+  // Malformed HTTP and oversized header blocks: answer plainly and close. A request pipelined
+  // before the bad bytes may still be committing: its answer goes out first (its 200 must not be
+  // replaced by the 400 of the bytes that followed it). Anything else (a timeout: the request in
+  // progress is itself too slow; a reset connection) ends the connection at once, which is also
+  // what aborts a body still being read and frees its budget.
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    if (!socket.writable || err.code === 'ECONNRESET') return socket.destroy();
+    const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : timeout ? '408 Request Timeout' : '400 Bad Request';
+    const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : timeout ? 'request_timeout' : 'bad_request';
     const body = `{"error":"${reason}"}`;
-    socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+    const answer = () => {
+      if (!socket.writable) return socket.destroy();
+      socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+    };
+    if (err.code?.startsWith('HPE_')) answers.afterPending(socket, answer);
+    else answer();
   });
   return server;
+}
+
+/**
+ * The answers still owed on each connection (pipelined requests are answered in order), so a
+ * parse error in bytes that followed complete requests can wait until those are answered.
+ */
+class OwedAnswers {
+  private readonly bySocket = new WeakMap<Duplex, { owed: number; last: IncomingMessage; then?: () => void }>();
+
+  opened(req: IncomingMessage, res: ServerResponse): void {
+    const socket = req.socket;
+    let state = this.bySocket.get(socket);
+    if (state) {
+      state.owed++;
+      state.last = req;
+    } else {
+      state = { owed: 1, last: req };
+      this.bySocket.set(socket, state);
+    }
+    const s = state;
+    // 'close' comes after the answer is written, or when the connection dies: either way it is no longer owed.
+    res.once('close', () => {
+      if (--s.owed > 0 || !s.then) return;
+      const next = s.then;
+      s.then = undefined;
+      next();
+    });
+  }
+
+  /**
+   * Runs `fn` once every answer owed on `socket` is written. At once if none is owed, or if the
+   * latest request is still incomplete: then the error is in that request itself (a body cut
+   * short), and waiting for its answer would wait for ever. Only the first call counts.
+   */
+  afterPending(socket: Duplex, fn: () => void): void {
+    const state = this.bySocket.get(socket);
+    if (!state || state.owed === 0 || !state.last.complete) return fn();
+    state.then ??= fn;
+  }
 }

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { IngressError } from '../errors.js';
 import type { Envelope } from './contract.js';
 
@@ -27,8 +28,11 @@ function textProblem(s: string): string | null {
  * is built: one unstorable event must be answered 400 on its own, not fail the batch it shares
  * with other requests.
  */
-export function storableEnvelope(env: Envelope): Envelope {
-  const idProblem = textProblem(env.eventId) ?? (Buffer.byteLength(env.eventId) > MAX_KEY_BYTES ? `is longer than ${MAX_KEY_BYTES} bytes` : null);
+export function storableEnvelope(env: Envelope, body: Buffer): Envelope {
+  const idProblem = textProblem(env.eventId) ?? (Buffer.byteLength(env.eventId) > MAX_KEY_BYTES ? `is longer than ${MAX_KEY_BYTES} bytes` : null)
+    // Invalid UTF-8 decodes to U+FFFD: ids that differ only in such bytes would share one row, the
+    // second event answered as a duplicate of the first. (The scan is paid only for an id holding U+FFFD.)
+    ?? (env.eventId.includes('\uFFFD') && !isUtf8(body) ? 'was read from a body that is not valid UTF-8' : null);
   if (idProblem) throw new IngressError('invalid_event_id', `the event id ${idProblem}`);
   const fields: [string, string | null][] = [['event type', env.eventType], ['object id', env.objectId], ['object version', env.objectVersion]];
   if (env.notice) fields.push(['notice key', env.notice.coalesceKey]);

@@ -47,6 +47,7 @@ describe('config validation names the bad path', () => {
     ['groupCommit.maxBatchBytes below 64 KiB', { ...base(), groupCommit: { maxBatchBytes: 1000 } }, /^groupCommit\.maxBatchBytes: must be an integer from 65536/],
     ['offloadBodyBytes negative', { ...base(), limits: { offloadBodyBytes: -1 } }, /^limits\.offloadBodyBytes: must be an integer/],
     ['compressBodyBytes not a number', { ...base(), limits: { compressBodyBytes: 'big' } }, /^limits\.compressBodyBytes: must be an integer/],
+    ['minBodyBytesPerSecond negative', { ...base(), limits: { minBodyBytesPerSecond: -1 } }, /^limits\.minBodyBytesPerSecond: must be an integer/],
     ['generic-hmac option', withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], options: { idPath: 'id' } }), /^endpoints\[0\]\.options\.signatureHeader: is required/],
   ])('%s', (_name, doc, expected) => {
     expect(errorOf(doc)).toMatch(expected);
@@ -81,6 +82,7 @@ describe('config validation names the bad path', () => {
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
     expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
     expect(c.limits.compressBodyBytes).toBe(256 * 1024);
+    expect(c.limits.minBodyBytesPerSecond).toBe(64 * 1024);
     expect(c.groupCommit).toEqual({ maxBatch: 256, maxBatchBytes: 4 * 1024 * 1024, maxWaitMs: undefined, maxInFlight: undefined, commitTimeoutMs: 10_000 });
     const withForward = parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }] }, {});
     expect(withForward.destinations[0]).toMatchObject({ timeoutMs: 10_000, maxConnections: 32 });

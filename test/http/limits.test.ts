@@ -149,13 +149,20 @@ describe('ingress bounds', () => {
     expect(Date.now() - started).toBeLessThan(4000);
   });
 
-  it('answers 503 overloaded with Retry-After when in-flight body bytes pass the cap', async () => {
-    // The first request reserves 2 × 2000 (raw + ciphertext) of the 6000-byte budget and stalls mid-body.
+  /** A connection that sends a head declaring `declared` body bytes, then only `sent` of them, and stalls. */
+  async function stalledUpload(declared: number, sent: number) {
     const { connect } = await import('node:net');
-    const stalled = connect(port, '127.0.0.1');
-    await new Promise((r) => stalled.once('connect', r));
-    stalled.write(`POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: t=1,v1=${'0'.repeat(64)}\r\ncontent-length: 2000\r\n\r\n{"id":`);
+    const sock = connect(port, '127.0.0.1');
+    await new Promise((r) => sock.once('connect', r));
+    sock.on('error', () => undefined);
+    sock.write(`POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: t=1,v1=${'0'.repeat(64)}\r\ncontent-length: ${declared}\r\n\r\n${'x'.repeat(sent)}`);
     await new Promise((r) => setTimeout(r, 100));
+    return sock;
+  }
+
+  it('answers 503 overloaded with Retry-After when in-flight body bytes pass the cap', async () => {
+    // The first request holds 2 × 1600 (raw + ciphertext) of the 6000-byte budget and stalls mid-body.
+    const stalled = await stalledUpload(2000, 1600);
     const body = stripeEvent('evt_budget', { size: 2000 });
     const r = await post(url(), body, { ...stripeHeaders(body), 'content-length': String(body.length) });
     expect(r.status).toBe(503);
@@ -166,5 +173,119 @@ describe('ingress bounds', () => {
     await new Promise((res) => setTimeout(res, 100));
     const again = await post(url(), body, { ...stripeHeaders(body), 'content-length': String(body.length) });
     expect(again.status).toBe(200);
+  });
+
+  it('Expect: 100-continue: a body that would not fit in the budget now gets 503, not an invitation', async () => {
+    const stalled = await stalledUpload(2000, 1600);
+    const body = stripeEvent('evt_expect_full', { size: 2000 });
+    const head = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\nexpect: 100-continue\r\n\r\n`;
+    const r = await rawExchange(port, head, 500);
+    stalled.destroy();
+    expect(statusOf(r.text)).toBe(503);
+    expect(r.text).toContain('overloaded');
+    expect(r.text).not.toContain('100 Continue');
+  });
+
+  it('Expect: a list naming 100-continue is invited; HTTP/1.0 is not (its Expect is ignored); another expectation → 417 expectation_failed', async () => {
+    const body = stripeEvent('evt_expect_list');
+    const head = (version: string, expectation: string) =>
+      `POST /webhooks/stripe ${version}\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\nexpect: ${expectation}\r\n\r\n`;
+    const listed = await rawExchange(port, head('HTTP/1.1', '100-continue, x-other'), 500);
+    expect(listed.text.startsWith('HTTP/1.1 100 Continue')).toBe(true);
+    const old = await rawExchange(port, head('HTTP/1.0', '100-continue'), 500);
+    expect(old.text).toBe(''); // still waiting for the body, uninvited
+    const other = await rawExchange(port, head('HTTP/1.1', 'x-something'), 500);
+    expect(statusOf(other.text)).toBe(417);
+    expect(other.text).toContain('{"error":"expectation_failed"');
+  });
+
+  it('a malformed request pipelined behind one still committing does not take its answer: 200 first, then 400 and close', async () => {
+    const body = stripeEvent('evt_pipelined_then_garbage');
+    const valid = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`;
+    const r = await rawExchange(port, valid + 'XYZ\r\n\r\n');
+    expect(statusOf(r.text)).toBe(200);
+    const second = r.text.indexOf('HTTP/1.1 ', 1);
+    expect(second).toBeGreaterThan(0);
+    expect(statusOf(r.text.slice(second))).toBe(400);
+    expect(r.text.slice(second)).toContain('{"error":"bad_request"}');
+    expect(r.closed).toBe(true);
+    const inboxId = JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4, second)).inbox_id as string;
+    expect((await app.store.getInbox(inboxId))?.providerEventId).toBe('evt_pipelined_then_garbage');
+  });
+});
+
+/**
+ * A reservation is paid for in bytes: an upload that declared a body and does not send it at
+ * `limits.minBodyBytesPerSecond` (after its first second) is cut off, freeing the budget. Without
+ * the rule, two idle connections declaring large bodies held the whole budget until the request
+ * timeout, and every other sender got 503 meanwhile.
+ */
+describe('ingress bounds: the pace a body holding budget must keep', () => {
+  let app: TestApp;
+  let port: number;
+  beforeAll(async () => {
+    app = await startTestApp('sqlite', {
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_test_secret_for_webhook_inbox' }], maxBodyBytes: 4096 }],
+      // The request timeout is long: only the pace rule can end an idle upload within these tests.
+      limits: { requestTimeoutMs: 60_000, maxInFlightBodyBytes: 6000, minBodyBytesPerSecond: 1000 },
+    });
+    port = Number(new URL(app.url).port);
+  });
+  afterAll(async () => { await app?.stop(); });
+  const url = () => `${app.url}/webhooks/stripe`;
+
+  /** Opens an upload of a correctly signed 2000-byte event, sending its head and the first `sent` body bytes. */
+  async function upload(id: string, sent: number) {
+    const { connect } = await import('node:net');
+    const body = stripeEvent(id, { size: 2000 });
+    const sock = connect(port, '127.0.0.1');
+    const answer = new Promise<string>((resolve) => {
+      let text = '';
+      // A whole JSON answer, or whatever came before the server closed (a 200 keeps the connection).
+      sock.on('data', (c) => {
+        text += c.toString('latin1');
+        if (/\r\n\r\n\{.*\}$/s.test(text)) resolve(text);
+      });
+      sock.on('close', () => resolve(text));
+      sock.on('error', () => undefined);
+    });
+    await new Promise((r) => sock.once('connect', r));
+    sock.write(`POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\n\r\n`);
+    sock.write(body.subarray(0, sent));
+    return { sock, body, answer, started: Date.now() };
+  }
+
+  it('an idle upload holds the budget only for its first second or so: then 408 body_too_slow, and others are accepted again', async () => {
+    const idle = await upload('evt_pace_idle', 0);
+    await new Promise((r) => setTimeout(r, 100));
+    const body = stripeEvent('evt_pace_blocked', { size: 2000 });
+    const blocked = await post(url(), body, { ...stripeHeaders(body), 'content-length': String(body.length) });
+    expect(blocked.status).toBe(503); // 2 × 2000 held by the idle upload + 2 × 2000 > 6000
+    const text = await idle.answer;
+    expect(statusOf(text)).toBe(408);
+    expect(text).toContain('{"error":"body_too_slow"');
+    expect(Date.now() - idle.started).toBeLessThan(5000);
+    const again = await post(url(), body, { ...stripeHeaders(body), 'content-length': String(body.length) });
+    expect(again.status).toBe(200);
+  });
+
+  it('a trickling upload (50 bytes/s against 1000) is cut off too; one that keeps the pace is accepted', async () => {
+    const slow = await upload('evt_pace_trickle', 10);
+    const trickle = setInterval(() => { if (slow.sock.writable) slow.sock.write('x'); }, 20);
+    const text = await slow.answer;
+    clearInterval(trickle);
+    expect(statusOf(text)).toBe(408);
+    expect(text).toContain('body_too_slow');
+
+    // ~1,330 bytes/s: 2000 bytes in four parts over 1.5 s.
+    const steady = await upload('evt_pace_steady', 500);
+    for (let i = 1; i < 4; i++) {
+      await new Promise((r) => setTimeout(r, 500));
+      steady.sock.write(steady.body.subarray(i * 500, (i + 1) * 500));
+    }
+    const answer = await steady.answer;
+    steady.sock.destroy();
+    expect(statusOf(answer)).toBe(200);
+    expect(answer).toContain('"duplicate":false');
   });
 });

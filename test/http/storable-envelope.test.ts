@@ -48,6 +48,20 @@ describeEachStore('envelopes the stores must keep exactly', (kind) => {
     await expectRejected({ id: `evt_${uid()}\\udc00` }, 'invalid_event_id', /well-formed/);
   });
 
+  it('event ids that differ only in invalid UTF-8 bytes (both read as U+FFFD) → 400 invalid_event_id, not one row and a "duplicate"', async () => {
+    const before = await app.store.countRows();
+    const base = `evt_${uid()}_`;
+    for (const bad of [0xfe, 0xff]) {
+      const body = Buffer.concat([Buffer.from(`{"id":"${base}`), Buffer.from([bad]), Buffer.from('","object":"event","type":"payment_intent.succeeded","created":1700000000,"data":{"object":{"id":"pi_1"}}}')]);
+      const made = { body, headers: { 'content-type': 'application/json' }, signOpts: {}, key: 'x', type: 'x' };
+      const r = await post(`${app.url}/webhooks/${stripe.endpoint}`, body, signed(stripe, made));
+      expect(r.status, r.text).toBe(400);
+      expect(r.json()).toMatchObject({ error: 'invalid_event_id' });
+      expect(r.text).toMatch(/not valid UTF-8/);
+    }
+    expect(await app.store.countRows()).toEqual(before);
+  });
+
   it('a NUL in the event id → 400 invalid_event_id; in the type or a lone surrogate in the object id → 400 invalid_envelope', async () => {
     await expectRejected({ id: `evt_${uid()}\\u0000` }, 'invalid_event_id', /NUL/);
     await expectRejected({ id: `evt_${uid()}`, type: 'payment_intent.succeeded\\u0000' }, 'invalid_envelope', /event type contains a NUL/);
