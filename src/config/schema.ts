@@ -130,6 +130,10 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
   const tol = optInt(o, 'toleranceSeconds', path, 1, 86_400);
   if (tol !== undefined) {
     if (toleranceSeconds === null) throw new ConfigError(child(path, 'toleranceSeconds'), `provider "${provider}" signs no timestamp, so there is nothing to check`);
+    // An adapter option of the same name (generic-hmac) would be silently overridden: one place only.
+    if (o.options !== null && typeof o.options === 'object' && 'toleranceSeconds' in o.options) {
+      throw new ConfigError(child(path, 'toleranceSeconds'), 'also set as options.toleranceSeconds: set it in one place');
+    }
     toleranceSeconds = tol;
   }
   const maxBodyBytes = optInt(o, 'maxBodyBytes', path, 1, 64 * 1024 * 1024) ?? adapter.defaultMaxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;

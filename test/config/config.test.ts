@@ -48,6 +48,8 @@ describe('config validation names the bad path', () => {
     ['offloadBodyBytes negative', { ...base(), limits: { offloadBodyBytes: -1 } }, /^limits\.offloadBodyBytes: must be an integer/],
     ['compressBodyBytes not a number', { ...base(), limits: { compressBodyBytes: 'big' } }, /^limits\.compressBodyBytes: must be an integer/],
     ['minBodyBytesPerSecond negative', { ...base(), limits: { minBodyBytesPerSecond: -1 } }, /^limits\.minBodyBytesPerSecond: must be an integer/],
+    ['generic-hmac tolerance set twice', withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], toleranceSeconds: 60,
+      options: { signatureHeader: 'x-sig', idPath: 'id', timestampHeader: 'x-ts', signedContent: '{timestamp}.{body}', toleranceSeconds: 30 } }), /^endpoints\[0\]\.toleranceSeconds: also set as options\.toleranceSeconds/],
     ['generic-hmac option', withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], options: { idPath: 'id' } }), /^endpoints\[0\]\.options\.signatureHeader: is required/],
   ])('%s', (_name, doc, expected) => {
     expect(errorOf(doc)).toMatch(expected);
