@@ -119,6 +119,8 @@ export function readBody(
 export function declaredContentLength(req: IncomingMessage): number | null {
   const raw = req.headers['content-length'];
   if (raw === undefined) return null;
+  // More digits than any limit: too large (413), not malformed.
+  if (/^\d{16,}$/.test(raw)) return Infinity;
   if (!/^\d{1,15}$/.test(raw)) throw new IngressError('bad_content_length', 'Content-Length is not a single decimal number');
   return Number(raw);
 }

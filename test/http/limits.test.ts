@@ -105,6 +105,12 @@ describe('ingress bounds', () => {
     expect(r.closed).toBe(true);
   });
 
+  it('answers 413 (not 400) for a Content-Length of more digits than any limit (16; past 2^64 the HTTP parser answers 400 itself)', async () => {
+    const r = await rawExchange(port, `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: t=1,v1=${'0'.repeat(64)}\r\ncontent-length: 9999999999999999\r\n\r\n`);
+    expect(statusOf(r.text)).toBe(413);
+    expect(r.text).toContain('payload_too_large');
+  });
+
   it('answers 413 for a chunked body that overflows while streaming, and closes', async () => {
     const body = stripeEvent('evt_chunked', { size: MAX + 1 });
     const chunk = (b: Buffer) => `${b.length.toString(16)}\r\n${b.toString('latin1')}\r\n`;
