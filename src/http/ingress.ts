@@ -20,7 +20,7 @@ import { TokenBucket } from './rate-limit.js';
 import type { FreshBodies } from '../engine/fresh-bodies.js';
 import type { Offloaded, OffloadLane } from './offload.js';
 import { requestSnapshot, viewOf } from './request-view.js';
-import { isAwaitingContinue, sendError, sendJson, sendReply } from './respond.js';
+import { isAwaitingContinue, sendError, sendJson, sendReply, timedOut } from './respond.js';
 
 export interface IngressDeps {
   readonly keyring: KeyRing;
@@ -61,6 +61,9 @@ type VerifiedEvent = { eventId?: string; eventType?: string };
  *  6 signed freshness  7 parse the verified body  8 durable accept, THEN answer.
  * Provider specifics live only in the adapter it calls.
  */
+/** The metrics and log label of HTTP refused before it named an endpoint. */
+const UNPARSED = '(unparsed)';
+
 export class Ingress {
   private readonly endpoints = new Map<string, EndpointRuntime>();
 
@@ -75,17 +78,24 @@ export class Ingress {
     }
   }
 
-  async handle(req: IncomingMessage, res: ServerResponse, endpointId: string, startedAt: number): Promise<void> {
+  /**
+   * A request to /webhooks/<endpointId>. With `refusal` (a method other than POST) it is answered
+   * with that and nothing else, but logged and counted like every other webhook request.
+   */
+  async handle(req: IncomingMessage, res: ServerResponse, endpointId: string, startedAt: number, refusal?: IngressError): Promise<void> {
     const ep = this.endpoints.get(endpointId);
     const label = ep ? endpointId : '(unknown)';
     let result: Result;
     // Filled in once the body is verified and parsed, so a later failure (503) still logs which event.
     const verified: VerifiedEvent = {};
     try {
+      if (refusal) throw refusal;
       if (!ep) throw new IngressError('unknown_endpoint', `no endpoint "${endpointId}"`);
       result = await this.pipeline(req, res, ep, startedAt, verified);
     } catch (err) {
-      const e = toIngressError(err, this.deps.log);
+      let e = toIngressError(err, this.deps.log);
+      // The connection's request timeout answered 408 itself (server.ts), which is what aborted the body.
+      if (e.reason === 'request_aborted' && timedOut(req.socket)) e = new IngressError('request_timeout');
       sendError(req, res, e);
       result = { status: e.status, outcome: e.outcome, reason: e.reason };
     }
@@ -103,6 +113,16 @@ export class Ingress {
       status: result.status,
       latency_ms: Math.round(seconds * 1e5) / 100,
     });
+  }
+
+  /**
+   * HTTP that never became a request (malformed, an oversized header block, too slow to arrive):
+   * Node's parser refused it, so there is no endpoint; logged and counted as `(unparsed)`.
+   */
+  refusedConnection(reason: 'bad_request' | 'headers_too_large' | 'request_timeout'): void {
+    const e = new IngressError(reason);
+    this.deps.metrics.requests.inc([UNPARSED, e.outcome]);
+    this.deps.log.info({ endpoint: UNPARSED, outcome: e.outcome, reason, status: e.status });
   }
 
   private async pipeline(

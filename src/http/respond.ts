@@ -42,3 +42,14 @@ export function markAwaitingContinue(res: ServerResponse): void {
 export function isAwaitingContinue(res: ServerResponse): boolean {
   return awaitingContinue.has(res);
 }
+
+/** Connections whose request timeout was answered with a raw 408 (server.ts clientError). */
+const timedOutSockets = new WeakSet<object>();
+
+export function markTimedOut(socket: object): void {
+  timedOutSockets.add(socket);
+}
+
+export function timedOut(socket: object): boolean {
+  return timedOutSockets.has(socket);
+}

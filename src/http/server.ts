@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError } from '../errors.js';
 import type { Ingress } from './ingress.js';
-import { markAwaitingContinue, sendError, sendJson } from './respond.js';
+import { markAwaitingContinue, markTimedOut, sendError, sendJson } from './respond.js';
 
 export interface AdminHandlers {
   metrics(): Promise<string>;
@@ -52,8 +52,8 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     const path = q < 0 ? url : url.slice(0, q);
 
     if (path.startsWith(WEBHOOK_PREFIX)) {
-      if (req.method !== 'POST') return sendError(req, res, new IngressError('method_not_allowed', 'webhooks are POSTed'));
-      void ingress.handle(req, res, path.slice(WEBHOOK_PREFIX.length), startedAt);
+      const refusal = req.method === 'POST' ? undefined : new IngressError('method_not_allowed', 'webhooks are POSTed');
+      void ingress.handle(req, res, path.slice(WEBHOOK_PREFIX.length), startedAt, refusal);
       return;
     }
     if (path === '/healthz' || path === '/readyz' || path === '/metrics') {
@@ -102,6 +102,10 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : timeout ? '408 Request Timeout' : '400 Bad Request';
     const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : timeout ? 'request_timeout' : 'bad_request';
     const body = `{"error":"${reason}"}`;
+    // A request the ingress is reading logs itself (a timeout as request_timeout: markTimedOut, the
+    // 408 it got); HTTP that never became a request is logged here.
+    if (!answers.reading(socket)) ingress.refusedConnection(reason);
+    else if (timeout) markTimedOut(socket);
     const answer = () => {
       if (!socket.writable) return socket.destroy();
       socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
@@ -139,6 +143,12 @@ class OwedAnswers {
     });
   }
 
+  /** Whether the latest request on `socket` is still arriving, its answer owed (a handler is reading it). */
+  reading(socket: Duplex): boolean {
+    const state = this.bySocket.get(socket);
+    return state !== undefined && state.owed > 0 && !state.last.complete;
+  }
+
   /**
    * Runs `fn` once every answer owed on `socket` is written. At once if none is owed, or if the
    * latest request is still incomplete: then the error is in that request itself (a body cut
@@ -146,7 +156,7 @@ class OwedAnswers {
    */
   afterPending(socket: Duplex, fn: () => void): void {
     const state = this.bySocket.get(socket);
-    if (!state || state.owed === 0 || !state.last.complete) return fn();
+    if (!state || state.owed === 0 || this.reading(socket)) return fn();
     state.then ??= fn;
   }
 }

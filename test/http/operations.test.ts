@@ -7,7 +7,7 @@ import Database from 'better-sqlite3';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PAYLOAD_KEY, startTestApp, STRIPE_SECRET } from '../helpers/app.js';
-import { post } from '../helpers/http.js';
+import { post, rawExchange, statusOf } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 
 /** Starts an app on SQLite whose log lines are captured. */
@@ -158,6 +158,34 @@ describe('logs and metrics', () => {
       await new Promise((res) => setTimeout(res, 50));
       const line = t.lines.map((l) => JSON.parse(l)).find((l) => l.status === 503);
       expect(line).toMatchObject({ outcome: 'unavailable', reason: 'storage_unavailable', event_id: 'evt_unstored', event_type: 'payment_intent.succeeded' });
+    } finally {
+      await t.stop();
+    }
+  });
+
+  it('every refusal gets its log line and count: a 405, malformed HTTP, a header block too large, a body timed out (logged as the 408 it got)', async () => {
+    const t = await appWithLog({ limits: { maxHeaderBytes: 1024, requestTimeoutMs: 500, headersTimeoutMs: 500 } });
+    try {
+      const port = Number(new URL(t.app.url).port);
+      expect((await post(`${t.app.url}/webhooks/stripe`, '', {}, 'GET')).status).toBe(405);
+      expect(statusOf((await rawExchange(port, 'NOT HTTP AT ALL\r\n\r\n')).text)).toBe(400);
+      expect(statusOf((await rawExchange(port, `POST /webhooks/stripe HTTP/1.1\r\nx-big: ${'a'.repeat(2000)}\r\n\r\n`)).text)).toBe(431);
+      const slow = await rawExchange(port, `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: t=1,v1=${'0'.repeat(64)}\r\ncontent-length: 100\r\n\r\n{"id":`, 3000);
+      expect(statusOf(slow.text)).toBe(408);
+      await new Promise((r) => setTimeout(r, 100));
+      t.app.log.flush();
+      await new Promise((r) => setTimeout(r, 50));
+      const lines = t.lines.map((l) => JSON.parse(l)).filter((l) => l.outcome);
+      expect(lines).toEqual(expect.arrayContaining([
+        expect.objectContaining({ endpoint: 'stripe', status: 405, reason: 'method_not_allowed', outcome: 'rejected' }),
+        expect.objectContaining({ endpoint: '(unparsed)', status: 400, reason: 'bad_request', outcome: 'malformed' }),
+        expect.objectContaining({ endpoint: '(unparsed)', status: 431, reason: 'headers_too_large', outcome: 'malformed' }),
+        expect.objectContaining({ endpoint: 'stripe', status: 408, reason: 'request_timeout', outcome: 'malformed' }),
+      ]));
+      expect(lines.filter((l) => l.status === 408)).toHaveLength(1); // once, by the ingress that was reading it
+      const m = (await post(`${t.app.url}/metrics`, '', {}, 'GET')).text;
+      expect(m).toContain('webhook_requests_total{endpoint="stripe",outcome="rejected"} 1');
+      expect(m).toContain('webhook_requests_total{endpoint="(unparsed)",outcome="malformed"} 2');
     } finally {
       await t.stop();
     }
