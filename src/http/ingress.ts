@@ -144,6 +144,9 @@ export class Ingress {
     if (req.rawHeaders.length / 2 > this.deps.maxHeaders) throw new IngressError('too_many_headers', `more than ${this.deps.maxHeaders} headers`);
     const snapshot = requestSnapshot(req);
     const view = viewOf(snapshot);
+    // Node keeps the first of repeated Content-Types; which one the sender meant is unknowable.
+    const types = snapshot.headers['content-type'];
+    if (types !== undefined && types.length > 1) throw new IngressError('unsupported_media_type', `Content-Type appears ${types.length} times`);
     if (!adapter.contentTypes.includes(view.mediaType)) {
       throw new IngressError('unsupported_media_type', `expected ${adapter.contentTypes.join(' or ')}`);
     }

@@ -56,6 +56,15 @@ describe('ingress bounds', () => {
     expect(r.json().error).toBe('unsupported_media_type');
   });
 
+  it('answers 415 for a repeated Content-Type, whichever comes first', async () => {
+    for (const pair of [['application/json', 'text/plain'], ['text/plain', 'application/json']]) {
+      const body = stripeEvent(`evt_two_types_${pair[0]!.length}`);
+      const r = await post(url(), body, [['content-type', pair[0]!], ['content-type', pair[1]!], ['stripe-signature', stripeHeaders(body)['stripe-signature']!]]);
+      expect(r.status, r.text).toBe(415);
+      expect(r.json()).toMatchObject({ error: 'unsupported_media_type', detail: 'Content-Type appears 2 times' });
+    }
+  });
+
   it('Expect: 100-continue: a request refused before its body gets the refusal, not an invitation to send it', async () => {
     const body = stripeEvent('evt_expect_no');
     const head = (contentType: string, length: number) =>
