@@ -54,6 +54,9 @@ interface Result {
 /** The event identity, known only once the body is verified and parsed. */
 type VerifiedEvent = { eventId?: string; eventType?: string };
 
+/** The metrics and log label of HTTP refused before it named an endpoint. */
+const UNPARSED = '(unparsed)';
+
 /**
  * The ingress pipeline — the same for every provider, in this order:
  *  1 method/endpoint/rate limit  2 header and length bounds, content type  3 exact raw bytes
@@ -61,9 +64,6 @@ type VerifiedEvent = { eventId?: string; eventType?: string };
  *  6 signed freshness  7 parse the verified body  8 durable accept, THEN answer.
  * Provider specifics live only in the adapter it calls.
  */
-/** The metrics and log label of HTTP refused before it named an endpoint. */
-const UNPARSED = '(unparsed)';
-
 export class Ingress {
   private readonly endpoints = new Map<string, EndpointRuntime>();
 

@@ -1,7 +1,7 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
-import { IngressError } from '../errors.js';
+import { IngressError, REASONS } from '../errors.js';
 import type { Ingress } from './ingress.js';
 import { markAwaitingContinue, markTimedOut, sendError, sendJson } from './respond.js';
 
@@ -99,8 +99,8 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     if (!socket.writable || err.code === 'ECONNRESET') return socket.destroy();
     const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
-    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : timeout ? '408 Request Timeout' : '400 Bad Request';
     const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : timeout ? 'request_timeout' : 'bad_request';
+    const status = `${REASONS[reason].status} ${STATUS_CODES[REASONS[reason].status]}`;
     const body = `{"error":"${reason}"}`;
     // A request the ingress is reading logs itself (a timeout as request_timeout: markTimedOut, the
     // 408 it got); HTTP that never became a request is logged here.
