@@ -15,6 +15,13 @@ export interface AdminHandlers {
 
 const WEBHOOK_PREFIX = '/webhooks/';
 
+/** The request target without its query. */
+function pathOf(req: IncomingMessage): string {
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  return q < 0 ? url : url.slice(0, q);
+}
+
 /**
  * The HTTP front: bounded header size and timeouts (Node enforces them before we see a
  * request), then routing to the ingress pipeline or the operational endpoints.
@@ -42,14 +49,16 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   // Any other expectation cannot be met (Node's own answer would be a bare 417 without our JSON).
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     answers.opened(req, res);
-    sendError(req, res, new IngressError('expectation_failed', 'only 100-continue is supported'));
+    const refusal = new IngressError('expectation_failed', 'only 100-continue is supported');
+    const path = pathOf(req);
+    // On a webhook path it is logged and counted like any refusal there.
+    if (path.startsWith(WEBHOOK_PREFIX)) void ingress.handle(req, res, path.slice(WEBHOOK_PREFIX.length), performance.now(), refusal);
+    else sendError(req, res, refusal);
   });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const startedAt = performance.now();
     answers.opened(req, res);
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    const path = q < 0 ? url : url.slice(0, q);
+    const path = pathOf(req);
 
     if (path.startsWith(WEBHOOK_PREFIX)) {
       const refusal = req.method === 'POST' ? undefined : new IngressError('method_not_allowed', 'webhooks are POSTed');

@@ -163,11 +163,12 @@ describe('logs and metrics', () => {
     }
   });
 
-  it('every refusal gets its log line and count: a 405, malformed HTTP, a header block too large, a body timed out (logged as the 408 it got)', async () => {
+  it('every refusal gets its log line and count: a 405, a 417, malformed HTTP, a header block too large, a body timed out (logged as the 408 it got)', async () => {
     const t = await appWithLog({ limits: { maxHeaderBytes: 1024, requestTimeoutMs: 500, headersTimeoutMs: 500 } });
     try {
       const port = Number(new URL(t.app.url).port);
       expect((await post(`${t.app.url}/webhooks/stripe`, '', {}, 'GET')).status).toBe(405);
+      expect(statusOf((await rawExchange(port, 'POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\nexpect: x-other\r\ncontent-length: 0\r\n\r\n', 500)).text)).toBe(417);
       expect(statusOf((await rawExchange(port, 'NOT HTTP AT ALL\r\n\r\n')).text)).toBe(400);
       expect(statusOf((await rawExchange(port, `POST /webhooks/stripe HTTP/1.1\r\nx-big: ${'a'.repeat(2000)}\r\n\r\n`)).text)).toBe(431);
       const slow = await rawExchange(port, `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: t=1,v1=${'0'.repeat(64)}\r\ncontent-length: 100\r\n\r\n{"id":`, 3000);
@@ -178,6 +179,7 @@ describe('logs and metrics', () => {
       const lines = t.lines.map((l) => JSON.parse(l)).filter((l) => l.outcome);
       expect(lines).toEqual(expect.arrayContaining([
         expect.objectContaining({ endpoint: 'stripe', status: 405, reason: 'method_not_allowed', outcome: 'rejected' }),
+        expect.objectContaining({ endpoint: 'stripe', status: 417, reason: 'expectation_failed', outcome: 'malformed' }),
         expect.objectContaining({ endpoint: '(unparsed)', status: 400, reason: 'bad_request', outcome: 'malformed' }),
         expect.objectContaining({ endpoint: '(unparsed)', status: 431, reason: 'headers_too_large', outcome: 'malformed' }),
         expect.objectContaining({ endpoint: 'stripe', status: 408, reason: 'request_timeout', outcome: 'malformed' }),
@@ -185,6 +187,7 @@ describe('logs and metrics', () => {
       expect(lines.filter((l) => l.status === 408)).toHaveLength(1); // once, by the ingress that was reading it
       const m = (await post(`${t.app.url}/metrics`, '', {}, 'GET')).text;
       expect(m).toContain('webhook_requests_total{endpoint="stripe",outcome="rejected"} 1');
+      expect(m).toContain('webhook_requests_total{endpoint="stripe",outcome="malformed"} 2'); // the 417 and the 408
       expect(m).toContain('webhook_requests_total{endpoint="(unparsed)",outcome="malformed"} 2');
     } finally {
       await t.stop();
