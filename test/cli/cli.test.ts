@@ -147,6 +147,7 @@ describe('webhook-inbox CLI', () => {
         { id: 'mollie', provider: 'mollie', secrets: secret('mollie-secret') },
         { id: 'mollie-classic', provider: 'mollie', options: { mode: 'classic' } },
       ],
+      log: { level: 'info' },
     });
     const server = await spawnServer(file, doc);
     try {
@@ -157,6 +158,10 @@ describe('webhook-inbox CLI', () => {
       // Adyen answers what Adyen expects; Slack's sample is an Events API event (the usual JSON).
       expect(run(['send-sample', '--config', file, '--endpoint', 'adyen', '--url', server.url]).out).toMatch(/→ 200\n\[accepted\]/);
       expect(run(['send-sample', '--config', file, '--endpoint', 'slack', '--url', server.url]).out).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
+      // The request log reaches stdout while the server runs (it once waited for 4 KiB or the exit).
+      await new Promise((r) => setTimeout(r, 1000));
+      const lines = server.stdout().split('\n').filter(Boolean).map((l) => JSON.parse(l) as { endpoint?: string; outcome?: string });
+      expect(lines.filter((l) => l.outcome === 'accepted').map((l) => l.endpoint)).toEqual(expect.arrayContaining(['stripe', 'gh', 'adyen', 'slack']));
     } finally {
       server.child.kill('SIGTERM');
       await new Promise((r) => server.child.once('exit', r));

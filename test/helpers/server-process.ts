@@ -24,6 +24,8 @@ export interface ServerProcess {
   readonly child: ChildProcess;
   readonly url: string;
   stderr(): string;
+  /** What it has written to stdout so far (its JSON log lines). */
+  stdout(): string;
 }
 
 /** Starts `webhook-inbox serve` with a config document and waits until it listens. */
@@ -32,9 +34,13 @@ export async function spawnServer(configFile: string, doc: Record<string, unknow
   writeFileSync(configFile, stringify(doc));
   const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], {
     env: { ...process.env, ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   let err = '';
+  let out = ''; // always read: a full pipe would block the server's writes
+  child.stdout!.on('data', (d: Buffer) => {
+    out += d.toString();
+  });
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start:\n${err}`)), 15_000);
     child.stderr!.on('data', (d: Buffer) => {
@@ -50,7 +56,7 @@ export async function spawnServer(configFile: string, doc: Record<string, unknow
       reject(new Error(`server exited with ${code}:\n${err}`));
     });
   });
-  return { child, url, stderr: () => err };
+  return { child, url, stderr: () => err, stdout: () => out };
 }
 
 /** Starts `webhook-inbox work` (workers only) and waits until its workers run. */
@@ -78,7 +84,7 @@ export async function spawnWork(configFile: string, doc: Record<string, unknown>
       else reject(new Error(`workers exited with ${code}:\n${err}`));
     });
   });
-  return { child, url: '', stderr: () => err };
+  return { child, url: '', stderr: () => err, stdout: () => '' };
 }
 
 /** Resolves with the signal (or exit code) when the process ends. */
