@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
-import { isRetired } from './crypto/hmac.js';
+import { allRetired } from './config/retired.js';
 import { KeyRing, retryUntilLoaded } from './crypto/keyring.js';
 import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
@@ -148,12 +148,4 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       return closing;
     },
   };
-}
-
-/** Endpoints whose every secret version has passed its retireAt: each request there is a 401. */
-function allRetired(config: Config, nowMs: number): string[] {
-  return config.endpoints.flatMap((e, i) =>
-    e.secrets.length > 0 && e.secrets.every((s) => isRetired(s, nowMs))
-      ? [`endpoints[${i}].secrets: every version is retired (every request is refused)`]
-      : []);
 }

@@ -1,4 +1,5 @@
 import { loadConfigFile } from '../config/load.js';
+import { allRetired } from '../config/retired.js';
 import { KeyRing } from '../crypto/keyring.js';
 import { closeAll, openDestinations } from '../destinations/registry.js';
 
@@ -9,7 +10,7 @@ export async function runCheckConfig(configFile: string): Promise<number> {
   // Destination secrets are the keyring's (reported once, with the others).
   const opened = openDestinations(config.destinations, process.env, (id) => keyring.destinationKey(id));
   await closeAll(opened.destinations.values());
-  const problems = [...keyring.problems, ...opened.problems];
+  const problems = [...keyring.problems, ...opened.problems, ...allRetired(config, Date.now())];
   if (problems.length > 0) {
     for (const p of problems) console.error(`secret error: ${p}`);
     return 78;

@@ -1,4 +1,5 @@
 import { ConfigError } from '../errors.js';
+import { IN_MEMORY_COPIES } from '../http/body.js';
 import type { ProviderAdapter } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
 import { asArray, asObject, child, optInt, optNumber, optEnum, optString, optStringArray, reqString, type Obj } from './read.js';
@@ -126,6 +127,7 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
   });
 
   const events = optStringArray(o, 'events', path);
+  if (events !== undefined && events.length === 0) throw new ConfigError(child(path, 'events'), 'is empty, so every event would be ignored; omit it to accept every type');
   let toleranceSeconds = adapter.defaultToleranceSeconds;
   const tol = optInt(o, 'toleranceSeconds', path, 1, 86_400);
   if (tol !== undefined) {
@@ -162,9 +164,13 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   const listen = { host: optString(l, 'host', lp) ?? '127.0.0.1', port: optInt(l, 'port', lp, 0, 65535) ?? 8080 };
 
   const database = env.DATABASE_URL || reqString(o, 'database', '');
-  if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(database)) {
-    throw new ConfigError(env.DATABASE_URL ? 'DATABASE_URL' : 'database', 'must start with sqlite: or postgres://');
+  const dbPath = env.DATABASE_URL ? 'DATABASE_URL' : 'database';
+  if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(database)) throw new ConfigError(dbPath, 'must start with sqlite: or postgres://');
+  // Checked here so a bad one is a config error, not a stack trace at the first connection (never echoed: it may hold a password).
+  if (database.startsWith('sqlite:') && database.slice('sqlite:'.length).split('?')[0]!.trim() === '') {
+    throw new ConfigError(dbPath, 'needs a file path after sqlite:, e.g. sqlite:./data/webhook-inbox.db');
   }
+  if (!database.startsWith('sqlite:') && !URL.canParse(database)) throw new ConfigError(dbPath, 'is not a valid postgres:// URL');
 
   const kp = 'payloadKeys';
   const k = asObject(o.payloadKeys, kp, ['current', 'keys']);
@@ -211,6 +217,11 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     const ep = parseEndpoint(e, child('endpoints', i), destinations, defaultRetry);
     if (seen.has(ep.id)) throw new ConfigError(child(child('endpoints', i), 'id'), `duplicate endpoint id "${ep.id}"`);
     seen.add(ep.id);
+    // A body the budget can never hold would get 503 on every retry, for ever.
+    const holdable = Math.floor(limits.maxInFlightBodyBytes / IN_MEMORY_COPIES);
+    if (ep.maxBodyBytes > holdable) {
+      throw new ConfigError(child(child('endpoints', i), 'maxBodyBytes'), `${ep.maxBodyBytes}${(e as Obj).maxBodyBytes === undefined ? ` (the ${ep.provider} default)` : ''} is more than a body can ever hold in memory: limits.maxInFlightBodyBytes (${limits.maxInFlightBodyBytes}) counts each body ${IN_MEMORY_COPIES} times (raw and sealed), so at most ${holdable}`);
+    }
     return ep;
   });
 

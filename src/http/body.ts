@@ -5,7 +5,7 @@ import { IngressError, type Reason } from '../errors.js';
  * Each accepted body is held twice until its commit: the raw bytes and their ciphertext.
  * The budget counts both, so `maxInFlightBodyBytes` bounds what the bodies really occupy.
  */
-const IN_MEMORY_COPIES = 2;
+export const IN_MEMORY_COPIES = 2;
 
 /** A body's first second is free of the pace rule (connection start-up, the first window). */
 const PACE_GRACE_MS = 1000;

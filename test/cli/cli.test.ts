@@ -48,6 +48,12 @@ describe('webhook-inbox CLI', () => {
     const m = run(['check-config', '--config', missing]);
     expect(m.code).toBe(78);
     expect(m.err).toContain('endpoints[0].secrets[0].value: environment variable NOT_SET_ANYWHERE is not set');
+    // Every version retired: /readyz would say 503 and every request would be refused; so does check-config.
+    const retired = join(dir, 'retired.yaml');
+    writeFileSync(retired, stringify({ ...configDoc('sqlite:./x.db'), endpoints: [{ id: 'e', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_x', retireAt: '2020-01-01T00:00:00Z' }] }] }));
+    const rr = run(['check-config', '--config', retired]);
+    expect(rr.code).toBe(78);
+    expect(rr.err).toContain('endpoints[0].secrets: every version is retired');
     const good = join(dir, 'good.yaml');
     writeFileSync(good, stringify(configDoc('sqlite:./x.db')));
     expect(run(['check-config', '--config', good]).code).toBe(0);

@@ -13,7 +13,7 @@ describe('ingress bounds', () => {
     app = await startTestApp('sqlite', {
       endpoints: [
         { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_test_secret_for_webhook_inbox' }], maxBodyBytes: MAX },
-        { id: 'limited', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_test_secret_for_webhook_inbox' }], rateLimit: { perSecond: 0.01, burst: 2 } },
+        { id: 'limited', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_test_secret_for_webhook_inbox' }], rateLimit: { perSecond: 0.01, burst: 2 }, maxBodyBytes: MAX },
       ],
       limits: { maxHeaders: 30, maxHeaderBytes: 4096, headersTimeoutMs: 500, requestTimeoutMs: 1000, maxInFlightBodyBytes: 6000 },
     });
@@ -240,7 +240,7 @@ describe('ingress bounds: the pace a body holding budget must keep', () => {
   let port: number;
   beforeAll(async () => {
     app = await startTestApp('sqlite', {
-      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_test_secret_for_webhook_inbox' }], maxBodyBytes: 4096 }],
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_test_secret_for_webhook_inbox' }], maxBodyBytes: 2048 }],
       // The request timeout is long: only the pace rule can end an idle upload within these tests.
       limits: { requestTimeoutMs: 60_000, maxInFlightBodyBytes: 6000, minBodyBytesPerSecond: 1000 },
     });
