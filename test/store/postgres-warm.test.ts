@@ -67,4 +67,21 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
     await new Promise((r) => setTimeout(r, 10_600));
     expect(await acceptConnections()).toBe(8);
   });
+  it('accept (and durable engine) connections commit with synchronous_commit on even when the database says off', async () => {
+    const name = new URL(db.url).pathname.slice(1);
+    await admin.query(`ALTER DATABASE "${name}" SET synchronous_commit = off`);
+    const plain = new pg.Client({ connectionString: db.url });
+    await plain.connect();
+    const lax = new PostgresStore(db.url);
+    try {
+      const setting = async (q: { query: pg.Pool['query'] } | pg.Client) => ((await q.query('SHOW synchronous_commit')).rows[0] as { synchronous_commit: string }).synchronous_commit;
+      expect(await setting(plain)).toBe('off'); // what every new session of this database now gets
+      const pools = lax as unknown as { pool: pg.Pool; workPool: pg.Pool };
+      expect(await setting(pools.pool)).toBe('on');
+      expect(await setting(pools.workPool)).toBe('on');
+    } finally {
+      await plain.end();
+      await lax.close();
+    }
+  });
 });

@@ -59,6 +59,14 @@ const THREAD_MIN_ROWS = 16;
 export const ACCEPT_PLANS = '-c plan_cache_mode=force_generic_plan';
 export const WORK_PLANS = '-c plan_cache_mode=force_custom_plan';
 
+/**
+ * A 2xx is sent after the accept's COMMIT returns, so that COMMIT must wait for the WAL flush
+ * whatever the database or role says (`ALTER DATABASE … SET synchronous_commit = off` would
+ * otherwise make every 2xx a promise a crash can break). `on` also waits for a synchronous
+ * standby when one is configured.
+ */
+const DURABLE = '-c synchronous_commit=on';
+
 type AcceptReply = { readonly id: number; readonly ok: boolean; readonly results?: AcceptResult[]; readonly inserted?: boolean; readonly message?: string };
 
 /** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch; batches of THREAD_MIN_ROWS+ run on the accept thread. */
@@ -95,7 +103,7 @@ export class PostgresStore implements InboxStore {
       query_timeout: opts.queryTimeoutMs ?? 10_000,
       keepAlive: true,
       application_name: 'webhook-inbox',
-      options: ACCEPT_PLANS,
+      options: `${ACCEPT_PLANS} ${DURABLE}`,
     };
     // The accept thread's pool is this one's twin: either may run a batch. Its connections stay
     // open while idle (min = max), and with them their prepared statements (warm).
@@ -118,7 +126,7 @@ export class PostgresStore implements InboxStore {
       application_name: 'webhook-inbox-work',
       // Engine commits need not wait for the WAL flush (see WorkersConfig.durableCommits): a lost
       // one is redone, while an accept's flush must never queue behind them.
-      options: opts.durableEngineCommits === false ? `${WORK_PLANS} -c synchronous_commit=off` : WORK_PLANS,
+      options: opts.durableEngineCommits === false ? `${WORK_PLANS} -c synchronous_commit=off` : `${WORK_PLANS} ${DURABLE}`,
     });
     // An idle client losing its connection must not crash the process; the next query reconnects.
     this.pool.on('error', () => undefined);
