@@ -20,7 +20,12 @@ export interface GroupCommitOptions {
    * throughput when one commit can't keep up.
    */
   readonly maxInFlight: number;
-  /** A commit not answered by then is reported unavailable (its outcome is unknown). */
+  /**
+   * A commit not answered by then is reported unavailable (its outcome is unknown). An item still
+   * queued after as long is answered unavailable too (it was never sent), so a slow store cannot
+   * queue requests for ever: while each failed batch takes `maxBatch` items, arrivals past that
+   * pace waited for the whole outage (46 s behind a locked SQLite in an outside audit).
+   */
   readonly commitTimeoutMs: number;
 }
 
@@ -40,6 +45,8 @@ interface Pending<I, R> {
   item: I;
   /** sizeOf(item), taken once at submit. */
   size: number;
+  /** performance.now() at submit. */
+  queuedAt: number;
   resolve(r: R): void;
   reject(e: unknown): void;
 }
@@ -48,7 +55,8 @@ interface Pending<I, R> {
  * Group commit: concurrent submissions share one transaction, so one fsync serves many
  * requests. Natural batching — while a commit is in flight, new items queue; when it ends,
  * everything queued goes in the next batch, after lingering `maxWaitMs` for more unless it is
- * full. So an item waits at most one commit time plus `maxWaitMs` before its own batch starts.
+ * full. So an item waits one commit time plus `maxWaitMs` before its own batch starts while the
+ * store keeps up, and never more than `commitTimeoutMs` when it does not (then it gets 503).
  * The linger's default is each store's (groupCommitDefaults): 1 ms on SQLite, 0 on PostgreSQL.
  * Every item's promise settles only after its own batch committed or failed.
  */
@@ -59,6 +67,8 @@ export class GroupCommitter<I, R> {
   /** In-flight commits past commitTimeoutMs whose store call has not returned: they keep their slot. */
   private stuck = 0;
   private scheduled = false;
+  /** The timer that answers items queued past commitTimeoutMs (running while anything is queued). */
+  private expiry: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly commit: (items: I[]) => Promise<R[]>,
@@ -71,8 +81,9 @@ export class GroupCommitter<I, R> {
     if (this.blocked()) return Promise.reject(blockedError());
     return new Promise<R>((resolve, reject) => {
       const size = this.sizeOf(item);
-      this.queue.push({ item, size, resolve, reject });
+      this.queue.push({ item, size, queuedAt: performance.now(), resolve, reject });
       this.queuedBytes += size;
+      this.expiry ??= setTimeout(() => this.expire(), this.opts.commitTimeoutMs).unref();
       this.schedule();
     });
   }
@@ -163,6 +174,24 @@ export class GroupCommitter<I, R> {
       this.schedule();
     });
     this.schedule();
+  }
+
+  /** Answers the items queued for commitTimeoutMs or more (the oldest are first), then waits for the next oldest. */
+  private expire(): void {
+    this.expiry = undefined;
+    const now = performance.now();
+    let n = 0;
+    while (n < this.queue.length && now - this.queue[n]!.queuedAt >= this.opts.commitTimeoutMs) n++;
+    if (n > 0) {
+      const expired = this.queue.splice(0, n);
+      const err = new StorageUnavailableError(`waited ${this.opts.commitTimeoutMs} ms for a commit to start; nothing was sent to the store`);
+      for (const p of expired) {
+        this.queuedBytes -= p.size;
+        p.reject(err);
+      }
+    }
+    const next = this.queue[0];
+    if (next) this.expiry = setTimeout(() => this.expire(), Math.max(1, next.queuedAt + this.opts.commitTimeoutMs - now)).unref();
   }
 
   /** Answers everything queued (never sent to the store) as unavailable. */

@@ -179,4 +179,27 @@ describe('group commit', () => {
       vi.useRealTimers();
     }
   });
+  it('an item still queued after commitTimeoutMs is answered unavailable, never sent; the store meanwhile keeps committing the others', async () => {
+    // One slot, one item per batch, 100 ms per commit: the queue drains at 10/s, so of 10 items the
+    // later ones would wait up to a second. With commitTimeoutMs 300 they are answered at ~300 ms.
+    const sent: number[] = [];
+    const commit = (items: number[]) => new Promise<string[]>((r) => {
+      sent.push(...items);
+      setTimeout(() => r(items.map((i) => `ok${i}`)), 100);
+    });
+    const gc = new GroupCommitter(commit, { maxBatch: 1, maxWaitMs: 0, maxInFlight: 1, commitTimeoutMs: 300 });
+    const outcomes = await Promise.all(Array.from({ length: 10 }, (_, i) => gc.submit(i + 1).then(
+      (v) => ({ i: i + 1, v }),
+      (e: unknown) => ({ i: i + 1, e: e as Error }),
+    )));
+    const ok = outcomes.filter((o) => 'v' in o);
+    const refused = outcomes.filter((o) => 'e' in o);
+    expect(ok.map((o) => o.i).slice(0, 2)).toEqual([1, 2]);
+    expect(refused.map((o) => o.i)).toEqual(expect.arrayContaining([6, 7, 8, 9, 10]));
+    for (const o of refused) {
+      expect(o.e).toBeInstanceOf(StorageUnavailableError);
+      expect(o.e!.message).toMatch(/waited 300 ms for a commit to start; nothing was sent/);
+      expect(sent).not.toContain(o.i); // never reached the store
+    }
+  });
 });
