@@ -63,6 +63,9 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   // Connections and statements are made before the first request, not by it (a restart under load).
   await store.warm?.(config.groupCommit.maxBatch).catch((err: unknown) => log.warn({ err }, 'store warm-up failed; the first batches will open connections and prepare statements'));
   const metrics = ingressMetrics();
+  // The latest accept commit, if it failed: a database that answers a ping can still refuse every
+  // write (locked by another process, disk full), and then /readyz must not say ready.
+  let lastCommitFailure: { atMs: number; error: string } | undefined;
   const committer = new GroupCommitter<AcceptRecord, AcceptResult>(
     (items) => store.acceptBatch(items),
     {
@@ -74,6 +77,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       metrics.commitLatency.observe(s.commitMs / 1000);
       metrics.batchSize.observe(s.size);
       if (!s.ok) metrics.commitFailures.inc();
+      lastCommitFailure = s.ok ? undefined : { atMs: Date.now(), error: s.error ?? 'unknown' };
     },
     (r) => r.payload.ciphertext.length,
   );
@@ -98,6 +102,9 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       } catch (err) {
         problems.push(`database: ${(err as Error).message}`);
       }
+      // Recent only: with no traffic there is no commit to clear it, and the ping above still speaks.
+      const f = lastCommitFailure;
+      if (f && Date.now() - f.atMs < COMMIT_FAILURE_MEMORY_MS) problems.push(`accepts: the latest commit failed ${Math.round((Date.now() - f.atMs) / 1000)} s ago: ${f.error}`);
       return problems.length ? problems : null;
     },
     failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
@@ -149,3 +156,6 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     },
   };
 }
+
+/** How long a failed accept commit (with none since) keeps /readyz not ready. */
+const COMMIT_FAILURE_MEMORY_MS = 10_000;

@@ -33,6 +33,8 @@ export interface BatchStats {
   size: number;
   commitMs: number;
   ok: boolean;
+  /** Why it failed (the store's message), when it did. */
+  error?: string;
 }
 
 /**
@@ -142,7 +144,7 @@ export class GroupCommitter<I, R> {
       settled = true;
       clearTimeout(timer);
       try {
-        this.onBatch?.({ size: batch.length, commitMs: performance.now() - started, ok });
+        this.onBatch?.({ size: batch.length, commitMs: performance.now() - started, ok, error: ok ? undefined : (err as Error | undefined)?.message });
       } catch {
         // Bookkeeping must never leave the batch's callers unanswered.
       }

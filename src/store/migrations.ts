@@ -252,3 +252,16 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
 ];
+
+/** The schema version this build needs. */
+export const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+/**
+ * Throws when a database's schema (its highest applied version; null = never migrated) is older
+ * than this build needs: every accept would fail, so /readyz must not say ready.
+ */
+export function assertSchemaCurrent(version: number | null): void {
+  if (version === null || version < LATEST_VERSION) {
+    throw new Error(`schema at version ${version ?? 'none'}, this build needs ${LATEST_VERSION}: run webhook-inbox migrate (serve does unless --no-migrate)`);
+  }
+}

@@ -84,7 +84,7 @@ export interface InboxStore extends WorkStore {
    * for batches up to `maxBatch` (PostgreSQL). A failure leaves that work to the first batches.
    */
   warm?(maxBatch: number): Promise<void>;
-  /** Cheap reachability check for /readyz. */
+  /** Cheap check for /readyz: the database answers, and its schema is the version this build needs. */
   ping(): Promise<void>;
   getInbox(inboxId: string): Promise<InboxRow | null>;
   getPayload(payloadId: string): Promise<StoredPayload | null>;

@@ -32,6 +32,8 @@ export interface TestAppOptions {
   /** Run the processing workers (default false: ingress tests look at rows before any worker does). */
   readonly workers?: boolean;
   readonly handlers?: HandlerRegistry;
+  /** Migrate at start (default true, as `serve`; false = `serve --no-migrate`). */
+  readonly migrate?: boolean;
 }
 
 /** Starts a real server on an ephemeral port against a fresh database of the given kind. */
@@ -43,7 +45,7 @@ export async function startTestApp(
 ): Promise<TestApp> {
   const db = await freshDatabase(kind);
   const config = parseConfig(configDoc(db.url + (opts.urlSuffix ?? ''), over), env);
-  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500, workers: opts.workers ?? false, handlers: opts.handlers });
+  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500, workers: opts.workers ?? false, handlers: opts.handlers, migrate: opts.migrate });
   return Object.assign(app, {
     db,
     async stop() {

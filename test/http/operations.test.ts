@@ -143,6 +143,42 @@ describe('logs and metrics', () => {
     }
   });
 
+  it('/readyz is not ready while accepts fail though the database answers (SQLite write-locked by another process), and ready again after a commit succeeds', async () => {
+    const t = await appWithLog({}, {}, '?busyTimeoutMs=100');
+    try {
+      const ready = () => post(`${t.app.url}/readyz`, '', {}, 'GET');
+      expect((await ready()).status).toBe(200);
+      const blocker = new Database(t.file);
+      blocker.exec('BEGIN IMMEDIATE');
+      const body = stripeEvent('evt_ready_locked');
+      expect((await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(503);
+      const locked = await ready();
+      expect(locked.status).toBe(503);
+      expect(locked.json().problems).toEqual([expect.stringMatching(/^accepts: the latest commit failed \d+ s ago: .*locked/)]);
+      blocker.exec('ROLLBACK');
+      blocker.close();
+      expect((await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(200); // the provider's retry
+      expect((await ready()).status).toBe(200);
+    } finally {
+      await t.stop();
+    }
+  });
+
+  it('/readyz is not ready on a database this build has not migrated (serve --no-migrate), and every accept would fail', async () => {
+    const lines: string[] = [];
+    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(chunk.toString()); cb(); } });
+    const app = await startTestApp('sqlite', {}, {}, { logger: pino({ level: 'info' }, sink), migrate: false });
+    try {
+      const r = await post(`${app.url}/readyz`, '', {}, 'GET');
+      expect(r.status).toBe(503);
+      expect(r.json().problems).toEqual([expect.stringMatching(/^database: schema at version none, this build needs \d+: run webhook-inbox migrate/)]);
+      await app.store.migrate();
+      expect((await post(`${app.url}/readyz`, '', {}, 'GET')).status).toBe(200);
+    } finally {
+      await app.stop();
+    }
+  });
+
   it('a verified event that cannot be stored is logged with its id and outcome unavailable', async () => {
     const t = await appWithLog({}, {}, '?busyTimeoutMs=100');
     try {

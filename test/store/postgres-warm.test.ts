@@ -84,4 +84,16 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
       await lax.close();
     }
   });
+  it('ping (for /readyz) fails on a database without this build\'s schema, and passes once migrated', async () => {
+    const bare = await freshDatabase('postgres');
+    const fresh = new PostgresStore(bare.url);
+    try {
+      await expect(fresh.ping()).rejects.toThrow(/^schema at version none, this build needs \d+: run webhook-inbox migrate/);
+      await fresh.migrate();
+      await expect(fresh.ping()).resolves.toBeUndefined();
+    } finally {
+      await fresh.close();
+      await bare.cleanup();
+    }
+  });
 });

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { acceptUnique } from '../dedupe.js';
-import { MIGRATIONS } from '../migrations.js';
+import { assertSchemaCurrent, MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
   eventListLimit, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
@@ -242,7 +242,14 @@ export class PostgresStore implements InboxStore {
   }
 
   async ping(): Promise<void> {
-    await this.query({ text: 'SELECT 1' });
+    let version: number | null;
+    try {
+      version = (await this.query<{ v: number | null }>({ text: 'SELECT max(version) AS v FROM schema_migrations' })).rows[0]?.v ?? null;
+    } catch (err) {
+      if ((err as { cause?: { code?: string } }).cause?.code !== '42P01') throw err; // undefined_table: never migrated
+      version = null;
+    }
+    assertSchemaCurrent(version);
   }
 
   async getInbox(inboxId: string): Promise<InboxRow | null> {

@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { StorageUnavailableError } from '../../errors.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptUnique } from '../dedupe.js';
+import { assertSchemaCurrent } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
   toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
@@ -190,7 +191,7 @@ export class SqliteStore implements InboxStore {
   }
 
   async ping(): Promise<void> {
-    await this.call('ping');
+    assertSchemaCurrent(await this.call<number | null>('ping'));
   }
 
   async getInbox(inboxId: string): Promise<InboxRow | null> {
