@@ -6,6 +6,7 @@ import { runServe } from './serve.js';
 import { runMigrate } from './migrate.js';
 import { runCheckConfig } from './check-config.js';
 import { runSendSample } from './send-sample.js';
+import { UsageError } from './usage-error.js';
 import { runWork } from './work.js';
 import { runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
 import { DEFAULT_BUSY_PERCENT, runKeysList, runKeysReseal } from './keys.js';
@@ -127,8 +128,6 @@ const COMMANDS: Record<string, Command> = {
   },
 };
 
-class UsageError extends Error {}
-
 function topHelp(): string {
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(14)} ${c.summary}`);
   return `Usage: webhook-inbox <command> [options]\n\nCommands:\n${lines.join('\n')}\n\nRun "webhook-inbox <command> --help" for a command's options.`;
@@ -136,6 +135,11 @@ function topHelp(): string {
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
+  if (name === 'help' && rest[0] !== undefined && COMMANDS[rest[0]]) {
+    const c = COMMANDS[rest[0]]!;
+    console.log(`${c.summary}\n\nUsage: ${c.usage}`);
+    return 0;
+  }
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     console.log(topHelp());
     return name ? 0 : 2;

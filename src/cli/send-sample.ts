@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { loadConfigFile } from '../config/load.js';
 import { ConfigError } from '../errors.js';
+import { UsageError } from './usage-error.js';
 import { resolveSecret } from '../config/secrets.js';
 import { isRetired } from '../crypto/hmac.js';
 
@@ -8,7 +9,7 @@ import { isRetired } from '../crypto/hmac.js';
 export async function runSendSample(configFile: string, endpointId: string, baseUrl?: string): Promise<number> {
   const config = loadConfigFile(configFile);
   const ep = config.endpoints.find((e) => e.id === endpointId);
-  if (!ep) throw new ConfigError('endpoints', `no endpoint with id "${endpointId}" (have: ${config.endpoints.map((e) => e.id).join(', ')})`);
+  if (!ep) throw new UsageError(`no endpoint "${endpointId}" in ${configFile} (have: ${config.endpoints.map((e) => e.id).join(', ')})`);
   // An unsigned endpoint (Mollie classic) has no secret: its sample goes out as is.
   const now = Date.now();
   const version = ep.secrets.find((s) => !isRetired(s, now));
@@ -19,7 +20,14 @@ export async function runSendSample(configFile: string, endpointId: string, base
   const headers = { ...sample.headers, ...ep.adapter.sign(body, secret, sample.signOptions) };
   const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host; // IPv6
   const url = `${baseUrl ?? `http://${host}:${config.listen.port}`}/webhooks/${ep.id}`;
-  const res = await fetch(url, { method: 'POST', headers, body });
+  let res: Response;
+  try {
+    res = await fetch(url, { method: 'POST', headers, body });
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+    console.error(`POST ${url} failed: ${cause?.code ?? cause?.message ?? (err as Error).message} (is the server running there?)`);
+    return 1;
+  }
   console.log(`POST ${url} → ${res.status}\n${await res.text()}`);
   return res.ok ? 0 : 1;
 }

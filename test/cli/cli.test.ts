@@ -37,6 +37,29 @@ describe('webhook-inbox CLI', () => {
     expect(run(['migrate']).err).toContain('--config is required');
   });
 
+  it('help COMMAND prints that command\'s usage', () => {
+    const r = run(['help', 'serve']);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('Usage: webhook-inbox serve');
+  });
+
+  it('send-sample: an endpoint the config lacks is a usage error (2), a server that is not there a one-line error (1)', async () => {
+    const file = join(dir, 'sample.yaml');
+    writeFileSync(file, stringify(configDoc('sqlite:./x.db')));
+    const nope = run(['send-sample', '--config', file, '--endpoint', 'nope']);
+    expect(nope.code).toBe(2);
+    expect(nope.err).toContain('no endpoint "nope"');
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', () => r()));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise((r) => closed.close(r)); // a port nothing listens on
+    const down = run(['send-sample', '--config', file, '--endpoint', 'stripe', '--url', `http://127.0.0.1:${port}`]);
+    expect(down.code).toBe(1);
+    expect(down.err).toContain('ECONNREFUSED');
+    expect(down.err).toContain('is the server running there?');
+    expect(down.err).not.toMatch(/\n\s+at /); // no stack trace
+  });
+
   it('check-config exits 78 naming the bad path, and 0 for a valid file', () => {
     const bad = join(dir, 'bad.yaml');
     writeFileSync(bad, stringify({ ...configDoc('sqlite:./x.db'), endpoints: [{ id: 'e', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_x' }], maxBodyBytes: -1 }] }));
