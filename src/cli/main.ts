@@ -77,9 +77,11 @@ const COMMANDS: Record<string, Command> = {
     run: (v, args) => {
       if (args[0] === 'show') {
         if (!args[1]) throw new UsageError('events show needs an INBOX_ID');
+        noMoreThan(args, 2);
         return runEventsShow(String(v.config), args[1].toLowerCase());
       }
       if (args[0] !== 'list') throw new UsageError(`unknown events subcommand "${args[0]}" (list or show)`);
+      noMoreThan(args, 1);
       const limit = intOption(v.limit, 1, 1000, '--limit must be an integer from 1 to 1000');
       // Not an id, a cursor would page nowhere (PostgreSQL) or from the top (SQLite compares text): refuse it.
       if (v.before !== undefined && !INBOX_ID_RE.test(String(v.before))) throw new UsageError('--before must be an inbox id (a UUID, as "events list" prints it)');
@@ -94,7 +96,10 @@ const COMMANDS: Record<string, Command> = {
     usage: 'webhook-inbox retry --config FILE INBOX_ID',
     options: CONFIG,
     positionals: ['INBOX_ID'],
-    run: (v, args) => runRetry(String(v.config), args[0]!.toLowerCase()),
+    run: (v, args) => {
+      noMoreThan(args, 1);
+      return runRetry(String(v.config), args[0]!.toLowerCase());
+    },
   },
   requeue: {
     summary: 'Bulk-retry FAILED events of one failure class (only "technical": retries exhausted).',
@@ -117,6 +122,7 @@ const COMMANDS: Record<string, Command> = {
     optional: ['per-second', 'busy'],
     positionals: ['list|reseal'],
     run: (v, args) => {
+      noMoreThan(args, 1);
       if (args[0] === 'list') return runKeysList(String(v.config));
       if (args[0] === 'reseal') {
         const perSecond = intOption(v['per-second'], 1, Infinity, '--per-second must be a positive integer');
@@ -128,9 +134,15 @@ const COMMANDS: Record<string, Command> = {
   },
 };
 
+/** A word past what the command takes is a mistake to report, not to ignore (`retry A B` retried only A). */
+function noMoreThan(args: readonly string[], n: number): void {
+  if (args.length > n) throw new UsageError(`unexpected argument "${args[n]}"`);
+}
+
 function topHelp(): string {
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(14)} ${c.summary}`);
-  return `Usage: webhook-inbox <command> [options]\n\nCommands:\n${lines.join('\n')}\n\nRun "webhook-inbox <command> --help" for a command's options.`;
+  return `Usage: webhook-inbox <command> [options]\n\nCommands:\n${lines.join('\n')}\n\nRun "webhook-inbox <command> --help" for a command's options.\n` +
+    'DATABASE_URL, when set, overrides the config\'s database. Exit codes: 0 ok, 1 failure, 2 usage error, 78 config error.';
 }
 
 async function main(argv: string[]): Promise<number> {

@@ -37,6 +37,19 @@ describe('webhook-inbox CLI', () => {
     expect(run(['migrate']).err).toContain('--config is required');
   });
 
+  it('an argument past what the command takes is a usage error (2), not ignored; the top help names DATABASE_URL and the exit codes', () => {
+    const file = join(dir, 'extra.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, 'extra.db')}`)));
+    for (const args of [['retry', '-c', file, 'a', 'b'], ['keys', 'list', '-c', file, 'junk'], ['events', 'list', '-c', file, 'junk'], ['events', 'show', '-c', file, 'x', 'y']]) {
+      const r = run(args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.err).toMatch(/unexpected argument "(b|junk|y)"/);
+    }
+    const top = run(['--help']);
+    expect(top.out).toContain('DATABASE_URL');
+    expect(top.out).toContain('78 config error');
+  });
+
   it('help COMMAND prints that command\'s usage', () => {
     const r = run(['help', 'serve']);
     expect(r.code).toBe(0);
