@@ -193,8 +193,9 @@ export class Ingress {
       const lane = this.deps.lane;
       const sent = lane?.applies(adapter, body) ? lane.run(config, snapshot, meta, body, cipher) : null;
       const offloaded = sent ? await sent : undefined;
-      const envelopes: readonly Envelope[] = (offloaded ? [offloaded.envelope]
-        : adapter.envelopes ? adapter.envelopes(body, view, meta) : [adapter.envelope(body, view, meta)]).map((e) => storableEnvelope(e, body));
+      // An offloaded envelope was made storable on the helper thread, where its body is.
+      const envelopes: readonly Envelope[] = offloaded ? [offloaded.envelope]
+        : (adapter.envelopes ? adapter.envelopes(body, view, meta) : [adapter.envelope(body, view, meta)]).map((e) => storableEnvelope(e, body));
       if (envelopes.length === 0) throw new IngressError('malformed_payload', 'the delivery holds no event');
       verified.eventId = envelopes.length === 1 ? envelopes[0]!.eventId : `${envelopes[0]!.eventId} (+${envelopes.length - 1})`;
       verified.eventType = envelopes[0]!.eventType;

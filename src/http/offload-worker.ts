@@ -37,7 +37,7 @@ lowerThisThreadsPriority(OFFLOAD_THREAD_NICE_STEPS);
 parentPort!.on('message', (m: OffloadRequest) => {
   try {
     const body = bytes(m.body);
-    // Checked here too: the body (needed for its UTF-8 check) stays on this thread.
+    // Made storable here, where the body is (its UTF-8 check needs it; ingress.ts does not repeat it).
     const { payload, ...envelope } = storableEnvelope(adapterFor(m.provider, m.options).envelope(body, viewOf(m.snapshot), m.meta), body);
     const stored = payload ?? body;
     const sealed = sealPayload(stored, m.sealingKey, { provider: m.provider, endpointId: m.endpointId, providerEventId: envelope.eventId });

@@ -46,6 +46,9 @@ describeEachStore('large bodies parsed and sealed off the event loop', (kind) =>
     it.each([
       ['not JSON', 'malformed_payload', Buffer.from('{"id": "evt_broken", ')],
       ['no event id', 'missing_event_id', Buffer.from(JSON.stringify({ object: 'event', type: 'payment_intent.succeeded', pad: 'x'.repeat(300_000) }))],
+      // The stores' checks (storable.ts) run on the helper thread too: the event loop no longer repeats them for these.
+      ['a NUL in the event id', 'invalid_event_id', Buffer.from(JSON.stringify({ id: 'evt_\u0000', object: 'event', type: 'payment_intent.succeeded' }))],
+      ['an event id read from invalid UTF-8', 'invalid_event_id', Buffer.concat([Buffer.from('{"id":"evt_off_'), Buffer.from([0xfe]), Buffer.from('","object":"event","type":"payment_intent.succeeded"}')])],
     ])('%s → 400 %s', async (_name, reason, body) => {
       const before = await app.store.countRows();
       const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body, CASES.find((c) => c.name === 'stripe')!.secrets.v2));
