@@ -25,11 +25,15 @@ export class BodyBudget {
 
   /** Whether a body of `bodyBytes` would fit now, both its copies (nothing is reserved). */
   hasRoomForBody(bodyBytes: number): boolean {
-    return this.used + bodyBytes * IN_MEMORY_COPIES <= this.limit;
+    return this.fits(bodyBytes * IN_MEMORY_COPIES);
+  }
+
+  private fits(n: number): boolean {
+    return this.used + n <= this.limit;
   }
 
   tryReserve(n: number): boolean {
-    if (this.used + n > this.limit) return false;
+    if (!this.fits(n)) return false;
     this.used += n;
     return true;
   }
