@@ -4,6 +4,30 @@ import { startTestApp, type TestApp } from '../helpers/app.js';
 import { post, rawExchange, statusOf } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 
+/**
+ * Opens an upload of a correctly signed 2000-byte event to `port`, sending its head and the first
+ * `sent` body bytes. `answer`: the first whole JSON answer, or what came before the server closed.
+ */
+async function openUpload(port: number, id: string, sent: number) {
+  const { connect } = await import('node:net');
+  const body = stripeEvent(id, { size: 2000 });
+  const sock = connect(port, '127.0.0.1');
+  const answer = new Promise<string>((resolve) => {
+    let text = '';
+    // A 200 keeps the connection open: the answer is complete at its JSON body's end.
+    sock.on('data', (c) => {
+      text += c.toString('latin1');
+      if (/\r\n\r\n\{.*\}$/s.test(text)) resolve(text);
+    });
+    sock.on('close', () => resolve(text));
+    sock.on('error', () => undefined);
+  });
+  await new Promise((r) => sock.once('connect', r));
+  sock.write(`POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\n\r\n`);
+  sock.write(body.subarray(0, sent));
+  return { sock, body, answer, started: Date.now() };
+}
+
 /** Bounds applied before any body byte is trusted — independent of the store, so SQLite only. */
 describe('ingress bounds', () => {
   let app: TestApp;
@@ -164,20 +188,16 @@ describe('ingress bounds', () => {
     expect(Date.now() - started).toBeLessThan(4000);
   });
 
-  /** A connection that sends a head declaring `declared` body bytes, then only `sent` of them, and stalls. */
-  async function stalledUpload(declared: number, sent: number) {
-    const { connect } = await import('node:net');
-    const sock = connect(port, '127.0.0.1');
-    await new Promise((r) => sock.once('connect', r));
-    sock.on('error', () => undefined);
-    sock.write(`POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: t=1,v1=${'0'.repeat(64)}\r\ncontent-length: ${declared}\r\n\r\n${'x'.repeat(sent)}`);
+  /** An upload of a 2000-byte event that sends `sent` bytes of it and stalls, given 100 ms to reach the server. */
+  async function stalledUpload(sent: number) {
+    const { sock } = await openUpload(port, `evt_stalled_${sent}_${Math.random()}`, sent);
     await new Promise((r) => setTimeout(r, 100));
     return sock;
   }
 
   it('answers 503 overloaded with Retry-After when in-flight body bytes pass the cap', async () => {
-    // The first request holds 2 × 1600 (raw + ciphertext) of the 6000-byte budget and stalls mid-body.
-    const stalled = await stalledUpload(2000, 1600);
+    // The first request holds 2 × 2000 (raw + ciphertext, reserved for its Content-Length) of the 6000-byte budget and stalls mid-body.
+    const stalled = await stalledUpload(1600);
     const body = stripeEvent('evt_budget', { size: 2000 });
     const r = await post(url(), body, { ...stripeHeaders(body), 'content-length': String(body.length) });
     expect(r.status).toBe(503);
@@ -191,7 +211,7 @@ describe('ingress bounds', () => {
   });
 
   it('Expect: 100-continue: a body that would not fit in the budget now gets 503, not an invitation', async () => {
-    const stalled = await stalledUpload(2000, 1600);
+    const stalled = await stalledUpload(1600);
     const body = stripeEvent('evt_expect_full', { size: 2000 });
     const head = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\nexpect: 100-continue\r\n\r\n`;
     const r = await rawExchange(port, head, 500);
@@ -249,29 +269,8 @@ describe('ingress bounds: the pace a body holding budget must keep', () => {
   afterAll(async () => { await app?.stop(); });
   const url = () => `${app.url}/webhooks/stripe`;
 
-  /** Opens an upload of a correctly signed 2000-byte event, sending its head and the first `sent` body bytes. */
-  async function upload(id: string, sent: number) {
-    const { connect } = await import('node:net');
-    const body = stripeEvent(id, { size: 2000 });
-    const sock = connect(port, '127.0.0.1');
-    const answer = new Promise<string>((resolve) => {
-      let text = '';
-      // A whole JSON answer, or whatever came before the server closed (a 200 keeps the connection).
-      sock.on('data', (c) => {
-        text += c.toString('latin1');
-        if (/\r\n\r\n\{.*\}$/s.test(text)) resolve(text);
-      });
-      sock.on('close', () => resolve(text));
-      sock.on('error', () => undefined);
-    });
-    await new Promise((r) => sock.once('connect', r));
-    sock.write(`POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\n\r\n`);
-    sock.write(body.subarray(0, sent));
-    return { sock, body, answer, started: Date.now() };
-  }
-
   it('an idle upload holds the budget only for its first second or so: then 408 body_too_slow, and others are accepted again', async () => {
-    const idle = await upload('evt_pace_idle', 0);
+    const idle = await openUpload(port, 'evt_pace_idle', 0);
     await new Promise((r) => setTimeout(r, 100));
     const body = stripeEvent('evt_pace_blocked', { size: 2000 });
     const blocked = await post(url(), body, { ...stripeHeaders(body), 'content-length': String(body.length) });
@@ -285,7 +284,7 @@ describe('ingress bounds: the pace a body holding budget must keep', () => {
   });
 
   it('a trickling upload (50 bytes/s against 1000) is cut off too; one that keeps the pace is accepted', async () => {
-    const slow = await upload('evt_pace_trickle', 10);
+    const slow = await openUpload(port, 'evt_pace_trickle', 10);
     const trickle = setInterval(() => { if (slow.sock.writable) slow.sock.write('x'); }, 20);
     const text = await slow.answer;
     clearInterval(trickle);
@@ -293,7 +292,7 @@ describe('ingress bounds: the pace a body holding budget must keep', () => {
     expect(text).toContain('body_too_slow');
 
     // ~1,330 bytes/s: 2000 bytes in four parts over 1.5 s.
-    const steady = await upload('evt_pace_steady', 500);
+    const steady = await openUpload(port, 'evt_pace_steady', 500);
     for (let i = 1; i < 4; i++) {
       await new Promise((r) => setTimeout(r, 500));
       steady.sock.write(steady.body.subarray(i * 500, (i + 1) * 500));
