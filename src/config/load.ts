@@ -31,8 +31,41 @@ function where(err: unknown, json: boolean, text: string): string {
     const at = e.linePos?.[0];
     return `${typeof e.code === 'string' ? ` (${e.code})` : ''}${at ? ` at line ${at.line}, column ${at.col}` : ''}`;
   }
-  const m = /position (\d+)/.exec((err as Error).message ?? '');
-  if (!m) return '';
-  const before = text.slice(0, Number(m[1])).split('\n');
+  const at = jsonErrorOffset(text, (err as Error).message ?? '');
+  const before = text.slice(0, at).split('\n');
   return ` at line ${before.length}, column ${before[before.length - 1]!.length + 1}`;
+}
+
+/** V8's JSON.parse message: "… at position N", or "Unexpected end of JSON input". */
+function reportedOffset(message: string, length: number): number | undefined {
+  const m = /position (\d+)/.exec(message);
+  if (m) return Number(m[1]);
+  return message.startsWith('Unexpected end of JSON input') ? length : undefined;
+}
+
+/**
+ * The offset of a JSON syntax error. V8 gives it in most messages, but for an unexpected token
+ * (`[1,]`, `{"a": whsec_…}`) it quotes the text instead. Then the place is found by parsing
+ * prefixes: a prefix before the bad character fails only for ending early; from it on, every
+ * prefix fails there. A binary search takes ~log2(size) parses of a small file.
+ */
+function jsonErrorOffset(text: string, message: string): number {
+  const reported = reportedOffset(message, text.length);
+  if (reported !== undefined) return reported;
+  const failsBefore = (k: number): boolean => {
+    try {
+      JSON.parse(text.slice(0, k));
+      return false;
+    } catch (e) {
+      return reportedOffset((e as Error).message, k) !== k;
+    }
+  };
+  let lo = 0; // failsBefore(lo) is false (the empty prefix only ends early)
+  let hi = text.length; // failsBefore(hi) is true (the whole text)
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >>> 1;
+    if (failsBefore(mid)) hi = mid;
+    else lo = mid;
+  }
+  return hi - 1;
 }
