@@ -15,11 +15,35 @@ export interface AdminHandlers {
 
 const WEBHOOK_PREFIX = '/webhooks/';
 
-/** The request target without its query. */
+/** `scheme://authority` at the start of an absolute-form target (a proxy's `POST http://host/…`). */
+const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
+
+/**
+ * The request target's path, without its query. An absolute-form target is reduced to its path:
+ * RFC 9112 §3.2.2 says a server must accept that form, and some proxies send it.
+ */
 function pathOf(req: IncomingMessage): string {
-  const url = req.url ?? '/';
+  let url = req.url ?? '/';
+  if (url.charCodeAt(0) !== 0x2f /* / */) {
+    const m = ABSOLUTE_FORM.exec(url);
+    if (m) url = url.slice(m[0].length) || '/';
+  }
   const q = url.indexOf('?');
   return q < 0 ? url : url.slice(0, q);
+}
+
+/**
+ * The endpoint id in a webhook path. Percent-encoded unreserved characters mean the characters
+ * themselves (RFC 3986 §6.2.2.2), and an id is made of nothing else, so `%2D` finds the same
+ * endpoint as `-`; any other escape is left as it is (no endpoint has it).
+ */
+function endpointIdOf(path: string): string {
+  const id = path.slice(WEBHOOK_PREFIX.length);
+  if (!id.includes('%')) return id;
+  return id.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
+    const c = String.fromCharCode(parseInt(hex, 16));
+    return /[A-Za-z0-9._~-]/.test(c) ? c : escape;
+  });
 }
 
 /**
@@ -52,7 +76,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     const refusal = new IngressError('expectation_failed', 'only 100-continue is supported');
     const path = pathOf(req);
     // On a webhook path it is logged and counted like any refusal there.
-    if (path.startsWith(WEBHOOK_PREFIX)) void ingress.handle(req, res, path.slice(WEBHOOK_PREFIX.length), performance.now(), refusal);
+    if (path.startsWith(WEBHOOK_PREFIX)) void ingress.handle(req, res, endpointIdOf(path), performance.now(), refusal);
     else sendError(req, res, refusal);
   });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
@@ -62,7 +86,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
 
     if (path.startsWith(WEBHOOK_PREFIX)) {
       const refusal = req.method === 'POST' ? undefined : new IngressError('method_not_allowed', 'webhooks are POSTed');
-      void ingress.handle(req, res, path.slice(WEBHOOK_PREFIX.length), startedAt, refusal);
+      void ingress.handle(req, res, endpointIdOf(path), startedAt, refusal);
       return;
     }
     if (path === '/healthz' || path === '/readyz' || path === '/metrics') {

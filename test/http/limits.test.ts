@@ -60,6 +60,27 @@ describe('ingress bounds', () => {
     expect(r.json().error).toBe('unknown_endpoint');
   });
 
+  it('finds the endpoint from an absolute-form target and from percent-encoded id characters', async () => {
+    const send = async (target: string, id: string) => {
+      const body = stripeEvent(id);
+      const head = `POST ${target} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n`;
+      const { text } = await rawExchange(port, Buffer.concat([Buffer.from(head), body]));
+      return { status: statusOf(text), body: text.slice(text.indexOf('\r\n\r\n') + 4) };
+    };
+    // RFC 9112 §3.2.2: a server must accept the absolute form (some proxies send it).
+    const absolute = await send(`http://127.0.0.1:${port}/webhooks/stripe?x=1`, 'evt_absolute_form');
+    expect(absolute.status).toBe(200);
+    expect(JSON.parse(absolute.body)).toMatchObject({ duplicate: false });
+    // %73 is "s": an escaped unreserved character is the character itself (RFC 3986 §6.2.2.2).
+    const escaped = await send('/webhooks/%73tripe', 'evt_escaped_id');
+    expect(escaped.status).toBe(200);
+    // The same event again by the plain path: one row, the second a duplicate.
+    const again = await send('/webhooks/stripe', 'evt_escaped_id');
+    expect(JSON.parse(again.body)).toMatchObject({ duplicate: true });
+    // Any other escape names no endpoint.
+    expect((await send('/webhooks/stri%2Fpe', 'evt_escaped_slash')).status).toBe(404);
+  });
+
   it('answers 429 with Retry-After past the endpoint rate limit', async () => {
     const statuses: number[] = [];
     let retryAfter: unknown;
