@@ -42,6 +42,7 @@ export const REASONS = {
   missing_signature: { status: 401, outcome: 'invalid_signature' },
   malformed_signature: { status: 401, outcome: 'invalid_signature' },
   ambiguous_signature: { status: 400, outcome: 'malformed' },
+  ambiguous_header: { status: 400, outcome: 'malformed' },
   invalid_signature: { status: 401, outcome: 'invalid_signature' },
   stale_timestamp: { status: 401, outcome: 'stale' },
   malformed_payload: { status: 400, outcome: 'malformed' },

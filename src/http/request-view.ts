@@ -25,10 +25,10 @@ export function viewOf(s: RequestSnapshot): RequestView {
   const ct = s.contentType;
   const semi = ct === undefined ? -1 : ct.indexOf(';');
   return {
-    single(name) {
+    single(name, repeated = 'ambiguous_signature') {
       const values = own(s.headers, name);
       if (values === undefined) return undefined;
-      if (values.length > 1) throw new IngressError('ambiguous_signature', `header ${name} appears ${values.length} times`);
+      if (values.length > 1) throw new IngressError(repeated, `header ${name} appears ${values.length} times`);
       return values[0];
     },
     all(name) {

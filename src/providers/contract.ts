@@ -150,8 +150,12 @@ export interface AcceptedEvent {
 
 /** Read-only view of the request the adapter may consult. Header names are lowercase. */
 export interface RequestView {
-  /** The single value of `name`; undefined when absent. Throws ambiguous_signature when repeated. */
-  single(name: string): string | undefined;
+  /**
+   * The single value of `name`; undefined when absent. Repeated, it throws `repeated` (400):
+   * `ambiguous_signature` (the default) for what the signature covers or carries, which step 4
+   * reads; `ambiguous_header` for unsigned metadata read later (GitHub's delivery id, say).
+   */
+  single(name: string, repeated?: 'ambiguous_signature' | 'ambiguous_header'): string | undefined;
   /** All values of `name` in arrival order (empty when absent). */
   all(name: string): readonly string[];
   /** Media type of the body, lowercase, without parameters ('' when absent). */

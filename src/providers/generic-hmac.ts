@@ -145,7 +145,7 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
       const m = meta as GenericSignature;
       return envelope({
         eventId: idHeader ? requireEventId(m.id, `${idHeader} header`) : requireEventId(pathValue(e, idPath!), idPath!),
-        eventType: typeHeader ? requireEventType(m.type ?? req.single(typeHeader), `${typeHeader} header`) : requireEventType(pathValue(e, typePath!), typePath!),
+        eventType: typeHeader ? requireEventType(m.type ?? req.single(typeHeader, 'ambiguous_header'), `${typeHeader} header`) : requireEventType(pathValue(e, typePath!), typePath!),
         objectId: objectIdPath ? idString(pathValue(e, objectIdPath)) : null,
         objectVersion: objectVersionPath ? idString(pathValue(e, objectVersionPath)) : null,
         providerCreatedAtMs: createdAtPath ? toEpochMs(pathValue(e, createdAtPath)) : null,

@@ -43,12 +43,12 @@ const adapter: ProviderAdapter = {
     return matchHmac('sha256', [body], [(meta as GithubSignature).digest], keys, nowMs);
   },
   envelope(body: Buffer, req: RequestView) {
-    const delivery = requireEventId(req.single('x-github-delivery'), 'X-GitHub-Delivery header');
-    const hookId = req.single('x-github-hook-id');
+    const delivery = requireEventId(req.single('x-github-delivery', 'ambiguous_header'), 'X-GitHub-Delivery header');
+    const hookId = req.single('x-github-hook-id', 'ambiguous_header');
     const [repository] = readFields(req.mediaType === 'application/x-www-form-urlencoded' ? formPayload(body) : body);
     return envelope({
       eventId: hookId ? `${hookId}:${delivery}` : delivery,
-      eventType: requireEventType(req.single('x-github-event'), 'X-GitHub-Event header'),
+      eventType: requireEventType(req.single('x-github-event', 'ambiguous_header'), 'X-GitHub-Event header'),
       objectId: idString(repository),
     });
   },

@@ -70,9 +70,9 @@ function tokenDigest(req: RequestView): Buffer | null {
 
 /** The logical key from the (unsigned) headers of a plain-token request. */
 function headerKey(req: RequestView, body: Buffer): string {
-  const idem = req.single('idempotency-key');
+  const idem = req.single('idempotency-key', 'ambiguous_header');
   if (idem !== undefined) return requireEventId(idem, 'Idempotency-Key header');
-  const uuid = idString(req.single('x-gitlab-event-uuid'));
+  const uuid = idString(req.single('x-gitlab-event-uuid', 'ambiguous_header'));
   if (uuid === null) throw new IngressError('missing_event_id', 'neither Idempotency-Key nor X-Gitlab-Event-UUID is present');
   return `uuid:${uuid}:${sha256(body).toString('hex')}`;
 }
@@ -128,7 +128,7 @@ export const createGitlab: AdapterFactory = (options, path) => {
       const e = parseJsonObject(body);
       const attrs = e.object_attributes;
       // object_kind (most events), event_name (system, member and subgroup events), else the header.
-      const type = idString(e.object_kind) ?? idString(e.event_name) ?? req.single('x-gitlab-event');
+      const type = idString(e.object_kind) ?? idString(e.event_name) ?? req.single('x-gitlab-event', 'ambiguous_header');
       return envelope({
         eventId: m.signed !== null ? requireEventId(m.signed.id, 'webhook-id header') : headerKey(req, body),
         eventType: requireEventType(type, 'object_kind'),

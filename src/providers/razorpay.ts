@@ -61,7 +61,7 @@ const adapter: ProviderAdapter = {
     return matchHmac('sha256', [body], [(meta as RazorpaySignature).digest], keys, nowMs);
   },
   envelope(body: Buffer, req: RequestView) {
-    const eventId = requireEventId(req.single(EVENT_ID_HEADER), `${EVENT_ID_HEADER} header`);
+    const eventId = requireEventId(req.single(EVENT_ID_HEADER, 'ambiguous_header'), `${EVENT_ID_HEADER} header`);
     const e = parseJsonObject(body);
     return envelope({
       eventId,

@@ -266,6 +266,7 @@ describe('generic-hmac: envelope', () => {
     const meta = a.parseSignature(view(Object.entries(a.sign(body, 's', {}))));
     expect(a.envelope(body, view([['x-event-type', 'thing.happened']]), meta)).toMatchObject({ eventId: 'evt_body', eventType: 'thing.happened' });
     expect(reasonOf(() => a.envelope(body, view([]), meta))).toBe('missing_event_type');
+    expect(reasonOf(() => a.envelope(body, view([['x-event-type', 'a'], ['X-Event-Type', 'b']]), meta))).toBe('ambiguous_header');
     expect(reasonOf(() => a.envelope(Buffer.from('{"meta":{}}'), view([['x-event-type', 't']]), meta))).toBe('missing_event_id');
   });
 });

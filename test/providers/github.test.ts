@@ -148,9 +148,13 @@ describe('github: envelope', () => {
     expect(reasonOf(() => adapter.envelope(repoBody, headers(over), { timestamp: null }))).toBe(reason);
   });
 
-  it('two delivery headers → ambiguous_signature (the key is never picked from a repeated header)', () => {
+  it('a repeated delivery, hook id or event header → ambiguous_header (the key is never picked from a repeated header; none of them is signed)', () => {
     const v = view([['x-github-event', 'ping'], ['x-github-delivery', 'a'], ['X-GitHub-Delivery', 'b']]);
-    expect(reasonOf(() => adapter.envelope(repoBody, v, { timestamp: null }))).toBe('ambiguous_signature');
+    expect(reasonOf(() => adapter.envelope(repoBody, v, { timestamp: null }))).toBe('ambiguous_header');
+    const hook = view([['x-github-event', 'ping'], ['x-github-delivery', 'a'], ['x-github-hook-id', '1'], ['x-github-hook-id', '2']]);
+    expect(reasonOf(() => adapter.envelope(repoBody, hook, { timestamp: null }))).toBe('ambiguous_header');
+    const type = view([['x-github-event', 'ping'], ['x-github-event', 'push'], ['x-github-delivery', 'a']]);
+    expect(reasonOf(() => adapter.envelope(repoBody, type, { timestamp: null }))).toBe('ambiguous_header');
   });
 
   it('config: toleranceSeconds on a GitHub endpoint is refused (nothing signed to check), naming the path', () => {

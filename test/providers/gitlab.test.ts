@@ -249,7 +249,7 @@ describe('gitlab: envelope', () => {
   it.each(expectedFirst([
     ['no Idempotency-Key and no X-Gitlab-Event-UUID', [['x-gitlab-token', TOKEN]], 'missing_event_id'],
     ['empty Idempotency-Key', [['x-gitlab-token', TOKEN], ['idempotency-key', '']], 'missing_event_id'],
-    ['Idempotency-Key twice', [['x-gitlab-token', TOKEN], ['idempotency-key', 'a'], ['idempotency-key', 'b']], 'ambiguous_signature'],
+    ['Idempotency-Key twice', [['x-gitlab-token', TOKEN], ['idempotency-key', 'a'], ['idempotency-key', 'b']], 'ambiguous_header'],
   ] as [string, [string, string][], string][]))('%s → %s', (_name, reason, pairs) => {
     expect(reasonOf(() => env(tokenMode, pairs, ISSUE))).toBe(reason);
   });

@@ -215,7 +215,7 @@ describe('razorpay: envelope', () => {
   });
 
   it('x-razorpay-event-id sent twice is ambiguous', () => {
-    expect(reasonOf(() => adapter.envelope(EVENT, view([[ID_HEADER, 'a'], [ID_HEADER, 'b']]), { timestamp: null }))).toBe('ambiguous_signature');
+    expect(reasonOf(() => adapter.envelope(EVENT, view([[ID_HEADER, 'a'], [ID_HEADER, 'b']]), { timestamp: null }))).toBe('ambiguous_header');
   });
 
   it('sample() verifies and parses', () => {
@@ -259,7 +259,7 @@ describeEachStore('razorpay over HTTP: only the body is signed', (kind) => {
     expect(retry.json()).toEqual({ inbox_id: first.json().inbox_id, duplicate: true });
   });
 
-  it('missing x-razorpay-event-id → 400 missing_event_id; twice → 400 ambiguous_signature; nothing stored', async () => {
+  it('missing x-razorpay-event-id → 400 missing_event_id; twice → 400 ambiguous_header; nothing stored', async () => {
     const b = body();
     const h = { 'content-type': 'application/json', ...adapter.sign(b, SECRET, {}) };
     const before = await app.store.countRows();
@@ -268,7 +268,7 @@ describeEachStore('razorpay over HTTP: only the body is signed', (kind) => {
     expect(missing.json().error).toBe('missing_event_id');
     const twice = await send(b, [...Object.entries(h), [ID_HEADER, 'EvtA'], ['X-Razorpay-Event-Id', 'EvtB']]);
     expect(twice.status, twice.text).toBe(400);
-    expect(twice.json().error).toBe('ambiguous_signature');
+    expect(twice.json().error).toBe('ambiguous_header');
     expect(await app.store.countRows()).toEqual(before);
   });
 
