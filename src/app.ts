@@ -3,6 +3,7 @@ import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import { allRetired } from './config/retired.js';
+import { ListenError } from './errors.js';
 import { KeyRing, retryUntilLoaded } from './crypto/keyring.js';
 import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
@@ -120,7 +121,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     metrics.stop();
     await lane?.close();
     await engine.stop().catch(() => undefined); // not started: only its destinations' connections
-    return abandon(err);
+    const code = (err as NodeJS.ErrnoException).code;
+    return abandon(code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL' ? new ListenError(config.listen.host, config.listen.port, err as NodeJS.ErrnoException) : err);
   });
   if (workersRun) engine.start();
   const addr = server.address() as AddressInfo;

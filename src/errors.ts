@@ -83,6 +83,19 @@ export class ConfigError extends Error {
   }
 }
 
+/** The server could not take its listen address (in use, not ours, not here): one line, exit 1. */
+export class ListenError extends Error {
+  constructor(host: string, port: number, cause: NodeJS.ErrnoException) {
+    const why: Record<string, string> = {
+      EADDRINUSE: 'the address is already in use (another process listens there)',
+      EACCES: 'permission denied (ports below 1024 need privileges)',
+      EADDRNOTAVAIL: 'no interface of this machine has that address',
+    };
+    super(`cannot listen on ${host}:${port}: ${why[cause.code ?? ''] ?? cause.message}; change listen in the config or pass --host / --port`, { cause });
+    this.name = 'ListenError';
+  }
+}
+
 /** The store could not durably commit (or cannot say whether it did). Always answered with 503. */
 export class StorageUnavailableError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { ConfigError } from '../errors.js';
+import { ConfigError, ListenError } from '../errors.js';
 import { SecretUnavailableError } from '../config/secrets.js';
 import { runServe } from './serve.js';
 import { runMigrate } from './migrate.js';
@@ -37,10 +37,16 @@ function intOption(value: unknown, min: number, max: number, message: string): n
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: 'Run the webhook receiver (migrates first unless --no-migrate).',
-    usage: 'webhook-inbox serve --config FILE [--no-migrate] [--demo] [--handlers MODULE]\n\n  --config, -c FILE  YAML or JSON config (DATABASE_URL overrides `database`)\n  --no-migrate       do not apply pending migrations at start\n  --demo             also print a ready-to-run command that sends a signed sample event\n  --handlers MODULE  a module whose default export registers in-process handlers: (inbox) => { inbox.on(…) }\n\nWorkers run in this process unless the config says workers.enabled: false.',
-    options: { ...CONFIG, 'no-migrate': { type: 'boolean' }, demo: { type: 'boolean' }, handlers: { type: 'string' } },
-    optional: ['handlers'],
-    run: (v) => runServe(String(v.config), { migrate: !v['no-migrate'], demo: Boolean(v.demo), handlers: v.handlers as string | undefined }),
+    usage: 'webhook-inbox serve --config FILE [--host HOST] [--port PORT] [--no-migrate] [--demo] [--handlers MODULE]\n\n  --config, -c FILE  YAML or JSON config (DATABASE_URL overrides `database`)\n  --host HOST        listen on HOST instead of the config\'s listen.host\n  --port PORT        listen on PORT (0-65535; 0 = any free port) instead of listen.port\n  --no-migrate       do not apply pending migrations at start\n  --demo             also print a ready-to-run command that sends a signed sample event\n  --handlers MODULE  a module whose default export registers in-process handlers: (inbox) => { inbox.on(…) }\n\nWorkers run in this process unless the config says workers.enabled: false.',
+    options: { ...CONFIG, host: { type: 'string' }, port: { type: 'string' }, 'no-migrate': { type: 'boolean' }, demo: { type: 'boolean' }, handlers: { type: 'string' } },
+    optional: ['handlers', 'host', 'port'],
+    run: (v) => runServe(String(v.config), {
+      migrate: !v['no-migrate'],
+      demo: Boolean(v.demo),
+      handlers: v.handlers as string | undefined,
+      host: v.host === undefined ? undefined : String(v.host),
+      port: intOption(v.port, 0, 65535, `--port must be an integer from 0 to 65535, not "${String(v.port)}"`),
+    }),
   },
   migrate: {
     summary: 'Apply pending database migrations and exit.',
@@ -195,6 +201,10 @@ async function main(argv: string[]): Promise<number> {
     if (err instanceof ConfigError || err instanceof SecretUnavailableError) {
       console.error(`webhook-inbox ${name}: config error: ${err.message}`);
       return 78; // EX_CONFIG
+    }
+    if (err instanceof ListenError) {
+      console.error(`webhook-inbox ${name}: ${err.message}`);
+      return 1;
     }
     console.error(`webhook-inbox ${name}: ${(err as Error).stack ?? String(err)}`);
     return 1;

@@ -4,9 +4,12 @@ import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
-export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean; handlers?: string }): Promise<number> {
+export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean; handlers?: string; host?: string; port?: number }): Promise<number> {
   tuneHeap();
-  const config = loadConfigFile(configFile);
+  const loaded = loadConfigFile(configFile);
+  const listen = { host: opts.host ?? loaded.listen.host, port: opts.port ?? loaded.listen.port };
+  const config = { ...loaded, listen };
+  const moved = listen.host !== loaded.listen.host || listen.port !== loaded.listen.port;
   const handlers = await loadHandlers(opts.handlers);
   const app = await startApp(config, { migrate: opts.migrate, handlers });
   const workers = config.workers.enabled ? `workers on, ${handlers.size} handler(s)` : 'workers off';
@@ -16,7 +19,7 @@ export async function runServe(configFile: string, opts: { migrate: boolean; dem
   if (opts.demo) {
     const first = config.endpoints[0]!;
     lines.push('', 'Send a correctly signed sample event (in another terminal):',
-      `  npx webhook-inbox send-sample --config ${configFile} --endpoint ${first.id}`);
+      `  npx webhook-inbox send-sample --config ${configFile} --endpoint ${first.id}${moved ? ` --url ${app.url}` : ''}`);
   }
   console.error(lines.join('\n'));
 

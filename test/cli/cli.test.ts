@@ -153,16 +153,32 @@ describe('webhook-inbox CLI', () => {
     }
   });
 
-  it('serve on a port already in use exits with the error instead of hanging with its store open', async () => {
+  it('serve on a port already in use exits 1 with one line that says so, instead of hanging with its store open; --port moves it', async () => {
     const taken = createServer();
     await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
     try {
+      const port = (taken.address() as AddressInfo).port;
       const file = join(dir, 'taken.yaml');
-      writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, 'taken.db')}`, { listen: { host: '127.0.0.1', port: (taken.address() as AddressInfo).port } })));
+      const doc = configDoc(`sqlite:${join(dir, 'taken.db')}`, { listen: { host: '127.0.0.1', port } });
+      writeFileSync(file, stringify(doc));
       const r = spawnSync(process.execPath, [CLI, 'serve', '--config', file], { encoding: 'utf8', timeout: 20_000 });
       expect(r.signal, 'still running after 20 s').toBeNull();
-      expect(r.status).not.toBe(0);
-      expect(r.stderr).toContain('EADDRINUSE');
+      expect(r.status).toBe(1);
+      expect(r.stderr).toContain(`webhook-inbox serve: cannot listen on 127.0.0.1:${port}: the address is already in use`);
+      expect(r.stderr, 'a stack trace').not.toMatch(/\n\s+at /);
+      expect(run(['serve', '--config', file, '--port', '70000']).code).toBe(2);
+      // --port 0 takes any free port; the printed sample command carries the URL it really has.
+      const server = await spawnServer(file, doc, {}, ['--port', '0', '--demo']);
+      try {
+        expect(server.url).not.toBe(`http://127.0.0.1:${port}`);
+        const printed = /npx webhook-inbox (send-sample .*)/.exec(server.stderr())?.[1];
+        expect(printed).toContain(`--url ${server.url}`);
+        const sent = run(printed!.split(' '));
+        expect(sent.out, sent.err).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
+      } finally {
+        server.child.kill('SIGTERM');
+        await new Promise((done) => server.child.once('exit', done));
+      }
     } finally {
       taken.close();
     }

@@ -28,11 +28,11 @@ export interface ServerProcess {
   stdout(): string;
 }
 
-/** Starts `webhook-inbox serve` with a config document and waits until it listens. */
-export async function spawnServer(configFile: string, doc: Record<string, unknown>, env: NodeJS.ProcessEnv = {}): Promise<ServerProcess> {
+/** Starts `webhook-inbox serve` with a config document (and more `args`) and waits until it listens. */
+export async function spawnServer(configFile: string, doc: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, args: string[] = []): Promise<ServerProcess> {
   assertBuilt();
   writeFileSync(configFile, stringify(doc));
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], {
+  const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
