@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import { allRetired } from './config/retired.js';
 import { ListenError } from './errors.js';
-import { KeyRing, retryUntilLoaded } from './crypto/keyring.js';
+import { KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
 import { OffloadLane, offloadThreshold } from './http/offload.js';
@@ -30,6 +30,8 @@ export interface StartOptions {
   readonly handlers?: HandlerRegistry;
   /** Run the workers in this process (default: config.workers.enabled). */
   readonly workers?: boolean;
+  /** How often secrets are re-checked (missing ones, changed files); default 10 s. */
+  readonly secretCheckMs?: number;
 }
 
 export interface RunningApp {
@@ -111,7 +113,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
   });
 
-  const stopRetry = retryUntilLoaded(keyring, log);
+  const stopRetry = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

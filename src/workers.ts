@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
-import { KeyRing, retryUntilLoaded } from './crypto/keyring.js';
+import { KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { Engine } from './engine/engine.js';
 import { HandlerRegistry } from './engine/handlers.js';
 import { createLogger } from './log.js';
@@ -21,7 +21,7 @@ export async function startWorkers(config: Config, opts: { handlers?: HandlerReg
   const log = opts.logger ?? createLogger(config.log.level);
   const keyring = new KeyRing(config, opts.env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
-  const stopRetry = retryUntilLoaded(keyring, log, opts.secretRetryMs);
+  const stopRetry = keepSecretsCurrent(keyring, log, opts.secretRetryMs);
   const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   if (opts.migrate ?? true) {
     // As in startApp: a failed start closes what it opened (the pools would keep the process alive).

@@ -1,5 +1,6 @@
+import { statSync } from 'node:fs';
 import type { Config } from '../config/schema.js';
-import { resolveSecret, SecretUnavailableError } from '../config/secrets.js';
+import { resolveSecret, SecretUnavailableError, type SecretRef } from '../config/secrets.js';
 import type { TrustedKey } from './hmac.js';
 import { decodeBase64 } from './hmac.js';
 import { PayloadCipher } from './payload-cipher.js';
@@ -9,7 +10,8 @@ import { standardSecretAt } from '../providers/standard-webhooks.js';
  * The resolved secrets of a running server: trusted verification keys per endpoint, the
  * payload cipher, and the signing keys of HTTP destinations. Anything that cannot be resolved is
  * absent — the ingress answers 503 for it, a forward waits and retries (fail closed) — instead of
- * guessing. `reload()` re-reads every reference (SIGHUP, and every 10 s while one is missing).
+ * guessing. `reload()` re-reads every reference: on SIGHUP, and (keepSecretsCurrent) every 10 s
+ * while one is missing or a `${file:…}` secret's file has changed.
  */
 export class KeyRing {
   private endpointKeys = new Map<string, readonly TrustedKey[]>();
@@ -17,12 +19,28 @@ export class KeyRing {
   private destinationKeys = new Map<string, Buffer>();
   /** Problems from the last load, each naming a config path (never a value). */
   problems: string[] = [];
+  /** Every file a `${file:…}` reference names, each read on every reload. */
+  private readonly files: readonly string[];
+  /** The files' identity and times when last read (filesChanged compares with it). */
+  private filesSeen = '';
 
   constructor(private readonly config: Config, private readonly env: NodeJS.ProcessEnv = process.env) {
+    this.files = secretFiles(config);
     this.reload();
   }
 
+  /**
+   * Whether a secret file was replaced, rewritten or removed since the last reload: a rotated
+   * mount (Kubernetes swaps a symlink) should take effect without a signal, and a withdrawn one
+   * should stop being trusted. A stat per file, every 10 s.
+   */
+  filesChanged(): boolean {
+    return this.files.length > 0 && fingerprint(this.files) !== this.filesSeen;
+  }
+
   reload(): void {
+    // Taken before reading: a change during the read is seen by the next check, never missed.
+    this.filesSeen = fingerprint(this.files);
     const problems: string[] = [];
     const endpointKeys = new Map<string, readonly TrustedKey[]>();
     for (const ep of this.config.endpoints) {
@@ -100,15 +118,34 @@ export function payloadCipherOf(config: Config, keys: ReadonlyMap<string, Buffer
   return keys.has(config.payloadKeys.current) ? new PayloadCipher(keys, config.payloadKeys.current, config.limits.compressBodyBytes) : null;
 }
 
+/** The files named by `${file:…}` references anywhere in the config, each once. */
+function secretFiles(config: Config): string[] {
+  const refs: SecretRef[] = [...config.payloadKeys.keys.values()];
+  for (const ep of config.endpoints) refs.push(...ep.secrets.map((s) => s.ref), ...(ep.adapter.optionSecrets?.refs ?? []));
+  for (const d of config.destinations) if (d.type === 'http') refs.push(d.secret);
+  return [...new Set(refs.flatMap((r) => (r.kind === 'file' ? [r.file] : [])))];
+}
+
+/** Identity, size and times of each file (following symlinks), or that it is absent. */
+function fingerprint(files: readonly string[]): string {
+  return files.map((f) => {
+    const s = statSync(f, { throwIfNoEntry: false, bigint: true });
+    return s ? `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}` : '-';
+  }).join('|');
+}
+
 /**
- * Retries secrets that failed to load every `everyMs` until all load: a late secret mount heals
- * without a restart (serve and work alike). Returns the stop function.
+ * Every `everyMs`: re-reads the secrets while any failed to load (a late secret mount heals
+ * without a restart), or when a secret file changed (a rotation applies, a removal takes its
+ * endpoint offline). serve and work alike; SIGHUP does the same at once. Returns the stop function.
  */
-export function retryUntilLoaded(keyring: KeyRing, log: { info(msg: string): void }, everyMs = 10_000): () => void {
+export function keepSecretsCurrent(keyring: KeyRing, log: { info(msg: string): void; warn(obj: object, msg: string): void }, everyMs = 10_000): () => void {
   const timer = setInterval(() => {
-    if (keyring.ready) return;
+    if (keyring.ready && !keyring.filesChanged()) return;
+    const wasReady = keyring.ready;
     keyring.reload();
-    if (keyring.ready) log.info('all secrets loaded');
+    if (keyring.ready) log.info(wasReady ? 'a secret file changed: secrets reloaded' : 'all secrets loaded');
+    else if (wasReady) log.warn({ problems: keyring.problems }, 'a secret file changed and a secret no longer loads; retried every 10 s and on SIGHUP');
   }, everyMs);
   timer.unref();
   return () => clearInterval(timer);

@@ -19,7 +19,7 @@ export class OptionSecrets<T> {
    * `index` is the value's position in `refs`, which the adapter laid out.
    */
   constructor(
-    private readonly refs: readonly SecretRef[],
+    readonly refs: readonly SecretRef[],
     private readonly derive: (values: readonly string[]) => T,
     private readonly check: (value: string, ref: SecretRef, index: number) => void = () => undefined,
   ) {

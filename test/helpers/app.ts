@@ -34,6 +34,8 @@ export interface TestAppOptions {
   readonly handlers?: HandlerRegistry;
   /** Migrate at start (default true, as `serve`; false = `serve --no-migrate`). */
   readonly migrate?: boolean;
+  /** How often secrets are re-checked (default 10 s, as `serve`). */
+  readonly secretCheckMs?: number;
 }
 
 /** Starts a real server on an ephemeral port against a fresh database of the given kind. */
@@ -45,7 +47,7 @@ export async function startTestApp(
 ): Promise<TestApp> {
   const db = await freshDatabase(kind);
   const config = parseConfig(configDoc(db.url + (opts.urlSuffix ?? ''), over), env);
-  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500, workers: opts.workers ?? false, handlers: opts.handlers, migrate: opts.migrate });
+  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500, workers: opts.workers ?? false, handlers: opts.handlers, migrate: opts.migrate, secretCheckMs: opts.secretCheckMs });
   return Object.assign(app, {
     db,
     async stop() {

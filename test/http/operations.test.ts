@@ -1,5 +1,5 @@
 import { createHmac } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -11,10 +11,10 @@ import { post, rawExchange, statusOf } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 
 /** Starts an app on SQLite whose log lines are captured. */
-async function appWithLog(over: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, urlSuffix = '') {
+async function appWithLog(over: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, urlSuffix = '', secretCheckMs?: number) {
   const lines: string[] = [];
   const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...chunk.toString().split('\n').filter(Boolean)); cb(); } });
-  const app = await startTestApp('sqlite', over, env, { logger: pino({ level: 'info' }, sink), urlSuffix });
+  const app = await startTestApp('sqlite', over, env, { logger: pino({ level: 'info' }, sink), urlSuffix, secretCheckMs });
   return { app, lines, file: app.db.url.slice('sqlite:'.length), stop: () => app.stop() };
 }
 
@@ -111,6 +111,45 @@ describe('secrets unavailable → fail closed', () => {
     writeFileSync(file, 'auth-new');
     t.app.keyring.reload();
     expect((await send('auth-new')).status).toBe(200);
+  });
+});
+
+describe('secret files are watched', () => {
+  it('a ${file:} secret replaced on disk (a rotated mount) applies without a signal; removed, its endpoint goes offline; back, it heals', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wi-secret-watch-'));
+    const file = join(dir, 'stripe_whsec');
+    writeFileSync(file, 'whsec_before_rotation\n');
+    const t = await appWithLog({ endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: `\${file:${file}}` }] }] }, {}, '', 50);
+    try {
+      let n = 0;
+      const send = (secret: string) => {
+        const body = stripeEvent(`evt_watch_${++n}`);
+        return post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body, secret));
+      };
+      const until = async (what: () => Promise<boolean>) => {
+        for (let i = 0; i < 100 && !(await what()); i++) await new Promise((r) => setTimeout(r, 20));
+        return what();
+      };
+      expect((await send('whsec_before_rotation')).status).toBe(200);
+      // As Kubernetes rotates a mounted secret: a new file renamed over the old one.
+      writeFileSync(join(dir, 'next'), 'whsec_after_rotation\n');
+      renameSync(join(dir, 'next'), file);
+      expect(await until(async () => (await send('whsec_after_rotation')).status === 200)).toBe(true);
+      const old = await send('whsec_before_rotation');
+      expect(old.status).toBe(401);
+      expect(t.lines.some((l) => l.includes('a secret file changed: secrets reloaded'))).toBe(true);
+
+      rmSync(file);
+      expect(await until(async () => (await send('whsec_after_rotation')).status === 503)).toBe(true);
+      expect((await send('whsec_after_rotation')).json().error).toBe('secrets_unavailable');
+      expect(t.lines.some((l) => l.includes('no longer loads') && l.includes('endpoints[0].secrets[0].value'))).toBe(true);
+
+      writeFileSync(file, 'whsec_after_rotation');
+      expect(await until(async () => (await send('whsec_after_rotation')).status === 200)).toBe(true);
+      expect(t.lines.join('\n')).not.toContain('whsec_after_rotation');
+    } finally {
+      await t.stop();
+    }
   });
 });
 
