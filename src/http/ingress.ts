@@ -57,6 +57,12 @@ type VerifiedEvent = { eventId?: string; eventType?: string };
 /** The metrics and log label of HTTP refused before it named an endpoint. */
 const UNPARSED = '(unparsed)';
 
+/** A Content-Encoding value that names a coding (not `identity`, not empty). */
+const isCoded = (value: string): boolean => {
+  const v = value.trim().toLowerCase();
+  return v !== '' && v !== 'identity';
+};
+
 /**
  * The ingress pipeline — the same for every provider, in this order:
  *  1 method/endpoint/rate limit  2 header and length bounds, content type  3 exact raw bytes
@@ -149,6 +155,12 @@ export class Ingress {
     if (types !== undefined && types.length > 1) throw new IngressError('unsupported_media_type', `Content-Type appears ${types.length} times`);
     if (!adapter.contentTypes.includes(view.mediaType)) {
       throw new IngressError('unsupported_media_type', `expected ${adapter.contentTypes.join(' or ')}`);
+    }
+    // Providers sign the bytes they send uncompressed. A compressed body would only fail its
+    // signature (a misleading 401); decompressing first would let a small request grow without bound.
+    const codings = snapshot.headers['content-encoding'];
+    if (codings !== undefined && codings.some(isCoded)) {
+      throw new IngressError('unsupported_content_encoding', 'bodies are accepted as sent, without Content-Encoding');
     }
     const declared = declaredContentLength(req);
     if (declared !== null && declared > config.maxBodyBytes) throw new IngressError('payload_too_large', `Content-Length exceeds ${config.maxBodyBytes} bytes`);

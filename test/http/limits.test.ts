@@ -101,6 +101,17 @@ describe('ingress bounds', () => {
     expect(r.json().error).toBe('unsupported_media_type');
   });
 
+  it('answers 415 with Accept-Encoding: identity for a compressed body (it would only fail its signature); identity passes', async () => {
+    const body = stripeEvent('evt_gzip');
+    const { gzipSync } = await import('node:zlib');
+    const r = await post(url(), gzipSync(body), { ...stripeHeaders(body), 'content-encoding': 'gzip' });
+    expect(r.status, r.text).toBe(415);
+    expect(r.json().error).toBe('unsupported_content_encoding');
+    expect(r.headers['accept-encoding']).toBe('identity');
+    const plain = await post(url(), body, { ...stripeHeaders(body), 'content-encoding': 'identity' });
+    expect(plain.status, plain.text).toBe(200);
+  });
+
   it('answers 415 for a repeated Content-Type, whichever comes first', async () => {
     for (const pair of [['application/json', 'text/plain'], ['text/plain', 'application/json']]) {
       const body = stripeEvent(`evt_two_types_${pair[0]!.length}`);
