@@ -32,6 +32,7 @@ export const REASONS = {
   too_many_headers: { status: 431, outcome: 'malformed' },
   unsupported_media_type: { status: 415, outcome: 'malformed' },
   unsupported_content_encoding: { status: 415, outcome: 'malformed' },
+  unsupported_transfer_encoding: { status: 501, outcome: 'malformed' },
   payload_too_large: { status: 413, outcome: 'oversized' },
   bad_content_length: { status: 400, outcome: 'malformed' },
   request_aborted: { status: 400, outcome: 'malformed' },

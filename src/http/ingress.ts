@@ -63,6 +63,9 @@ const isCoded = (value: string): boolean => {
   return v !== '' && v !== 'identity';
 };
 
+/** A Transfer-Encoding value with a coding besides `chunked` (`gzip, chunked`). */
+const hasOtherTransferCoding = (value: string): boolean => value.split(',').some((c) => c.trim().toLowerCase() !== 'chunked');
+
 /**
  * The ingress pipeline — the same for every provider, in this order:
  *  1 method/endpoint/rate limit  2 header and length bounds, content type  3 exact raw bytes
@@ -161,6 +164,12 @@ export class Ingress {
     const codings = snapshot.headers['content-encoding'];
     if (codings !== undefined && codings.some(isCoded)) {
       throw new IngressError('unsupported_content_encoding', 'bodies are accepted as sent, without Content-Encoding');
+    }
+    // Node decodes only `chunked` and passes any other transfer coding's bytes on as the body
+    // (RFC 9112 §6.1: a coding the server does not understand gets 501).
+    const transfer = snapshot.headers['transfer-encoding'];
+    if (transfer !== undefined && transfer.some(hasOtherTransferCoding)) {
+      throw new IngressError('unsupported_transfer_encoding', 'only Transfer-Encoding: chunked is understood');
     }
     const declared = declaredContentLength(req);
     if (declared !== null && declared > config.maxBodyBytes) throw new IngressError('payload_too_large', `Content-Length exceeds ${config.maxBodyBytes} bytes`);

@@ -112,6 +112,17 @@ describe('ingress bounds', () => {
     expect(plain.status, plain.text).toBe(200);
   });
 
+  it('answers 501 for a transfer coding besides chunked (Node would pass its coded bytes on as the body) and closes', async () => {
+    const body = stripeEvent('evt_te_gzip');
+    const { gzipSync } = await import('node:zlib');
+    const coded = gzipSync(body);
+    const head = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ntransfer-encoding: gzip, chunked\r\n\r\n`;
+    const { text, closed } = await rawExchange(port, Buffer.concat([Buffer.from(`${head}${coded.length.toString(16)}\r\n`), coded, Buffer.from('\r\n0\r\n\r\n')]));
+    expect(statusOf(text), text).toBe(501);
+    expect(text).toContain('"error":"unsupported_transfer_encoding"');
+    expect(closed).toBe(true);
+  });
+
   it('answers 415 for a repeated Content-Type, whichever comes first', async () => {
     for (const pair of [['application/json', 'text/plain'], ['text/plain', 'application/json']]) {
       const body = stripeEvent(`evt_two_types_${pair[0]!.length}`);
