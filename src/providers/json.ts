@@ -45,7 +45,8 @@ export function requireEventId(v: unknown, where: string): string {
 
 export function requireEventType(v: unknown, where: string): string {
   const t = idString(v);
-  if (t === null) throw new IngressError('missing_event_type', `${where} is missing or not a string`);
+  // A whole number is taken as its decimal text, as ids are (a generic-hmac typePath may name a numeric code).
+  if (t === null) throw new IngressError('missing_event_type', `${where} is missing, empty, or not a string or whole number`);
   return t;
 }
 
