@@ -270,3 +270,73 @@ describe('generic-hmac: envelope', () => {
     expect(reasonOf(() => a.envelope(Buffer.from('{"meta":{}}'), view([['x-event-type', 't']]), meta))).toBe('missing_event_id');
   });
 });
+
+/**
+ * Known-answer vectors for sha1 and sha512, computed outside this code base (nothing here signs
+ * them first), so a wrong hash, a truncation or a mangled encoding cannot agree with itself:
+ *
+ *   KEY='kat-secret-2025'; BODY='{"id":"evt_kat_1","type":"order.paid"}'
+ *   printf '%s' "$BODY" | openssl dgst -sha1   -hmac "$KEY" -r                  # hex
+ *   printf '%s' "$BODY" | openssl dgst -sha1   -hmac "$KEY" -binary | base64 -w0 # base64
+ *   printf '%s' "$BODY" | openssl dgst -sha512 -hmac "$KEY" -r
+ *   printf '%s' "$BODY" | openssl dgst -sha512 -hmac "$KEY" -binary | base64 -w0
+ *   (OpenSSL 3.0.19; the same four values from python3 -c "import hmac; hmac.new(KEY, BODY, 'sha1'/'sha512')")
+ *
+ * and the published RFC 2202 §3 test case 2 (HMAC-SHA-1) and RFC 4231 §4.3 test case 2
+ * (HMAC-SHA-512): key "Jefe", data "what do ya want for nothing?" (also reproduced with openssl dgst).
+ */
+describe('generic-hmac: sha1 and sha512 known-answer vectors (openssl / RFC), hex and base64, with a prefix', () => {
+  const KAT_KEY = 'kat-secret-2025';
+  const KAT_BODY = '{"id":"evt_kat_1","type":"order.paid"}';
+  const JEFE_DATA = 'what do ya want for nothing?';
+
+  /** [name, algorithm, encoding, prefix, secret, body, header value] */
+  const vectors: [string, 'sha1' | 'sha512', 'hex' | 'base64', string | undefined, string, string, string][] = [
+    ['openssl sha1 hex', 'sha1', 'hex', 'sha1=', KAT_KEY, KAT_BODY, 'sha1=280a28e86de0e53a84fa268955614872575f5a92'],
+    ['openssl sha1 base64', 'sha1', 'base64', 'sha1=', KAT_KEY, KAT_BODY, 'sha1=KAoo6G3g5TqE+iaJVWFIcldfWpI='],
+    ['openssl sha512 hex', 'sha512', 'hex', 'sha512=', KAT_KEY, KAT_BODY,
+      'sha512=6ed2361ffbd7ab7041b7739effcd127acce82c87fd035a83c8ae787050d5e0fbf1ead67aeadf9fcfea8ada2e04ace1477b2b832582293a6c7fecd80b937c8692'],
+    ['openssl sha512 base64', 'sha512', 'base64', 'sha512=', KAT_KEY, KAT_BODY,
+      'sha512=btI2H/vXq3BBt3Oe/80SeszoLIf9A1qDyK54cFDV4Pvx6tZ66t+fz+qK2i4ErOFHeyuDJYIpOmx/7NgLk3yGkg=='],
+    ['RFC 2202 test case 2 (HMAC-SHA-1)', 'sha1', 'hex', undefined, 'Jefe', JEFE_DATA, 'effcdf6ae5eb2fa2d27416d5f184df9c259a7c79'],
+    ['RFC 4231 test case 2 (HMAC-SHA-512)', 'sha512', 'hex', undefined, 'Jefe', JEFE_DATA,
+      '164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea2505549758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737'],
+  ];
+
+  /** The header with one byte of the decoded digest changed, re-encoded (still well-formed: it must fail verification, not parsing). */
+  const oneDigestByteChanged = (header: string, prefix: string, encoding: 'hex' | 'base64'): string => {
+    const digest = Buffer.from(header.slice(prefix.length), encoding);
+    digest[digest.length >> 1]! ^= 0x01;
+    return prefix + digest.toString(encoding);
+  };
+
+  it.each(vectors)('%s: accepted; sign() reproduces it; one byte changed in the body or the digest is rejected', (_name, algorithm, encoding, prefix, secret, body, header) => {
+    const a = generic({ signatureHeader: 'X-Signature', algorithm, encoding, ...(prefix === undefined ? {} : { prefix }), idPath: 'id' });
+    const keys = trustedKeys(a, ['v1', secret]);
+    expect(verifyWith(a, [['x-signature', header]], body, keys)).toBe('v1');
+    expect(a.sign(Buffer.from(body), secret, {})).toEqual({ 'x-signature': header });
+
+    // One body byte changed (the first byte +1): the same signature no longer verifies.
+    const changed = Buffer.from(body);
+    changed[0] = changed[0]! + 1;
+    expect(verifyWith(a, [['x-signature', header]], changed, keys)).toBeNull();
+    // One digest byte changed: well-formed, but not this body's HMAC.
+    const forged = oneDigestByteChanged(header, prefix ?? '', encoding);
+    expect(forged).not.toBe(header);
+    expect(a.parseSignature(view([['x-signature', forged]]))).toBeDefined();
+    expect(verifyWith(a, [['x-signature', forged]], body, keys)).toBeNull();
+    // Another key: rejected.
+    expect(verifyWith(a, [['x-signature', header]], body, trustedKeys(a, ['v1', `${secret}x`]))).toBeNull();
+  });
+
+  it('a vector of one algorithm is not accepted under the other (sha1 digest on a sha512 endpoint and back)', () => {
+    const sha1 = generic({ signatureHeader: 'x-signature', algorithm: 'sha1', prefix: 'sig=', idPath: 'id' });
+    const sha512 = generic({ signatureHeader: 'x-signature', algorithm: 'sha512', prefix: 'sig=', idPath: 'id' });
+    const sha1Hex = 'sig=280a28e86de0e53a84fa268955614872575f5a92';
+    const sha512Hex = 'sig=6ed2361ffbd7ab7041b7739effcd127acce82c87fd035a83c8ae787050d5e0fbf1ead67aeadf9fcfea8ada2e04ace1477b2b832582293a6c7fecd80b937c8692';
+    expect(verifyWith(sha1, [['x-signature', sha1Hex]], KAT_BODY, trustedKeys(sha1, ['v1', KAT_KEY]))).toBe('v1');
+    expect(verifyWith(sha512, [['x-signature', sha512Hex]], KAT_BODY, trustedKeys(sha512, ['v1', KAT_KEY]))).toBe('v1');
+    expect(reasonOf(() => sha512.parseSignature(view([['x-signature', sha1Hex]])))).toBe('malformed_signature');
+    expect(reasonOf(() => sha1.parseSignature(view([['x-signature', sha512Hex]])))).toBe('malformed_signature');
+  });
+});
