@@ -154,7 +154,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
  * parse error in bytes that followed complete requests can wait until those are answered.
  */
 class OwedAnswers {
-  private readonly bySocket = new WeakMap<Duplex, { owed: number; last: IncomingMessage; then?: () => void }>();
+  private readonly bySocket = new WeakMap<Duplex, { owed: number; last: IncomingMessage; lastRes: ServerResponse; then?: () => void; until: number }>();
 
   opened(req: IncomingMessage, res: ServerResponse): void {
     const socket = req.socket;
@@ -162,16 +162,20 @@ class OwedAnswers {
     if (state) {
       state.owed++;
       state.last = req;
+      state.lastRes = res;
     } else {
-      state = { owed: 1, last: req };
+      state = { owed: 1, last: req, lastRes: res, until: 0 };
       this.bySocket.set(socket, state);
     }
     const s = state;
     // 'close' comes after the answer is written, or when the connection dies: either way it is no longer owed.
     res.once('close', () => {
-      if (--s.owed > 0 || !s.then) return;
+      if (--s.owed > s.until || !s.then) return;
       const next = s.then;
       s.then = undefined;
+      // The request in error was answered by its own handler meanwhile (its body too slow): that
+      // answer stands; the connection only closes after it.
+      if (s.until === 1 && s.lastRes.writableEnded) return void socket.end();
       next();
     });
   }
@@ -183,13 +187,16 @@ class OwedAnswers {
   }
 
   /**
-   * Runs `fn` once every answer owed on `socket` is written. At once if none is owed, or if the
-   * latest request is still incomplete: then the error is in that request itself (a body cut
-   * short), and waiting for its answer would wait for ever. Only the first call counts.
+   * Runs `fn` once every answer owed on `socket` before the request in error is written. If the
+   * latest request is still arriving, the error is in it (a malformed chunk): `fn` answers it, so
+   * only the answers owed before it are waited for (an earlier request may still be committing,
+   * and its 200 must go out first). Only the first call counts.
    */
   afterPending(socket: Duplex, fn: () => void): void {
     const state = this.bySocket.get(socket);
-    if (!state || state.owed === 0 || this.reading(socket)) return fn();
+    const until = this.reading(socket) ? 1 : 0;
+    if (!state || state.owed <= until) return fn();
+    state.until = until;
     state.then ??= fn;
   }
 }

@@ -1,5 +1,6 @@
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import Database from 'better-sqlite3';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { post, rawExchange, statusOf } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -289,6 +290,51 @@ describe('ingress bounds', () => {
     expect(r.closed).toBe(true);
     const inboxId = JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4, second)).inbox_id as string;
     expect((await app.store.getInbox(inboxId))?.providerEventId).toBe('evt_pipelined_then_garbage');
+  });
+
+  it('a pipelined request whose own body is malformed (a bad chunk) waits for the answer owed before it: 200 first, then its 400 and close', async () => {
+    const body = stripeEvent('evt_pipelined_then_bad_chunk');
+    const valid = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`;
+    const next = stripeEvent('evt_chunked_next');
+    const badChunk = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(next)['stripe-signature']}\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n`;
+    const r = await rawExchange(port, valid + badChunk);
+    expect(statusOf(r.text), r.text).toBe(200);
+    const second = r.text.indexOf('HTTP/1.1 ', 1);
+    expect(second).toBeGreaterThan(0);
+    expect(statusOf(r.text.slice(second))).toBe(400);
+    expect(r.text.slice(second)).toContain('{"error":"bad_request"}');
+    expect(r.text.indexOf('HTTP/1.1 ', second + 1), 'a third answer').toBe(-1);
+    expect(r.closed).toBe(true);
+    const inboxId = JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4, second)).inbox_id as string;
+    expect((await app.store.getInbox(inboxId))?.providerEventId).toBe('evt_pipelined_then_bad_chunk');
+  });
+});
+
+/** Pipelined answers stay in order even when the request in error is answered by its own handler first. */
+describe('pipelined answers', () => {
+  it('a bad-chunk request answered by its handler (408 body_too_slow) while an earlier one commits: 200, 408, close, and no third answer', async () => {
+    const app = await startTestApp('sqlite', {}, {}, { urlSuffix: '?busyTimeoutMs=5000' });
+    const blocker = new Database(app.db.url.slice('sqlite:'.length));
+    try {
+      const port = Number(new URL(app.url).port);
+      // The first request's commit waits on another connection's write lock for ~2 s; the second
+      // request's body stops at a malformed chunk, so after its first second its handler answers 408.
+      blocker.exec('BEGIN IMMEDIATE');
+      setTimeout(() => blocker.exec('ROLLBACK'), 2000);
+      const body = stripeEvent('evt_pipelined_slow_commit');
+      const valid = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`;
+      const next = stripeEvent('evt_pipelined_slow_next');
+      const badChunk = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(next)['stripe-signature']}\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n`;
+      const r = await rawExchange(port, valid + badChunk, 6000);
+      const starts = [...r.text.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
+      expect(starts, r.text).toEqual([200, 408]);
+      expect(r.text).toContain('{"error":"body_too_slow"');
+      expect(r.closed).toBe(true);
+      expect((await app.store.countRows()).inbox).toBe(1);
+    } finally {
+      blocker.close();
+      await app.stop();
+    }
   });
 });
 
