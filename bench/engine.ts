@@ -15,13 +15,12 @@
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
-import pg from 'pg';
 import { parseWorkers, type WorkersConfig } from '../src/config/engine.js';
 import { PayloadCipher } from '../src/crypto/payload-cipher.js';
 import { openStore } from '../src/store/open.js';
 import type { RateResult } from './loadgen.js';
 import { seedEvents } from './records.js';
+import { openProbe, waitDrained, type Latency, type Probe, type StoreKind } from './probe.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { launch, RUN_DIR, type Running } from './children.js';
 import { dropDb, pgAdmin, recreateDb } from './databases.js';
@@ -33,7 +32,6 @@ import {
 
 export const ENGINE_SCENARIOS = ['drain', 'e2e'] as const;
 export type EngineScenario = (typeof ENGINE_SCENARIOS)[number];
-type StoreKind = 'sqlite' | 'postgres';
 
 export interface EngineReport {
   readonly markdown: string;
@@ -44,7 +42,6 @@ const handlersModule = () => join(ROOT, 'bench', HANDLERS_FILE());
 const ENGINE_DB = 'wi_bench_engine';
 const SEED_BATCH = 500;
 const SEED_SIZES = { minBytes: 1024, maxBytes: 2048, largeBytes: 4096 };
-const POLL_MS = 250;
 /** A drain that has not finished by then is reported as it stands. */
 const DRAIN_LIMIT_MS = 240_000;
 /** After the e2e load, how long the workers get to finish the backlog. */
@@ -74,112 +71,6 @@ async function freshDatabase(store: StoreKind): Promise<FreshDb> {
       if (store === 'postgres') await dropDb(ENGINE_DB);
     },
   };
-}
-
-interface Latency {
-  readonly rows: number;
-  readonly processed: number;
-  readonly p50: number;
-  readonly p95: number;
-  readonly p99: number;
-  readonly max: number;
-}
-
-/** The bench's own read-only view of the inbox, on a connection of its own. */
-interface Probe {
-  /** Rows not yet terminal (PENDING / PROCESSING): the partial due index answers it. */
-  unfinished(): Promise<number>;
-  statusCounts(): Promise<Record<string, number>>;
-  /** First and last processed_at, Unix ms. */
-  processedSpan(): Promise<{ first: number; last: number } | null>;
-  outboxUnpublished(): Promise<number>;
-  /** processed_at - received_at, ms, of the rows received in [fromMs, toMs); nearest-rank percentiles like the loadgen's. */
-  latency(fromMs: number, toMs: number): Promise<Latency>;
-  close(): Promise<void>;
-}
-
-const rank = (q: number, n: number) => Math.max(0, Math.ceil(q * n) - 1);
-
-function sqliteProbe(url: string): Probe {
-  const db = new Database(url.slice('sqlite:'.length), { fileMustExist: true });
-  db.pragma('busy_timeout = 5000');
-  const one = <T>(sql: string, ...p: unknown[]) => db.prepare(sql).get(...p) as T;
-  return {
-    async unfinished() {
-      return one<{ n: number }>(`SELECT count(*) AS n FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING')`).n;
-    },
-    async statusCounts() {
-      const rows = db.prepare('SELECT status, count(*) AS n FROM webhook_inbox GROUP BY status').all() as { status: string; n: number }[];
-      return Object.fromEntries(rows.map((r) => [r.status, r.n]));
-    },
-    async processedSpan() {
-      const r = one<{ first: number | null; last: number | null }>('SELECT min(processed_at) AS first, max(processed_at) AS last FROM webhook_inbox');
-      return r.first === null || r.last === null ? null : { first: r.first, last: r.last };
-    },
-    async outboxUnpublished() {
-      return one<{ n: number }>('SELECT count(*) AS n FROM webhook_outbox WHERE published_at IS NULL').n;
-    },
-    async latency(fromMs, toMs) {
-      const window = 'FROM webhook_inbox WHERE received_at >= ? AND received_at < ?';
-      const a = one<{ rows: number; processed: number; max: number | null }>(
-        `SELECT count(*) AS rows, count(processed_at) AS processed, max(processed_at - received_at) AS max ${window}`, fromMs, toMs);
-      const at = db.prepare(`SELECT processed_at - received_at AS d ${window} AND processed_at IS NOT NULL ORDER BY d LIMIT 1 OFFSET ?`).pluck();
-      const q = (p: number) => (a.processed ? (at.get(fromMs, toMs, rank(p, a.processed)) as number) : NaN);
-      return { rows: a.rows, processed: a.processed, p50: q(0.5), p95: q(0.95), p99: q(0.99), max: a.max ?? NaN };
-    },
-    async close() {
-      db.close();
-    },
-  };
-}
-
-async function pgProbe(url: string): Promise<Probe> {
-  const c = new pg.Client({ connectionString: url, application_name: 'wi-bench-probe' });
-  await c.connect();
-  const one = async <T>(sql: string, p: unknown[] = []) => (await c.query(sql, p)).rows[0] as T;
-  const epoch = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;
-  return {
-    async unfinished() {
-      return Number((await one<{ n: string }>(`SELECT count(*) AS n FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING')`)).n);
-    },
-    async statusCounts() {
-      const { rows } = await c.query<{ status: string; n: string }>('SELECT status, count(*) AS n FROM webhook_inbox GROUP BY status');
-      return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]));
-    },
-    async processedSpan() {
-      const r = await one<{ first: number | null; last: number | null }>(`SELECT ${epoch('min(processed_at)')} AS first, ${epoch('max(processed_at)')} AS last FROM webhook_inbox`);
-      return r.first === null || r.last === null ? null : { first: r.first, last: r.last };
-    },
-    async outboxUnpublished() {
-      return Number((await one<{ n: string }>('SELECT count(*) AS n FROM webhook_outbox WHERE published_at IS NULL')).n);
-    },
-    async latency(fromMs, toMs) {
-      // percentile_disc(q) is the nearest-rank value a[ceil(q·n) − 1], as the loadgen computes; NULLs (unprocessed) are skipped.
-      const r = await one<{ rows: string; processed: string; p50: number | null; p95: number | null; p99: number | null; max: number | null }>(`
-        SELECT count(*) AS rows, count(d) AS processed, percentile_disc(0.5) WITHIN GROUP (ORDER BY d) AS p50,
-          percentile_disc(0.95) WITHIN GROUP (ORDER BY d) AS p95, percentile_disc(0.99) WITHIN GROUP (ORDER BY d) AS p99, max(d) AS max
-        FROM (SELECT ${epoch('processed_at - received_at')} AS d FROM webhook_inbox
-              WHERE received_at >= to_timestamp($1 / 1000.0) AND received_at < to_timestamp($2 / 1000.0)) x`, [fromMs, toMs]);
-      return { rows: Number(r.rows), processed: Number(r.processed), p50: r.p50 ?? NaN, p95: r.p95 ?? NaN, p99: r.p99 ?? NaN, max: r.max ?? NaN };
-    },
-    async close() {
-      await c.end().catch(() => undefined);
-    },
-  };
-}
-
-const openProbe = (store: StoreKind, url: string): Promise<Probe> => (store === 'sqlite' ? Promise.resolve(sqliteProbe(url)) : pgProbe(url));
-
-/** Polls until no row is PENDING/PROCESSING (or the limit passes); calls `tick` on every poll. */
-async function waitDrained(probe: Probe, limitMs: number, tick: (unfinished: number) => void = () => undefined): Promise<{ done: boolean; atMs: number }> {
-  const deadline = Date.now() + limitMs;
-  for (;;) {
-    const n = await probe.unfinished();
-    tick(n);
-    if (n === 0) return { done: true, atMs: Date.now() };
-    if (Date.now() > deadline) return { done: false, atMs: Date.now() };
-    await sleep(POLL_MS);
-  }
 }
 
 // ---------------------------------------------------------------- seeding
