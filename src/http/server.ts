@@ -154,17 +154,17 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
  * parse error in bytes that followed complete requests can wait until those are answered.
  */
 class OwedAnswers {
-  private readonly bySocket = new WeakMap<Duplex, { owed: number; last: IncomingMessage; lastRes: ServerResponse; then?: () => void; until: number }>();
+  /** Per connection: answers owed, the latest request's response (its `req` is that request), what runs when they are written. */
+  private readonly bySocket = new WeakMap<Duplex, { owed: number; last: ServerResponse; then?: () => void; until: number }>();
 
   opened(req: IncomingMessage, res: ServerResponse): void {
     const socket = req.socket;
     let state = this.bySocket.get(socket);
     if (state) {
       state.owed++;
-      state.last = req;
-      state.lastRes = res;
+      state.last = res;
     } else {
-      state = { owed: 1, last: req, lastRes: res, until: 0 };
+      state = { owed: 1, last: res, until: 0 };
       this.bySocket.set(socket, state);
     }
     const s = state;
@@ -175,7 +175,7 @@ class OwedAnswers {
       s.then = undefined;
       // The request in error was answered by its own handler meanwhile (its body too slow): that
       // answer stands; the connection only closes after it.
-      if (s.until === 1 && s.lastRes.writableEnded) return void socket.end();
+      if (s.until === 1 && s.last.writableEnded) return void socket.end();
       next();
     });
   }
@@ -183,7 +183,7 @@ class OwedAnswers {
   /** Whether the latest request on `socket` is still arriving, its answer owed (a handler is reading it). */
   reading(socket: Duplex): boolean {
     const state = this.bySocket.get(socket);
-    return state !== undefined && state.owed > 0 && !state.last.complete;
+    return state !== undefined && state.owed > 0 && !state.last.req.complete;
   }
 
   /**
