@@ -23,15 +23,22 @@ export const OUTCOMES: readonly Outcome[] = [
   'unsupported', 'malformed', 'rate_limited', 'unavailable', 'rejected', 'handshake',
 ];
 
-interface ReasonSpec { readonly status: number; readonly outcome: Outcome; readonly retryAfter?: number }
+interface ReasonSpec {
+  readonly status: number;
+  readonly outcome: Outcome;
+  readonly retryAfter?: number;
+  /** Headers every answer with this reason carries (what the status code's RFC asks for). */
+  readonly headers?: Readonly<Record<string, string>>;
+}
 
 export const REASONS = {
-  method_not_allowed: { status: 405, outcome: 'rejected' },
+  method_not_allowed: { status: 405, outcome: 'rejected', headers: { allow: 'POST' } },
   unknown_endpoint: { status: 404, outcome: 'rejected' },
   rate_limited: { status: 429, outcome: 'rate_limited', retryAfter: 1 },
   too_many_headers: { status: 431, outcome: 'malformed' },
   unsupported_media_type: { status: 415, outcome: 'malformed' },
-  unsupported_content_encoding: { status: 415, outcome: 'malformed' },
+  // RFC 9110 §15.5.16: name the codings that would have been accepted (none: the bytes as sent).
+  unsupported_content_encoding: { status: 415, outcome: 'malformed', headers: { 'accept-encoding': 'identity' } },
   unsupported_transfer_encoding: { status: 501, outcome: 'malformed' },
   payload_too_large: { status: 413, outcome: 'oversized' },
   bad_content_length: { status: 400, outcome: 'malformed' },
@@ -67,6 +74,7 @@ export class IngressError extends Error {
   readonly status: number;
   readonly outcome: Outcome;
   readonly retryAfter: number | undefined;
+  readonly headers: Readonly<Record<string, string>> | undefined;
   constructor(reason: Reason, readonly detail?: string, retryAfterSeconds?: number) {
     super(detail ? `${reason}: ${detail}` : reason);
     const spec: ReasonSpec = REASONS[reason];
@@ -74,6 +82,7 @@ export class IngressError extends Error {
     this.status = spec.status;
     this.outcome = spec.outcome;
     this.retryAfter = retryAfterSeconds ?? spec.retryAfter;
+    this.headers = spec.headers;
   }
 }
 

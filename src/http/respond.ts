@@ -20,11 +20,8 @@ export function sendReply(res: ServerResponse, r: Reply): void {
  * the connection is closed after the answer rather than draining an unwanted body.
  */
 export function sendError(req: IncomingMessage, res: ServerResponse, e: IngressError): void {
-  const headers: Record<string, string | number> = {};
+  const headers: Record<string, string | number> = { ...e.headers };
   if (e.retryAfter !== undefined) headers['retry-after'] = e.retryAfter;
-  if (e.reason === 'method_not_allowed') headers.allow = 'POST';
-  // RFC 9110 §15.5.16: say which codings would have been accepted (none but the bytes as they are).
-  if (e.reason === 'unsupported_content_encoding') headers['accept-encoding'] = 'identity';
   if (!req.complete) headers.connection = 'close';
   const body = e.detail ? JSON.stringify({ error: e.reason, detail: e.detail }) : `{"error":"${e.reason}"}`;
   sendJson(res, e.status, body, headers);
