@@ -123,8 +123,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     metrics.stop();
     await lane?.close();
     await engine.stop().catch(() => undefined); // not started: only its destinations' connections
-    const code = (err as NodeJS.ErrnoException).code;
-    return abandon(code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL' ? new ListenError(config.listen.host, config.listen.port, err as NodeJS.ErrnoException) : err);
+    return abandon(ListenError.from(err, config.listen.host, config.listen.port));
   });
   if (workersRun) engine.start();
   const addr = server.address() as AddressInfo;

@@ -94,16 +94,24 @@ export class ConfigError extends Error {
   }
 }
 
+/** Why a listen address cannot be taken, by the error's code: the operator's to fix, not a bug. */
+const LISTEN_FAILURES: Readonly<Record<string, string>> = {
+  EADDRINUSE: 'the address is already in use (another process listens there)',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'no interface of this machine has that address',
+};
+
 /** The server could not take its listen address (in use, not ours, not here): one line, exit 1. */
 export class ListenError extends Error {
-  constructor(host: string, port: number, cause: NodeJS.ErrnoException) {
-    const why: Record<string, string> = {
-      EADDRINUSE: 'the address is already in use (another process listens there)',
-      EACCES: 'permission denied (ports below 1024 need privileges)',
-      EADDRNOTAVAIL: 'no interface of this machine has that address',
-    };
-    super(`cannot listen on ${host}:${port}: ${why[cause.code ?? ''] ?? cause.message}; change listen in the config or pass --host / --port`, { cause });
+  private constructor(host: string, port: number, why: string, cause: unknown) {
+    super(`cannot listen on ${host}:${port}: ${why}; change listen in the config or pass --host / --port`, { cause });
     this.name = 'ListenError';
+  }
+
+  /** `err` as a ListenError when it is one of the LISTEN_FAILURES, else `err` itself. */
+  static from(err: unknown, host: string, port: number): unknown {
+    const code = (err as NodeJS.ErrnoException | undefined)?.code;
+    return code !== undefined && Object.hasOwn(LISTEN_FAILURES, code) ? new ListenError(host, port, LISTEN_FAILURES[code]!, err) : err;
   }
 }
 
