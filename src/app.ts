@@ -113,13 +113,13 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
   });
 
-  const stopRetry = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
+  const stopSecretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.listen.port, config.listen.host, () => resolve());
   }).catch(async (err: unknown) => {
-    stopRetry();
+    stopSecretChecks();
     metrics.stop();
     await lane?.close();
     await engine.stop().catch(() => undefined); // not started: only its destinations' connections
@@ -140,7 +140,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     log,
     close() {
       closing ??= (async () => {
-        stopRetry();
+        stopSecretChecks();
         metrics.stop();
         // Stop accepting; requests already in the pipeline finish (their commits are answered);
         // connections that linger past the grace period (stalled senders) are cut.

@@ -17,16 +17,16 @@ export interface RunningWorkers {
 }
 
 /** Workers without ingress (`webhook-inbox work`): scale processing apart from receiving. */
-export async function startWorkers(config: Config, opts: { handlers?: HandlerRegistry; env?: NodeJS.ProcessEnv; logger?: Logger; migrate?: boolean; secretRetryMs?: number } = {}): Promise<RunningWorkers> {
+export async function startWorkers(config: Config, opts: { handlers?: HandlerRegistry; env?: NodeJS.ProcessEnv; logger?: Logger; migrate?: boolean; secretCheckMs?: number } = {}): Promise<RunningWorkers> {
   const log = opts.logger ?? createLogger(config.log.level);
   const keyring = new KeyRing(config, opts.env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
-  const stopRetry = keepSecretsCurrent(keyring, log, opts.secretRetryMs);
+  const stopSecretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
   const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   if (opts.migrate ?? true) {
     // As in startApp: a failed start closes what it opened (the pools would keep the process alive).
     await store.migrate().catch(async (err: unknown) => {
-      stopRetry();
+      stopSecretChecks();
       await store.close().catch(() => undefined);
       throw err;
     });
@@ -38,7 +38,7 @@ export async function startWorkers(config: Config, opts: { handlers?: HandlerReg
     store,
     keyring,
     async stop() {
-      stopRetry();
+      stopSecretChecks();
       await engine.stop();
       await store.close();
       log.flush();

@@ -427,7 +427,7 @@ describeEachStore('processing engine', (kind) => {
       expect((event.payload as { id: string }).id).toBe('evt_late_key');
     });
     const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, payloadKeys: { current: 'k1', keys: { k1: `\${file:${keyFile}}` } }, endpoints: [endpoint()] }));
-    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false, secretRetryMs: 100 });
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false, secretCheckMs: 100 });
     try {
       expect(workers.keyring.problems).toEqual([expect.stringMatching(/^payloadKeys\.keys\.k1: cannot read/)]);
       await new Promise((r) => setTimeout(r, 300));
