@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
+import { scrape } from './metric-samples.js';
 
 export const FORWARD_SECRET = `whsec_${Buffer.from('forward-secret-for-tests-32bytes').toString('base64')}`;
 
@@ -85,9 +86,9 @@ export const FAST_WORKERS = { workers: { pollMs: 50, leaseMs: 2000, concurrency:
  * values from two scrapes would mix two moments. NaN when the series is absent.
  */
 export async function scrapeMetrics(baseUrl: string): Promise<(name: string, label?: string) => number> {
-  const text = await (await fetch(`${baseUrl}/metrics`)).text();
+  const samples = await scrape(baseUrl);
   return (name, label = '') => {
-    const line = text.split('\n').find((l) => (l.startsWith(`${name} `) || l.startsWith(`${name}{`)) && l.includes(label));
-    return line ? Number(line.split(' ').pop()) : NaN;
+    for (const [series, value] of samples) if ((series === name || series.startsWith(`${name}{`)) && series.includes(label)) return value;
+    return NaN;
   };
 }
