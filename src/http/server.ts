@@ -33,11 +33,12 @@ function pathOf(req: IncomingMessage): string {
 }
 
 /**
- * The endpoint id in a webhook path. Percent-encoded unreserved characters mean the characters
- * themselves (RFC 3986 §6.2.2.2), and an id is made of nothing else, so `%2D` finds the same
- * endpoint as `-`; any other escape is left as it is (no endpoint has it).
+ * The endpoint id of a webhook path (undefined for any other path). Percent-encoded unreserved
+ * characters mean the characters themselves (RFC 3986 §6.2.2.2), and an id is made of nothing
+ * else, so `%2D` finds the same endpoint as `-`; any other escape is left as it is (no endpoint has it).
  */
-function endpointIdOf(path: string): string {
+function endpointIdOf(path: string): string | undefined {
+  if (!path.startsWith(WEBHOOK_PREFIX)) return undefined;
   const id = path.slice(WEBHOOK_PREFIX.length);
   if (!id.includes('%')) return id;
   return id.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
@@ -74,9 +75,9 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     answers.opened(req, res);
     const refusal = new IngressError('expectation_failed', 'only 100-continue is supported');
-    const path = pathOf(req);
+    const endpointId = endpointIdOf(pathOf(req));
     // On a webhook path it is logged and counted like any refusal there.
-    if (path.startsWith(WEBHOOK_PREFIX)) void ingress.handle(req, res, endpointIdOf(path), performance.now(), refusal);
+    if (endpointId !== undefined) void ingress.handle(req, res, endpointId, performance.now(), refusal);
     else sendError(req, res, refusal);
   });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
@@ -84,9 +85,10 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     answers.opened(req, res);
     const path = pathOf(req);
 
-    if (path.startsWith(WEBHOOK_PREFIX)) {
+    const endpointId = endpointIdOf(path);
+    if (endpointId !== undefined) {
       const refusal = req.method === 'POST' ? undefined : new IngressError('method_not_allowed', 'webhooks are POSTed');
-      void ingress.handle(req, res, endpointIdOf(path), startedAt, refusal);
+      void ingress.handle(req, res, endpointId, startedAt, refusal);
       return;
     }
     if (path === '/healthz' || path === '/readyz' || path === '/metrics') {
