@@ -16,7 +16,7 @@ export const BUILD = join(ROOT, 'dist-bench', 'bench');
 /** The children run as plain JavaScript (no tsx loader thread in their CPU/RSS): transpile bench/*.ts. */
 export function buildChildren(): void {
   mkdirSync(BUILD, { recursive: true });
-  for (const f of ['events', 'h1-client', 'loadgen', 'soak-load', 'ref-plain', 'ref-express']) {
+  for (const f of ['events', 'h1-client', 'rank', 'loadgen', 'soak-load', 'ref-plain', 'ref-express']) {
     const src = readFileSync(join(ROOT, 'bench', `${f}.ts`), 'utf8');
     const out = ts.transpileModule(src, {
       compilerOptions: { module: ts.ModuleKind.ES2022, target: ts.ScriptTarget.ES2022, sourceMap: false },

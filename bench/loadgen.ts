@@ -19,6 +19,7 @@ import { writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { Pool } from 'undici';
 import { H1Pool } from './h1-client.js';
+import { nearestRank } from './rank.js';
 import { EventFactory, LARGE_BODY_BYTES, prng, stripeSignature, DEFAULT_SIZES } from './events.js';
 
 export interface RateSpec {
@@ -108,7 +109,7 @@ function percentiles(values: Float64Array | number[]): Percentiles {
   const a = Float64Array.from(values).sort();
   const n = a.length;
   if (n === 0) return { p50: NaN, p95: NaN, p99: NaN, max: NaN };
-  const at = (q: number) => a[Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))]!;
+  const at = (q: number) => a[nearestRank(q, n)]!;
   return { p50: at(0.5), p95: at(0.95), p99: at(0.99), max: a[n - 1]! };
 }
 

@@ -5,6 +5,7 @@
  */
 import Database from 'better-sqlite3';
 import pg from 'pg';
+import { nearestRank } from './rank.js';
 
 export type StoreKind = 'sqlite' | 'postgres';
 
@@ -35,7 +36,6 @@ export interface Probe {
   close(): Promise<void>;
 }
 
-const rank = (q: number, n: number) => Math.max(0, Math.ceil(q * n) - 1);
 
 export function sqliteProbe(url: string): Probe {
   const db = new Database(url.slice('sqlite:'.length), { fileMustExist: true });
@@ -64,7 +64,7 @@ export function sqliteProbe(url: string): Probe {
       const a = one<{ rows: number; processed: number; max: number | null }>(
         `SELECT count(*) AS rows, count(processed_at) AS processed, max(processed_at - received_at) AS max ${window}`, fromMs, toMs);
       const at = db.prepare(`SELECT processed_at - received_at AS d ${window} AND processed_at IS NOT NULL ORDER BY d LIMIT 1 OFFSET ?`).pluck();
-      const q = (p: number) => (a.processed ? (at.get(fromMs, toMs, rank(p, a.processed)) as number) : NaN);
+      const q = (p: number) => (a.processed ? (at.get(fromMs, toMs, nearestRank(p, a.processed)) as number) : NaN);
       return { rows: a.rows, processed: a.processed, p50: q(0.5), p95: q(0.95), p99: q(0.99), max: a.max ?? NaN };
     },
     async close() {

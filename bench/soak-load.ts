@@ -26,6 +26,7 @@ import { connect } from 'node:net';
 import { writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { H1Pool } from './h1-client.js';
+import { nearestRank } from './rank.js';
 import { DEFAULT_SIZES, EventFactory, prng, stripeSignature } from './events.js';
 
 export const KINDS = ['event', 'short', 'expect', 'dup', 'badsig', 'oversized', 'aborted', 'unknown'] as const;
@@ -146,7 +147,7 @@ function rawRequest(host: string, port: number, head: Buffer, parts: Buffer[], o
 function percentile(a: number[], q: number): number {
   if (a.length === 0) return NaN;
   const s = Float64Array.from(a).sort();
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
+  return s[nearestRank(q, s.length)]!;
 }
 
 function chunked(body: Buffer, size: number): Buffer[] {
