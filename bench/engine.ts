@@ -27,8 +27,9 @@ import { dropDb, pgAdmin, recreateDb } from './databases.js';
 import { ROOT, runLoad } from './load.js';
 import {
   A_P99_TARGET_MS, A_RATE, CORES, NOISY_PCT, PATH, PAYLOAD_KEY, SERVER_MAIN, STRIPE_SECRET,
-  cpuSampler, f0, f1, ms, opts, outcomesText, scrapeCommitStats, serverConfig, table, waitQuiet, type CpuWindow, type Usage,
+  cpuSampler, opts, outcomesText, scrapeCommitStats, serverConfig, waitQuiet, type CpuWindow, type Usage,
 } from './run.js';
+import { f0, f1, ms, table } from './format.js';
 
 export const ENGINE_SCENARIOS = ['drain', 'e2e'] as const;
 export type EngineScenario = (typeof ENGINE_SCENARIOS)[number];

@@ -35,6 +35,7 @@ import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
 import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
+import { f0, f1, ms, readMetrics, table } from './format.js';
 import { cpuDelta, cpuOfCommands, diskWrites, KDAMOND, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
 export let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
@@ -227,8 +228,7 @@ interface StepRecord<R extends LoadResult> {
 
 export async function scrapeCommitStats(url: string): Promise<Usage['commit']> {
   try {
-    const text = await (await fetch(`${url}/metrics`)).text();
-    const v = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+    const v = await readMetrics(url);
     const batches = v('webhook_commit_batch_size_count');
     return {
       batches, meanBatch: v('webhook_commit_batch_size_sum') / batches, meanCommitMs: (v('webhook_db_commit_latency_seconds_sum') / v('webhook_db_commit_latency_seconds_count')) * 1000,
@@ -399,9 +399,6 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
 
 // ---------------------------------------------------------------- formatting
 
-export const f0 = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '–');
-export const f1 = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '–');
-export const ms = (n: number) => (!Number.isFinite(n) ? '–' : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : Math.round(n).toLocaleString('en-US'));
 const ratio = (a: number, b: number) => {
   if (!(Number.isFinite(a) && Number.isFinite(b) && a > 0 && b > 0)) return '–';
   const r = a / b;
@@ -415,12 +412,6 @@ export function outcomesText(o: Record<string, number>, okKeys = ['200']): strin
 
 function passes(r: RateResult): boolean {
   return r.latency.p99 <= P99_LIMIT_MS && r.achieved >= ACHIEVED_MIN * r.offered;
-}
-
-export function table(head: string[], rows: string[][]): string {
-  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: string[]) => `| ${cells.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join(' | ')} |`;
-  return [line(head), `|${w.map((n, i) => (i === 0 ? ':' : '') + '-'.repeat(n + 1) + (i === 0 ? '' : ':')).join('|')}|`, ...rows.map(line)].join('\n');
 }
 
 const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'main thr wait %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'non-2xx/errors', 'dups acked', 'pass'];

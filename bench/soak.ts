@@ -30,6 +30,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { launch, RUN_DIR, track, type Running } from './children.js';
 import { dropDb, recreateDb } from './databases.js';
+import { f0, f1, readMetrics, table } from './format.js';
 import { BUILD, buildChildren, ROOT } from './load.js';
 import { openProbe, type Probe, type StoreKind } from './probe.js';
 import type { Kind, SoakLoadMessage, SoakLoadResult, SoakLoadSpec, SoakProgress } from './soak-load.js';
@@ -137,8 +138,7 @@ function threadCount(pid: number): number {
 
 async function scrape(url: string): Promise<{ inflight: number; queue: number; loopP99Ms: number }> {
   try {
-    const text = await (await fetch(`${url}/metrics`)).text();
-    const v = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+    const v = await readMetrics(url);
     return { inflight: v('webhook_inflight_body_bytes'), queue: v('webhook_commit_queue_depth'), loopP99Ms: v('webhook_event_loop_delay_seconds\\{stat="p99"\\}') * 1000 };
   } catch {
     return { inflight: NaN, queue: NaN, loopP99Ms: NaN };
@@ -296,11 +296,7 @@ function slope(points: [number, number][]): number {
   return den > 0 ? num / den : NaN;
 }
 
-const f1 = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '–');
 const f2 = (n: number) => (Number.isFinite(n) ? (n >= 0 ? '+' : '') + n.toFixed(2) : '–');
-const f0 = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '–');
-const table = (head: string[], rows: string[][]) =>
-  [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
 
 interface Summary {
   label: string;
