@@ -67,8 +67,8 @@ const ENDPOINT = 'stripe-soak';
 const MAX_BODY_BYTES = 64 * 1024;
 const MIX: Partial<Record<Kind, number>> = { dup: 0.03, badsig: 0.03, oversized: 0.01, aborted: 0.01, unknown: 0.01, short: 0.02, expect: 0.003 };
 /** What each kind should get; anything else is reported as unexpected. */
-// The server answers 413 and closes without draining the body (respond.ts sendError): a chunked
-// sender still writing can see EPIPE/ECONNRESET before it reads the 413; flagged with (!), not a leak.
+// The server answers 413, then lingers (src/http/linger.ts: drops what still arrives until the
+// sender's FIN, within bounds), so a sender still writing reads its 413; EPIPE/ECONNRESET is flagged (!).
 const EXPECTED: Record<string, string> = { event: '200', short: '200', expect: '200', dup: '200', badsig: '401', 'oversized-cl': '413', 'oversized-chunked': '413', aborted: 'aborted', unknown: '404' };
 const DRAIN_LIMIT_MS = 60_000;
 const SECRET = 'whsec_soak_' + randomBytes(12).toString('hex');

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IngressError } from '../errors.js';
 import type { Reply } from '../providers/contract.js';
+import { closeAfterAnswer } from './linger.js';
 
 export function sendJson(res: ServerResponse, status: number, json: string, headers: Record<string, string | number> = {}): void {
   if (res.headersSent) return;
@@ -17,12 +18,16 @@ export function sendReply(res: ServerResponse, r: Reply): void {
 
 /**
  * Answers a rejection with `{"error": reason}`. If the request body was not (fully) read,
- * the connection is closed after the answer rather than draining an unwanted body.
+ * the connection is closed after the answer rather than draining an unwanted body (a lingering
+ * close, so a sender still writing reads the answer: linger.ts).
  */
 export function sendError(req: IncomingMessage, res: ServerResponse, e: IngressError): void {
   const headers: Record<string, string | number> = { ...e.headers };
   if (e.retryAfter !== undefined) headers['retry-after'] = e.retryAfter;
-  if (!req.complete) headers.connection = 'close';
+  if (!req.complete) {
+    headers.connection = 'close';
+    closeAfterAnswer(req);
+  }
   const body = e.detail ? JSON.stringify({ error: e.reason, detail: e.detail }) : `{"error":"${e.reason}"}`;
   sendJson(res, e.status, body, headers);
 }

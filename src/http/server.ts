@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError, REASONS } from '../errors.js';
 import type { Ingress } from './ingress.js';
+import { closeAfterAnswer, ignoreOnClosing, isClosing } from './linger.js';
 import { markAwaitingContinue, markTimedOut, sendError, sendJson } from './respond.js';
 
 export interface AdminHandlers {
@@ -68,11 +69,13 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   // `Expect: 100-continue`: Node would invite the body at once; the request handler decides instead
   // (the ingress sends 100 Continue only once every check before the body has passed).
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    if (isClosing(req.socket)) return ignoreOnClosing(req);
     markAwaitingContinue(res);
     server.emit('request', req, res);
   });
   // Any other expectation cannot be met (Node's own answer would be a bare 417 without our JSON).
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    if (isClosing(req.socket)) return ignoreOnClosing(req);
     answers.opened(req, res);
     const refusal = new IngressError('expectation_failed', 'only 100-continue is supported');
     const endpointId = endpointIdOf(pathOf(req));
@@ -81,6 +84,8 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     else sendError(req, res, refusal);
   });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    // Behind a refusal that closes the connection (it came in the same bytes): not served.
+    if (isClosing(req.socket)) return ignoreOnClosing(req);
     const startedAt = performance.now();
     answers.opened(req, res);
     const path = pathOf(req);
@@ -123,7 +128,9 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       );
       return;
     }
-    sendJson(res, 404, '{"error":"not_found"}', req.complete ? {} : { connection: 'close' });
+    if (req.complete) return sendJson(res, 404, '{"error":"not_found"}');
+    closeAfterAnswer(req);
+    sendJson(res, 404, '{"error":"not_found"}', { connection: 'close' });
   });
 
   // Malformed HTTP and oversized header blocks: answer plainly and close. A request pipelined

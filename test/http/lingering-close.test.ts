@@ -1,0 +1,146 @@
+import { connect, type Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LINGER } from '../../src/http/linger.js';
+import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
+import { post, statusOf } from '../helpers/http.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+
+/**
+ * A refusal sent before the request's body has all arrived (413 for a body past the limit, 503
+ * overloaded, 404, 415…) closes the connection. Closing at once while the sender is still
+ * writing makes the kernel answer its next bytes with a reset, and a reset can destroy the
+ * answer in the sender's receive buffer before it is read (RFC 9112 §9.6): the sender sees
+ * EPIPE/ECONNRESET instead of its 413. These tests play a sender that writes its whole body
+ * before it reads, as most HTTP clients do.
+ */
+describe('lingering close: a refused sender still writing its body reads the refusal', () => {
+  let app: TestApp;
+  let port: number;
+  const MAX = 2048;
+  beforeAll(async () => {
+    app = await startTestApp('sqlite', {
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }], maxBodyBytes: MAX }],
+    });
+    port = Number(new URL(app.url).port);
+  });
+  afterAll(async () => { await app?.stop(); });
+
+  interface Upload {
+    /** Everything the server sent, until it closed. */
+    answer: Promise<string>;
+    /** The first error the sender's socket saw (EPIPE, ECONNRESET), if any. */
+    error: () => NodeJS.ErrnoException | undefined;
+    /** Bytes the sender's socket accepted. */
+    written: () => number;
+    closedAt: Promise<number>;
+    sock: Socket;
+  }
+
+  function open(head: string): Upload {
+    // Half-open allowed: the server's FIN after its answer must not stop the sender's body (most clients write it all, then read).
+    const sock = connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    let error: NodeJS.ErrnoException | undefined;
+    let written = 0;
+    const chunks: Buffer[] = [];
+    sock.on('data', (c) => chunks.push(c));
+    sock.on('error', (e) => { error ??= e; });
+    const closedAt = new Promise<number>((r) => sock.once('close', () => r(Date.now())));
+    const answer = closedAt.then(() => Buffer.concat(chunks).toString('latin1'));
+    const write = sock.write.bind(sock);
+    sock.write = ((data: Buffer | string, ...rest: never[]) => {
+      written += Buffer.byteLength(data);
+      return write(data, ...rest);
+    }) as typeof sock.write;
+    sock.write(head);
+    return { answer, error: () => error, written: () => written, closedAt, sock };
+  }
+
+  /**
+   * Writes `total` bytes in 16 KiB pieces (each through `frame`), a millisecond apart as a sender
+   * on a real network would be (on loopback the kernel would otherwise take megabytes before the
+   * server reads any); waits for drain; stops at the first error.
+   */
+  async function pump(u: Upload, total: number, frame: (b: Buffer) => Buffer, gapMs = 1): Promise<void> {
+    const piece = Buffer.alloc(16 * 1024, 0x61);
+    for (let sent = 0; sent < total && !u.sock.destroyed && !u.error(); sent += piece.length) {
+      if (!u.sock.write(frame(piece))) await new Promise((r) => { u.sock.once('drain', r); u.sock.once('close', r); });
+      if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
+    }
+  }
+
+  const chunked = (b: Buffer) => Buffer.concat([Buffer.from(`${b.length.toString(16)}\r\n`), b, Buffer.from('\r\n')]);
+  const signedHead = (extra: string) => {
+    const body = stripeEvent(`evt_linger_${Math.random()}`);
+    return `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\n${extra}\r\n`;
+  };
+
+  it('a chunked body that passes the limit: the sender writes its 1 MiB, then reads 413 payload_too_large; then the connection closes', async () => {
+    const u = open(signedHead('transfer-encoding: chunked\r\n'));
+    await pump(u, 1024 * 1024, chunked);
+    if (!u.error()) u.sock.end('0\r\n\r\n');
+    const text = await u.answer;
+    expect(u.error()?.code).toBeUndefined();
+    expect(u.written()).toBeGreaterThan(1024 * 1024);
+    expect(statusOf(text)).toBe(413);
+    expect(text).toContain('{"error":"payload_too_large"');
+    expect(text.toLowerCase()).toContain('connection: close');
+  });
+
+  it('a Content-Length past the limit is refused before the body; a sender that writes it anyway reads its 413', async () => {
+    const declared = 1024 * 1024;
+    const u = open(signedHead(`content-length: ${declared}\r\n`));
+    await pump(u, declared, (b) => b);
+    u.sock.end();
+    const text = await u.answer;
+    expect(u.error()?.code).toBeUndefined();
+    expect(u.written()).toBeGreaterThan(declared);
+    expect(statusOf(text)).toBe(413);
+    expect(text).toContain('payload_too_large');
+  });
+
+  it('nothing after the refused request is served: a request pipelined behind it is not accepted', async () => {
+    const next = stripeEvent('evt_linger_pipelined');
+    const pipelined = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(next)['stripe-signature']}\r\ncontent-length: ${next.length}\r\n\r\n${next.toString('latin1')}`;
+    // All in one write, so the server's parser holds the pipelined request when it refuses the first.
+    const u = open(signedHead('transfer-encoding: chunked\r\n') + chunked(Buffer.alloc(MAX + 1, 0x61)).toString('latin1') + `0\r\n\r\n${pipelined}`);
+    u.sock.end();
+    const text = await u.answer;
+    expect(statusOf(text)).toBe(413);
+    expect(text.indexOf('HTTP/1.1 ', 1)).toBe(-1); // one answer only
+    // Had the pipelined event been accepted on the closing connection, this would be its duplicate.
+    const r = await post(`${app.url}/webhooks/stripe`, next, stripeHeaders(next));
+    expect(r.status).toBe(200);
+    expect(r.json().duplicate).toBe(false);
+  });
+
+  it('the linger is bounded: a sender that idles after its refusal finds the connection closed after the idle limit', async () => {
+    const u = open(signedHead(`content-length: ${MAX + 1}\r\n`)); // the head only, then nothing
+    const fin = new Promise((r) => u.sock.once('end', r));
+    await fin; // the answer, then the server's FIN
+    const poke = async () => {
+      // The first byte to a closed socket draws a reset; the next write sees it.
+      u.sock.write('x');
+      await new Promise((r) => setTimeout(r, 100));
+      if (!u.sock.destroyed) u.sock.write('y');
+      await new Promise((r) => setTimeout(r, 100));
+    };
+    await new Promise((r) => setTimeout(r, LINGER.idleMs / 2));
+    await poke(); // still lingering: dropped, no reset
+    expect(u.error()).toBeUndefined();
+    await new Promise((r) => setTimeout(r, LINGER.idleMs + 500));
+    await poke();
+    expect(u.error()?.code).toMatch(/ECONNRESET|EPIPE/);
+    expect(statusOf(await u.answer)).toBe(413);
+  });
+
+  it('the linger is bounded: a sender that never stops is cut off once the discard limit has passed', async () => {
+    const u = open(signedHead('transfer-encoding: chunked\r\n'));
+    // Far more than the discard limit; the server must reset the connection long before.
+    await pump(u, LINGER.maxBytes * 4, chunked, 0);
+    if (!u.sock.destroyed) u.sock.end();
+    const text = await u.answer;
+    expect(statusOf(text)).toBe(413);
+    expect(u.error()).toBeDefined();
+    expect(u.written()).toBeLessThan(LINGER.maxBytes * 2);
+  });
+});
