@@ -22,6 +22,7 @@ export function sendReply(res: ServerResponse, r: Reply): void {
  * close, so a sender still writing reads the answer: linger.ts).
  */
 export function sendError(req: IncomingMessage, res: ServerResponse, e: IngressError): void {
+  if (res.headersSent) return; // answered already: nothing is sent, so the connection is not marked closing either
   const headers: Record<string, string | number> = { ...e.headers };
   if (e.retryAfter !== undefined) headers['retry-after'] = e.retryAfter;
   if (!req.complete) {
