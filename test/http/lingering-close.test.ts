@@ -143,4 +143,20 @@ describe('lingering close: a refused sender still writing its body reads the ref
     expect(u.error()).toBeDefined();
     expect(u.written()).toBeLessThan(LINGER.maxBytes * 2);
   });
+
+  it('the linger is bounded: a sender that trickles a byte at a time (never idle long enough) is cut off after the linger\'s whole limit', async () => {
+    const u = open(signedHead('transfer-encoding: chunked\r\n'));
+    const started = Date.now();
+    await pump(u, MAX * 2, chunked, 0); // past the limit: refused
+    let lastOk = Date.now();
+    while (!u.error() && !u.sock.destroyed && Date.now() - started < LINGER.maxMs + 3000) {
+      u.sock.write('a');
+      await new Promise((r) => setTimeout(r, LINGER.idleMs / 4));
+      if (!u.error()) lastOk = Date.now();
+    }
+    expect(u.error()?.code).toMatch(/ECONNRESET|EPIPE/);
+    // Kept open well past the idle limit by the trickle, then closed at the whole limit.
+    expect(lastOk - started).toBeGreaterThan(LINGER.maxMs - 1000);
+    expect(lastOk - started).toBeLessThan(LINGER.maxMs + 1000);
+  });
 });
