@@ -69,7 +69,6 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   // `Expect: 100-continue`: Node would invite the body at once; the request handler decides instead
   // (the ingress sends 100 Continue only once every check before the body has passed).
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
-    if (isClosing(req.socket)) return ignoreOnClosing(req);
     markAwaitingContinue(res);
     server.emit('request', req, res);
   });
