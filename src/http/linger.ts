@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 
 /**
@@ -27,11 +27,13 @@ export function isClosing(socket: object): boolean {
 }
 
 /**
- * Marks `req`'s connection as closing after the answer now being sent, with a lingering close.
- * Node ends a connection whose answer says `Connection: close` by calling the socket's
- * `destroySoon()` once the answer is written; this socket's own `destroySoon` lingers instead.
+ * Makes the answer about to be written on `res` say `Connection: close`, and marks `req`'s
+ * connection as closing after it, with a lingering close. Node ends a connection whose answer
+ * says `Connection: close` by calling the socket's `destroySoon()` once the answer is written;
+ * this socket's own `destroySoon` lingers instead.
  */
-export function closeAfterAnswer(req: IncomingMessage): void {
+export function closeAfterAnswer(req: IncomingMessage, res: ServerResponse): void {
+  res.setHeader('connection', 'close');
   const socket = req.socket as Socket;
   if (closing.has(socket)) return;
   closing.add(socket);

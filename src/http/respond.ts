@@ -25,10 +25,7 @@ export function sendError(req: IncomingMessage, res: ServerResponse, e: IngressE
   if (res.headersSent) return; // answered already: nothing is sent, so the connection is not marked closing either
   const headers: Record<string, string | number> = { ...e.headers };
   if (e.retryAfter !== undefined) headers['retry-after'] = e.retryAfter;
-  if (!req.complete) {
-    headers.connection = 'close';
-    closeAfterAnswer(req);
-  }
+  if (!req.complete) closeAfterAnswer(req, res);
   const body = e.detail ? JSON.stringify({ error: e.reason, detail: e.detail }) : `{"error":"${e.reason}"}`;
   sendJson(res, e.status, body, headers);
 }

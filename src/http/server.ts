@@ -127,9 +127,8 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       );
       return;
     }
-    if (req.complete) return sendJson(res, 404, '{"error":"not_found"}');
-    closeAfterAnswer(req);
-    sendJson(res, 404, '{"error":"not_found"}', { connection: 'close' });
+    if (!req.complete) closeAfterAnswer(req, res);
+    sendJson(res, 404, '{"error":"not_found"}');
   });
 
   // Malformed HTTP and oversized header blocks: answer plainly and close. A request pipelined

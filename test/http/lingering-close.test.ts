@@ -159,4 +159,16 @@ describe('lingering close: a refused sender still writing its body reads the ref
     expect(lastOk - started).toBeGreaterThan(LINGER.maxMs - 1000);
     expect(lastOk - started).toBeLessThan(LINGER.maxMs + 1000);
   });
+
+  it('a path that is no endpoint, with a body on its way: 404 not_found with Connection: close, read by a sender that writes its 1 MiB', async () => {
+    const declared = 1024 * 1024;
+    const u = open(`POST /nope HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${declared}\r\n\r\n`);
+    await pump(u, declared, (b) => b);
+    u.sock.end();
+    const text = await u.answer;
+    expect(u.error()?.code).toBeUndefined();
+    expect(statusOf(text)).toBe(404);
+    expect(text).toContain('{"error":"not_found"}');
+    expect(text.toLowerCase()).toContain('connection: close');
+  });
 });
