@@ -83,20 +83,24 @@ export function readBody(
     };
     let pace: NodeJS.Timeout | undefined = minRate > 0 ? setTimeout(checkPace, PACE_GRACE_MS + PACE_CHECK_MS) : undefined;
 
+    // With a Content-Length: the body when it came in one chunk (most do: it is kept as it is, with
+    // no copy), else the one buffer its chunks are copied into, allocated at the first.
+    let whole: Buffer | null = null;
     let target: Buffer | null = null;
     const chunks: Buffer[] = [];
     if (declaredLength !== null) {
       if (!budget.tryReserve(declaredLength * IN_MEMORY_COPIES)) return fail('overloaded', 'too many body bytes in flight');
       reserved = declaredLength * IN_MEMORY_COPIES;
-      target = Buffer.allocUnsafe(declaredLength);
     }
 
     function onData(chunk: Buffer) {
       if (done) return;
       if (received + chunk.length > maxBytes) return fail('payload_too_large', `body exceeds ${maxBytes} bytes`);
-      if (target) {
-        // Node's parser never delivers more than Content-Length bytes for this request.
-        chunk.copy(target, received);
+      if (declaredLength !== null) {
+        // Node's parser never delivers more than Content-Length bytes for this request, and each
+        // chunk is memory of its own socket read, never reused, so keeping it is safe.
+        if (received === 0 && chunk.length === declaredLength) whole = chunk;
+        else chunk.copy((target ??= Buffer.allocUnsafe(declaredLength)), received);
       } else {
         if (!budget.tryReserve(chunk.length * IN_MEMORY_COPIES)) return fail('overloaded', 'too many body bytes in flight');
         reserved += chunk.length * IN_MEMORY_COPIES;
@@ -108,10 +112,11 @@ export function readBody(
     req.on('data', onData);
     req.once('end', () => {
       if (done) return;
-      if (target && received !== target.length) return fail('request_aborted', 'body shorter than Content-Length');
+      if (declaredLength !== null && received !== declaredLength) return fail('request_aborted', 'body shorter than Content-Length');
       done = true;
       clearTimeout(pace);
-      resolve({ body: target ?? (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received)), reserved });
+      const body = declaredLength !== null ? (whole ?? target ?? Buffer.alloc(0)) : chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received);
+      resolve({ body, reserved });
     });
     req.once('aborted', () => fail('request_aborted', 'client aborted the request'));
     req.once('error', () => fail('request_aborted', 'request stream failed'));
