@@ -84,6 +84,43 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
       await lax.close();
     }
   });
+  /**
+   * libpq URLs may carry `?options=-c …` (a search_path, a statement_timeout). The pg driver lets
+   * a connection string's parameters override the config object's, so such a URL used to replace
+   * the store's own startup options whole: the accept connections then committed with the
+   * database's synchronous_commit = off, and a 2xx was not durable. Read where it matters: on the
+   * connection that inserts each accepted row (a trigger records its setting), on both accept paths.
+   */
+  it('accept connections commit with synchronous_commit on even when the database URL carries its own options', async () => {
+    const name = new URL(db.url).pathname.slice(1);
+    await admin.query(`ALTER DATABASE "${name}" SET synchronous_commit = off`);
+    await admin.query(`
+      CREATE TABLE sync_probe (event_id text PRIMARY KEY, sync text NOT NULL, timeout text NOT NULL);
+      CREATE FUNCTION sync_probe() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+        INSERT INTO sync_probe VALUES (NEW.provider_event_id, current_setting('synchronous_commit'), current_setting('statement_timeout'));
+        RETURN NEW;
+      END $$;
+      CREATE TRIGGER sync_probe AFTER INSERT ON webhook_inbox FOR EACH ROW EXECUTE FUNCTION sync_probe();`);
+    const url = new URL(db.url);
+    url.searchParams.set('options', '-c statement_timeout=12345 -c synchronous_commit=off');
+    const withOptions = new PostgresStore(url.toString(), { acceptThreadMinRows: 4 });
+    try {
+      await withOptions.acceptBatch([record('evt_here')]); // a small batch: the main accept pool
+      await withOptions.acceptBatch(Array.from({ length: 4 }, (_, i) => record(`evt_thread_${i}`))); // the accept thread's pool
+      const { rows } = await admin.query<{ event_id: string; sync: string; timeout: string }>('SELECT * FROM sync_probe ORDER BY event_id');
+      expect(rows).toEqual(['evt_here', 'evt_thread_0', 'evt_thread_1', 'evt_thread_2', 'evt_thread_3'].map((event_id) => ({
+        event_id, sync: 'on', timeout: '12345ms', // ours wins; the URL's other option still applies
+      })));
+      const pools = withOptions as unknown as { pool: pg.Pool; workPool: pg.Pool };
+      for (const pool of [pools.pool, pools.workPool]) {
+        expect((await pool.query('SHOW synchronous_commit')).rows[0]).toEqual({ synchronous_commit: 'on' });
+      }
+      expect((await pools.pool.query('SHOW plan_cache_mode')).rows[0]).toEqual({ plan_cache_mode: 'force_generic_plan' });
+      expect((await pools.workPool.query('SHOW plan_cache_mode')).rows[0]).toEqual({ plan_cache_mode: 'force_custom_plan' });
+    } finally {
+      await withOptions.close();
+    }
+  });
   it('ping (for /readyz) fails on a database without this build\'s schema, and passes once migrated', async () => {
     const bare = await freshDatabase('postgres');
     const fresh = new PostgresStore(bare.url);

@@ -67,6 +67,24 @@ export const WORK_PLANS = '-c plan_cache_mode=force_custom_plan';
  */
 const DURABLE = '-c synchronous_commit=on';
 
+/**
+ * The connection string and the startup options to open it with: `ours` after the URL's own
+ * `options` parameter, if it has one (`?options=-c search_path=…`). The driver lets a connection
+ * string's parameters override the config object's, so an `options` left in the URL replaced
+ * ours whole: the accept connections then committed with the database's synchronous_commit
+ * (`off`: a 2xx a crash can break). PostgreSQL applies `-c` settings in order, so ours, last, win.
+ */
+export function withStartupOptions(url: string, ours: string): { connectionString: string; options: string } {
+  const q = url.indexOf('?');
+  if (q < 0) return { connectionString: url, options: ours };
+  const params = new URLSearchParams(url.slice(q + 1));
+  const own = params.get('options');
+  if (own === null) return { connectionString: url, options: ours };
+  params.delete('options');
+  const rest = params.toString();
+  return { connectionString: rest ? `${url.slice(0, q)}?${rest}` : url.slice(0, q), options: own.trim() ? `${own} ${ours}` : ours };
+}
+
 type AcceptReply = { readonly id: number; readonly ok: boolean; readonly results?: AcceptResult[]; readonly inserted?: boolean; readonly message?: string };
 
 /** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch; batches of THREAD_MIN_ROWS+ run on the accept thread. */
@@ -98,12 +116,11 @@ export class PostgresStore implements InboxStore {
       connectionString: url, connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000, keepAlive: true, application_name: 'webhook-inbox-listen',
     }, SQL.NEW_WORK_CHANNEL);
     const poolConfig = {
-      connectionString: url,
       connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000,
       query_timeout: opts.queryTimeoutMs ?? 10_000,
       keepAlive: true,
       application_name: 'webhook-inbox',
-      options: `${ACCEPT_PLANS} ${DURABLE}`,
+      ...withStartupOptions(url, `${ACCEPT_PLANS} ${DURABLE}`),
     };
     // The accept thread's pool is this one's twin: either may run a batch. Its connections stay
     // open while idle (min = max), and with them their prepared statements (warm).
@@ -126,7 +143,7 @@ export class PostgresStore implements InboxStore {
       application_name: 'webhook-inbox-work',
       // Engine commits need not wait for the WAL flush (see WorkersConfig.durableCommits): a lost
       // one is redone, while an accept's flush must never queue behind them.
-      options: opts.durableEngineCommits === false ? `${WORK_PLANS} -c synchronous_commit=off` : `${WORK_PLANS} ${DURABLE}`,
+      ...withStartupOptions(url, opts.durableEngineCommits === false ? `${WORK_PLANS} -c synchronous_commit=off` : `${WORK_PLANS} ${DURABLE}`),
     });
     // An idle client losing its connection must not crash the process; the next query reconnects.
     this.pool.on('error', () => undefined);
