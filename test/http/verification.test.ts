@@ -325,6 +325,14 @@ describeEachStore('signature verification over HTTP', (kind) => {
       expect(row.matchedSecretVersion).toBe('v1');
     });
 
+    it('a glob\'s * matches any characters, line terminators too: payment_intent.<LF / LS in the type> is accepted, not ignored', async () => {
+      // The body carries JSON escapes (\n, \u2028); the type read from it holds the characters themselves.
+      for (const [escaped, type] of [['payment_intent.line\\nfeed', 'payment_intent.line\nfeed'], ['payment_intent.line\\u2028sep', 'payment_intent.line\u2028sep']] as const) {
+        const m = { ...stripe.make('plain', escaped), type };
+        await expectAccepted(filtered, m, signed(stripe, m));
+      }
+    });
+
     it('the filter runs after verification: a forged charge.refunded is still 401', async () => {
       const m = stripe.make('plain', 'charge.refunded');
       await expectRejected('stripe-pi', m.body, signed(stripe, m, { version: 'v1' }), 401, 'invalid_signature');
