@@ -40,6 +40,45 @@ export function closeAfterAnswer(req: IncomingMessage, res: ServerResponse): voi
   socket.destroySoon = () => linger(socket);
 }
 
+/**
+ * Declared body bytes up to which a refusal sent before the body was read keeps the connection:
+ * Node reads and drops the rest of the body once the answer is written (as nginx discards a
+ * refused request's body), where a close would cost the sender a reconnect (often a TLS
+ * handshake) per refusal — one per request under a rate limit. Past it, or for a body of
+ * unknown length (chunked), the refusal closes with a lingering close.
+ */
+export const DRAIN_MAX_BYTES = 64 * 1024;
+
+/**
+ * Called with every refusal: decides how the connection goes on when the request's body has not
+ * all arrived. A request that has no body, or whose body is complete, keeps its connection.
+ * `drainable`: the refusal came before the body was read, and the sender may send its next
+ * request (not a 413 or 503 overloaded, whose point is not to take the body; not a body cut off
+ * mid-stream). Then a small declared body is dropped (bounded: a sender that does not finish it
+ * within `LINGER.maxMs` is cut off); anything else closes after the answer.
+ */
+export function afterRefusal(req: IncomingMessage, res: ServerResponse, drainable: boolean): void {
+  if (req.complete) return;
+  if (!drainable || !smallBodyToCome(req)) return closeAfterAnswer(req, res);
+  const cut = setTimeout(() => req.socket.destroy(), LINGER.maxMs);
+  const done = () => clearTimeout(cut);
+  req.once('end', done);
+  req.once('close', done);
+}
+
+/**
+ * Whether what is left of the request is a body of at most DRAIN_MAX_BYTES declared bytes (or
+ * none at all: without Content-Length and Transfer-Encoding a request has no body, RFC 9112 §6.3).
+ * Not with `Expect`: a sender waiting for 100 Continue may never send the body it declared, and
+ * its next request would be read as that body.
+ */
+function smallBodyToCome(req: IncomingMessage): boolean {
+  const h = req.headers;
+  if (h['transfer-encoding'] !== undefined || h.expect !== undefined) return false;
+  const cl = h['content-length'];
+  return cl === undefined || (/^\d{1,15}$/.test(cl) && Number(cl) <= DRAIN_MAX_BYTES);
+}
+
 /** A request parsed behind a refused one on a closing connection: not served, its body dropped. */
 export function ignoreOnClosing(req: IncomingMessage): void {
   req.resume();

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { IngressError } from '../errors.js';
+import type { IngressError, Reason } from '../errors.js';
 import type { Reply } from '../providers/contract.js';
-import { closeAfterAnswer } from './linger.js';
+import { afterRefusal } from './linger.js';
 
 export function sendJson(res: ServerResponse, status: number, json: string, headers: Record<string, string | number> = {}): void {
   if (res.headersSent) return;
@@ -17,15 +17,26 @@ export function sendReply(res: ServerResponse, r: Reply): void {
 }
 
 /**
- * Answers a rejection with `{"error": reason}`. If the request body was not (fully) read,
- * the connection is closed after the answer rather than draining an unwanted body (a lingering
- * close, so a sender still writing reads the answer: linger.ts).
+ * Refusals that come before the body is read and do not ask the sender to stop sending it: after
+ * one, a small body still to come is read and dropped and the connection kept (linger.ts
+ * afterRefusal). Every other refusal of a request whose body has not all arrived closes.
+ */
+const REFUSED_BEFORE_BODY: ReadonlySet<Reason> = new Set<Reason>([
+  'method_not_allowed', 'unknown_endpoint', 'rate_limited', 'too_many_headers', 'headers_too_large',
+  'unsupported_media_type', 'unsupported_content_encoding', 'secrets_unavailable',
+]);
+
+/**
+ * Answers a rejection with `{"error": reason}`. If the request body has not all arrived, the
+ * connection is closed after the answer (a lingering close, so a sender still writing reads the
+ * answer), unless the refusal came before the body and what is left of it is small: then it is
+ * dropped and the connection kept (linger.ts).
  */
 export function sendError(req: IncomingMessage, res: ServerResponse, e: IngressError): void {
   if (res.headersSent) return; // answered already: nothing is sent, so the connection is not marked closing either
   const headers: Record<string, string | number> = { ...e.headers };
   if (e.retryAfter !== undefined) headers['retry-after'] = e.retryAfter;
-  if (!req.complete) closeAfterAnswer(req, res);
+  afterRefusal(req, res, REFUSED_BEFORE_BODY.has(e.reason));
   const body = e.detail ? JSON.stringify({ error: e.reason, detail: e.detail }) : `{"error":"${e.reason}"}`;
   sendJson(res, e.status, body, headers);
 }

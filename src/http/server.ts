@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError, REASONS } from '../errors.js';
 import type { Ingress } from './ingress.js';
-import { closeAfterAnswer, ignoreOnClosing, isClosing } from './linger.js';
+import { afterRefusal, ignoreOnClosing, isClosing } from './linger.js';
 import { markAwaitingContinue, markTimedOut, sendError, sendJson } from './respond.js';
 
 export interface AdminHandlers {
@@ -127,7 +127,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       );
       return;
     }
-    if (!req.complete) closeAfterAnswer(req, res);
+    afterRefusal(req, res, true);
     sendJson(res, 404, '{"error":"not_found"}');
   });
 

@@ -1,6 +1,6 @@
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LINGER } from '../../src/http/linger.js';
+import { DRAIN_MAX_BYTES, LINGER } from '../../src/http/linger.js';
 import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { post, statusOf } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -171,4 +171,120 @@ describe('lingering close: a refused sender still writing its body reads the ref
     expect(text).toContain('{"error":"not_found"}');
     expect(text.toLowerCase()).toContain('connection: close');
   });
+});
+
+/**
+ * A refusal that comes before the body (405, 404, 429, 415…) of a request whose body is small or
+ * absent keeps the connection: the rest of the body is read and dropped (as nginx does), since a
+ * close costs the sender a reconnect — under a rate limit, one per refused request.
+ */
+describe('a refusal before a small body keeps the connection', () => {
+  let app: TestApp;
+  let port: number;
+  beforeAll(async () => {
+    app = await startTestApp('sqlite', {
+      endpoints: [
+        { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] },
+        { id: 'limited', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }], rateLimit: { perSecond: 0.01, burst: 1 } },
+      ],
+    });
+    port = Number(new URL(app.url).port);
+  });
+  afterAll(async () => { await app?.stop(); });
+
+  /** One keep-alive connection; `next()` resolves with the next whole answer (head + Content-Length body). */
+  async function connection() {
+    const sock = connect(port, '127.0.0.1');
+    sock.on('error', () => undefined);
+    let buf = '';
+    let closed = false;
+    const waiters: (() => void)[] = [];
+    const wake = () => { for (const w of waiters.splice(0)) w(); };
+    sock.on('data', (c) => { buf += c.toString('latin1'); wake(); });
+    sock.on('close', () => { closed = true; wake(); });
+    await new Promise((r) => sock.once('connect', r));
+    const next = async (): Promise<string> => {
+      for (;;) {
+        const end = buf.indexOf('\r\n\r\n');
+        const len = end < 0 ? NaN : Number(/content-length: (\d+)/i.exec(buf.slice(0, end))?.[1] ?? 0);
+        if (end >= 0 && buf.length >= end + 4 + len) {
+          const answer = buf.slice(0, end + 4 + len);
+          buf = buf.slice(end + 4 + len);
+          return answer;
+        }
+        if (closed) throw new Error(`connection closed; had: ${JSON.stringify(buf)}`);
+        await new Promise<void>((r) => waiters.push(r));
+      }
+    };
+    return { sock, next, closed: () => closed };
+  }
+
+  const signed = (id: string, path = '/webhooks/stripe') => {
+    const body = stripeEvent(id);
+    return `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`;
+  };
+
+  it('405, 404 with a body, 415 with a body and 429 with a signed body, then a signed event: all on one connection, none says Connection: close', async () => {
+    const c = await connection();
+    try {
+      const answers: string[] = [];
+      c.sock.write('GET /webhooks/stripe HTTP/1.1\r\nhost: x\r\n\r\n');
+      answers.push(await c.next());
+      c.sock.write(`POST /elsewhere HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n${'a'.repeat(1000)}`);
+      answers.push(await c.next());
+      c.sock.write(`POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nhello`);
+      answers.push(await c.next());
+      c.sock.write(signed('evt_keep_limited_1', '/webhooks/limited'));
+      answers.push(await c.next());
+      c.sock.write(signed('evt_keep_limited_2', '/webhooks/limited')); // past the burst of 1
+      answers.push(await c.next());
+      c.sock.write(signed('evt_keep_after'));
+      answers.push(await c.next());
+      expect(answers.map(statusOf)).toEqual([405, 404, 415, 200, 429, 200]);
+      for (const a of answers) expect(a.toLowerCase()).not.toContain('connection: close');
+      expect(answers[5]).toContain('"duplicate":false');
+      expect(c.closed()).toBe(false);
+    } finally {
+      c.sock.destroy();
+    }
+  });
+
+  it('the same refusals pipelined in one write: each answered in order, the signed event behind them accepted', async () => {
+    const c = await connection();
+    try {
+      c.sock.write('GET /webhooks/stripe HTTP/1.1\r\nhost: x\r\n\r\n'
+        + `POST /elsewhere HTTP/1.1\r\nhost: x\r\ncontent-length: 3000\r\n\r\n${'b'.repeat(3000)}`
+        + signed('evt_keep_pipelined'));
+      const answers = [await c.next(), await c.next(), await c.next()];
+      expect(answers.map(statusOf)).toEqual([405, 404, 200]);
+      expect(answers[2]).toContain('"duplicate":false');
+    } finally {
+      c.sock.destroy();
+    }
+  });
+
+  it('a body over 64 KiB, a chunked body or an Expect: 100-continue still closes after the refusal (the body is not read)', async () => {
+    for (const head of [
+      `POST /elsewhere HTTP/1.1\r\nhost: x\r\ncontent-length: ${DRAIN_MAX_BYTES + 1}\r\n\r\n`,
+      'POST /elsewhere HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n',
+      'POST /elsewhere HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\nexpect: 100-continue\r\n\r\n',
+    ]) {
+      const c = await connection();
+      c.sock.write(head);
+      const a = await c.next();
+      expect(statusOf(a), head).toBe(404);
+      expect(a.toLowerCase(), head).toContain('connection: close');
+    }
+  });
+
+  it('a small body that never finishes is not waited for without end: the connection is cut off after the linger\'s whole limit', async () => {
+    const c = await connection();
+    const started = Date.now();
+    c.sock.write('POST /elsewhere HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\nonly this');
+    expect(statusOf(await c.next())).toBe(404);
+    await new Promise<void>((r) => (c.closed() ? r() : c.sock.once('close', () => r())));
+    const took = Date.now() - started;
+    expect(took).toBeGreaterThanOrEqual(LINGER.maxMs - 100);
+    expect(took).toBeLessThan(LINGER.maxMs + 2000);
+  }, LINGER.maxMs + 5000);
 });
