@@ -127,6 +127,16 @@ export function standardPublicKeyOf(signingKey: string): string {
   return PUBLIC + publicRaw(privateKeyObject(signingKey)).toString('base64');
 }
 
+/**
+ * At most this many `v1a` entries in one header. Each is a separate ed25519 verification over the
+ * whole message (its SHA-512 cannot be shared between signatures or keys): without a cap, an
+ * unauthenticated sender fitting ~180 of them in the header block could buy ~180 hashes of a
+ * 1 MiB body per public key with one request. A producer sends one, or two or three while it
+ * rotates keys; HMAC `v1` entries cost one digest per key however many there are, so they are
+ * not capped.
+ */
+export const MAX_V1A_SIGNATURES = 4;
+
 /** Parses the signature headers (HEADERS ONLY) of the given families, `webhook-` first. */
 export function parseStandardSignature(req: RequestView, prefixes: readonly string[] = PREFIXES): StandardSignature {
   const h = headerSet(req, prefixes);
@@ -149,6 +159,7 @@ export function parseStandardSignature(req: RequestView, prefixes: readonly stri
       v1.push(d);
     } else {
       if (d === null || d.length !== 64) throw new IngressError('malformed_signature', 'a v1a signature is not a base64 64-byte ed25519 signature');
+      if (v1a.length === MAX_V1A_SIGNATURES) throw new IngressError('malformed_signature', `more than ${MAX_V1A_SIGNATURES} v1a signatures`);
       v1a.push(d);
     }
   }

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { hmac, type TrustedKey } from '../../src/crypto/hmac.js';
 import type { ProviderAdapter } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
-import { decodeStandardSecret, isEd25519Key, standardPublicKeyOf } from '../../src/providers/standard-webhooks.js';
+import { decodeStandardSecret, isEd25519Key, MAX_V1A_SIGNATURES, standardPublicKeyOf } from '../../src/providers/standard-webhooks.js';
 import { expectedFirst, reasonOf, trustedKeys, verifyWith, view } from '../helpers/adapter.js';
 
 const adapter: ProviderAdapter = PROVIDERS['standard-webhooks']!(undefined, 'endpoints[0].options');
@@ -240,6 +240,16 @@ describe('standard-webhooks v1a: the Go library’s asymmetric test cases', () =
     ['only unknown versions', headers(V_ID, ts, 'v2,' + Buffer.alloc(64, 1).toString('base64')), 'missing_signature'],
   ] as [string, [string, string][], string][]))('%s → %s', (_name, reason, pairs) => {
     expect(reasonOf(() => adapter.parseSignature(view(pairs)))).toBe(reason);
+  });
+
+  it(`at most ${MAX_V1A_SIGNATURES} v1a entries (each costs an ed25519 verification over the whole body): the valid one last of ${MAX_V1A_SIGNATURES} verifies, one more is malformed`, () => {
+    const bogus = 'v1a,' + Buffer.alloc(64, 3).toString('base64');
+    const within = [...Array<string>(MAX_V1A_SIGNATURES - 1).fill(bogus), valid].join(' ');
+    expect(check(headers(V_ID, ts, within), V_PAYLOAD, k)).toBe('pk');
+    expect(reasonOf(() => adapter.parseSignature(view(headers(V_ID, ts, `${bogus} ${within}`))))).toBe('malformed_signature');
+    // v1 (HMAC) entries cost one digest per key however many there are: not capped.
+    const manyV1 = [...Array<string>(20).fill('v1,' + Buffer.alloc(32, 3).toString('base64')), valid].join(' ');
+    expect(check(headers(V_ID, ts, manyV1), V_PAYLOAD, k)).toBe('pk');
   });
 
   it('a corrupted but well-formed v1a (one bit flipped) is invalid, not malformed', () => {
