@@ -18,6 +18,10 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
   } catch (err) {
     throw new ConfigError(file, `not valid ${json ? 'JSON' : 'YAML'}${where(err, json, text)}`);
   }
+  // JSON.parse keeps the last of two equal keys without a word; the YAML parser refuses them. The
+  // same keys must give the same result in both, so a repeated key is an error in JSON too.
+  const dup = json ? duplicateKeyOffset(text) : undefined;
+  if (dup !== undefined) throw new ConfigError(file, `not valid JSON (DUPLICATE_KEY) at ${lineColumn(text, dup)}`);
   return parseConfig(doc, env);
 }
 
@@ -31,9 +35,47 @@ function where(err: unknown, json: boolean, text: string): string {
     const at = e.linePos?.[0];
     return `${typeof e.code === 'string' ? ` (${e.code})` : ''}${at ? ` at line ${at.line}, column ${at.col}` : ''}`;
   }
-  const at = jsonErrorOffset(text, (err as Error).message ?? '');
+  return ` at ${lineColumn(text, jsonErrorOffset(text, (err as Error).message ?? ''))}`;
+}
+
+function lineColumn(text: string, at: number): string {
   const before = text.slice(0, at).split('\n');
-  return ` at line ${before.length}, column ${before[before.length - 1]!.length + 1}`;
+  return `line ${before.length}, column ${before[before.length - 1]!.length + 1}`;
+}
+
+/**
+ * The offset of the first key that repeats one before it in the same object, in text that
+ * JSON.parse accepted; undefined when none does. Keys compare as parsed ("a" and "\u0061" are equal).
+ */
+function duplicateKeyOffset(text: string): number | undefined {
+  // Per open container: the keys seen (objects) or null (arrays); expectKey while a key may come next.
+  const stack: (Set<string> | null)[] = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      const top = stack[stack.length - 1];
+      if (expectKey && top) {
+        const key = JSON.parse(text.slice(i, j + 1)) as string;
+        if (top.has(key)) return i;
+        top.add(key);
+      }
+      expectKey = false;
+      i = j;
+    } else if (c === '{') {
+      stack.push(new Set());
+      expectKey = true;
+    } else if (c === '[') {
+      stack.push(null);
+    } else if (c === '}' || c === ']') {
+      stack.pop();
+    } else if (c === ',') {
+      expectKey = stack[stack.length - 1] != null;
+    }
+  }
+  return undefined;
 }
 
 /** V8's JSON.parse message: "… at position N", or "Unexpected end of JSON input". */

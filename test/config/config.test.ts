@@ -117,6 +117,23 @@ describe('config files', () => {
       .toEqual({ ...j, endpoints: j.endpoints.map((e) => ({ ...e, adapter: e.adapter.name })) });
   });
 
+  it('a repeated key is refused in JSON as in YAML (JSON.parse silently kept the last), by place, never by value', () => {
+    const doc = JSON.stringify(withEndpoint(stripeEp()));
+    const twice = doc.replace('"database":', '"database":"sqlite:/tmp/other.db",\n"database":');
+    writeFileSync(join(dir, 'dupkey.yaml'), twice);
+    writeFileSync(join(dir, 'dupkey.json'), twice);
+    expect(() => loadConfigFile(join(dir, 'dupkey.yaml'), {})).toThrow(/dupkey\.yaml: not valid YAML \(DUPLICATE_KEY\)/);
+    expect(() => loadConfigFile(join(dir, 'dupkey.json'), {})).toThrow(/dupkey\.json: not valid JSON \(DUPLICATE_KEY\) at line 2, column 1$/);
+    // Nested, and spelled with an escape: still the same key. Equal keys in different objects are fine.
+    const nested = doc.replace('"value":"whsec_abc"', '"value":"whsec_TOPSECRET","\\u0076alue":"whsec_abc"');
+    writeFileSync(join(dir, 'dupnested.json'), nested);
+    const message = (() => { try { loadConfigFile(join(dir, 'dupnested.json'), {}); } catch (e) { return (e as Error).message; } return ''; })();
+    expect(message).toMatch(/dupnested\.json: not valid JSON \(DUPLICATE_KEY\) at line 1, column \d+$/);
+    expect(message).not.toContain('TOPSECRET');
+    writeFileSync(join(dir, 'twoeps.json'), JSON.stringify({ ...base(), endpoints: [stripeEp({ id: 'a' }), stripeEp({ id: 'b' })] }));
+    expect(loadConfigFile(join(dir, 'twoeps.json'), {}).endpoints.map((e) => e.id)).toEqual(['a', 'b']);
+  });
+
   it('a syntax error names the file and the place, never the text there (it may be an inline secret)', () => {
     writeFileSync(join(dir, 'bad.yaml'), 'listen: { host: [\n');
     expect(() => loadConfigFile(join(dir, 'bad.yaml'), {})).toThrow(/bad\.yaml: not valid YAML/);
