@@ -29,7 +29,9 @@ const INBOX_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 /** An optional integer option within [min, max]; anything else is a usage error with `message`. */
 function intOption(value: unknown, min: number, max: number, message: string): number | undefined {
   if (value === undefined) return undefined;
-  const n = Number(value);
+  // Decimal digits only: Number() reads "" and " " as 0 (`--port=` served on a random port), and
+  // takes 0x1F90 and 1e3.
+  const n = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : NaN;
   if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(message);
   return n;
 }

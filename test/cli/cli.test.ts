@@ -50,6 +50,18 @@ describe('webhook-inbox CLI', () => {
     expect(top.out).toContain('78 config error');
   });
 
+  it('a number option takes decimal digits only: an empty --port= is a usage error (2), not port 0 (a random port)', () => {
+    const missing = join(dir, 'never-read.yaml');
+    for (const port of ['', ' ', '0x1F90', '1e3', '80.0']) {
+      const r = run(['serve', '--config', missing, `--port=${port}`]);
+      expect(r.code, JSON.stringify(port)).toBe(2);
+      expect(r.err).toContain('--port must be an integer from 0 to 65535');
+    }
+    const limit = run(['events', 'list', '--config', missing, '--limit=']);
+    expect(limit.code).toBe(2);
+    expect(limit.err).toContain('--limit must be an integer');
+  });
+
   it('help COMMAND prints that command\'s usage', () => {
     const r = run(['help', 'serve']);
     expect(r.code).toBe(0);
