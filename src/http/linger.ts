@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { declaredContentLength } from './body.js';
 
 /**
  * How a connection ends after a refusal sent before its request's body had all arrived (a body
@@ -32,7 +33,7 @@ export function isClosing(socket: object): boolean {
  * says `Connection: close` by calling the socket's `destroySoon()` once the answer is written;
  * this socket's own `destroySoon` lingers instead.
  */
-export function closeAfterAnswer(req: IncomingMessage, res: ServerResponse): void {
+function closeAfterAnswer(req: IncomingMessage, res: ServerResponse): void {
   res.setHeader('connection', 'close');
   const socket = req.socket as Socket;
   if (closing.has(socket)) return;
@@ -75,8 +76,12 @@ export function afterRefusal(req: IncomingMessage, res: ServerResponse, drainabl
 function smallBodyToCome(req: IncomingMessage): boolean {
   const h = req.headers;
   if (h['transfer-encoding'] !== undefined || h.expect !== undefined) return false;
-  const cl = h['content-length'];
-  return cl === undefined || (/^\d{1,15}$/.test(cl) && Number(cl) <= DRAIN_MAX_BYTES);
+  try {
+    const declared = declaredContentLength(req);
+    return declared === null || declared <= DRAIN_MAX_BYTES;
+  } catch {
+    return false; // a malformed Content-Length: no telling where the next request starts
+  }
 }
 
 /** A request parsed behind a refused one on a closing connection: not served, its body dropped. */
