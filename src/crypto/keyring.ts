@@ -2,7 +2,7 @@ import { statSync } from 'node:fs';
 import type { Config } from '../config/schema.js';
 import { resolveSecret, SecretUnavailableError, type SecretRef } from '../config/secrets.js';
 import type { TrustedKey } from './hmac.js';
-import { decodeBase64 } from './hmac.js';
+import { decodeBase64, isRetired } from './hmac.js';
 import { PayloadCipher } from './payload-cipher.js';
 import { standardSecretAt } from '../providers/standard-webhooks.js';
 
@@ -43,9 +43,12 @@ export class KeyRing {
     this.filesSeen = fingerprint(this.files);
     const problems: string[] = [];
     const endpointKeys = new Map<string, readonly TrustedKey[]>();
+    const nowMs = Date.now();
     for (const ep of this.config.endpoints) {
       try {
-        const keys = ep.secrets.map((s) => {
+        // A version past its retireAt verifies nothing, so it is not read: its file or variable
+        // may be gone once the rotation is over without taking the endpoint offline.
+        const keys = ep.secrets.filter((s) => !isRetired(s, nowMs)).map((s) => {
           const value = resolveSecret(s.ref, this.env);
           try {
             return { version: s.version, key: ep.adapter.prepareSecret(value), retireAtMs: s.retireAtMs };

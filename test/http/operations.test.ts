@@ -51,6 +51,22 @@ describe('secrets unavailable → fail closed', () => {
     expect(ready.json().problems).toEqual(['endpoints[0].secrets: every version is retired (every request is refused)']);
   });
 
+  it('a retired secret version that no longer resolves does not take its endpoint offline', async () => {
+    // The rotation is over and the old secret's file is gone: the endpoint runs on the current one.
+    const t = await appWithLog({
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [
+        { version: 'v2', value: STRIPE_SECRET },
+        { version: 'v1', value: '${file:/nonexistent/stripe_v1}', retireAt: '2020-01-01T00:00:00Z' },
+      ] }],
+    });
+    stops.push(t.stop);
+    const body = stripeEvent('evt_retired_gone');
+    const r = await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body));
+    expect(r.status).toBe(200);
+    const ready = await post(`${t.app.url}/readyz`, '', {}, 'GET');
+    expect(ready.status).toBe(200);
+  });
+
   it('without the payload key nothing is accepted (no unencrypted fallback)', async () => {
     const t = await appWithLog({ payloadKeys: { current: 'k1', keys: { k1: '${env:MISSING_KEY}' } } });
     stops.push(t.stop);
