@@ -17,9 +17,9 @@ export function parseForm(body: Buffer | string): Map<string, string[]> {
 
 /** The fields as a plain object for handlers: a single value as a string, a repeated one as an array. */
 export function formObject(body: Buffer | string): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  for (const [k, vs] of parseForm(body)) out[k] = vs.length === 1 ? vs[0]! : vs;
-  return out;
+  // fromEntries defines own properties, as JSON.parse does: a field named `__proto__` (anyone can
+  // post one to an unsigned endpoint) stays a field instead of replacing the object's prototype.
+  return Object.fromEntries([...parseForm(body)].map(([k, vs]) => [k, vs.length === 1 ? vs[0]! : vs]));
 }
 
 /** Whether stored bytes are JSON (first non-blank byte `{` or `[`) rather than a form. */

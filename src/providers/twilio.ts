@@ -323,9 +323,8 @@ export const createTwilio: AdapterFactory = (options, path) => {
     parsePayload(raw) {
       if (isJsonBytes(raw)) return JSON.parse(raw.toString('utf8'));
       // The values exactly as the signature saw them (querystring rules, not URLSearchParams').
-      const out: Record<string, string | string[]> = {};
-      for (const [name, values] of formParams(raw)) out[name] = values.length === 1 ? values[0]! : values;
-      return out;
+      // Own properties (as formObject): a `__proto__` parameter stays a field, not the object's prototype.
+      return Object.fromEntries([...formParams(raw)].map(([name, values]) => [name, values.length === 1 ? values[0]! : values]));
     },
     /** Signs a FORM body as Twilio does for publicUrl (no query). JSON deliveries need `?bodySHA256=` in the request target: use twilioSignature. */
     sign(body, secret) {

@@ -70,6 +70,14 @@ describe('mollie classic: unsigned "go fetch" notices', () => {
     expect(reasonOf(() => classic.envelope(Buffer.from(body), view([]), { timestamp: null }))).toBe(reason);
   });
 
+  it('parsePayload: a field named __proto__ (anyone can post one) stays a field; it never becomes the payload\'s prototype', () => {
+    const p = classic.parsePayload!(Buffer.from('id=tr_d0b0E3EA3v&__proto__=a&__proto__=b')) as Record<string, unknown>;
+    expect(Object.getPrototypeOf(p)).toBe(Object.prototype);
+    expect(Object.keys(p)).toEqual(['id', '__proto__']);
+    expect(Object.getOwnPropertyDescriptor(p, '__proto__')?.value).toEqual(['a', 'b']);
+    expect((p as { length?: unknown }).length).toBeUndefined();
+  });
+
   it('config: a classic endpoint takes no secrets (the error names the path) and is rate-limited by default; an unknown mode names its path', () => {
     const base = (ep: Record<string, unknown>) => configDoc('sqlite::memory:', { endpoints: [ep] });
     expect(() => parseConfig(base({ id: 'm', provider: 'mollie', options: { mode: 'classic' }, secrets: [{ version: 'v1', value: 'x' }] }))).toThrow(/endpoints\[0\]\.secrets: .*unsigned/);

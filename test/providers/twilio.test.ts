@@ -435,6 +435,9 @@ describe('twilio: payload, sample', () => {
   it('parsePayload gives the form fields (repeated → list) or the JSON document', () => {
     expect(adapter.parsePayload!(Buffer.from('MessageSid=SM1&Body=caf%C3%A9+%2B1&D=1&D=2'))).toEqual({ MessageSid: 'SM1', Body: 'café +1', D: ['1', '2'] });
     expect(adapter.parsePayload!(Buffer.from(' {"a": 1.0}'))).toEqual({ a: 1 });
+    const odd = adapter.parsePayload!(Buffer.from('MessageSid=SM1&__proto__=x&__proto__=y')) as Record<string, unknown>;
+    expect(Object.getPrototypeOf(odd)).toBe(Object.prototype);
+    expect(Object.getOwnPropertyDescriptor(odd, '__proto__')?.value).toEqual(['x', 'y']);
   });
 
   it('the sample is a signed message status callback that verifies and has a key', () => {
