@@ -59,7 +59,8 @@ export const createCheckout: AdapterFactory = (options, path) => {
       if (authorization) {
         const a = req.single('authorization');
         if (a === undefined || a === '') throw new IngressError('missing_signature', 'Authorization header is absent');
-        auth = sha256(a);
+        // Node decodes header bytes as latin1: that recovers the exact bytes sent (UTF-8 of the key).
+        auth = sha256(Buffer.from(a, 'latin1'));
       }
       return { timestamp: null, digest, authorization: auth };
     },
@@ -83,7 +84,8 @@ export const createCheckout: AdapterFactory = (options, path) => {
     },
     sign(body, secret) {
       const headers: Record<string, string> = { [HEADER]: hmac('sha256', Buffer.from(secret, 'utf8'), [body]).toString('hex') };
-      if (authorization) headers.authorization = authorization.value.first;
+      // As its UTF-8 bytes, one per character: Node writes header strings as latin1.
+      if (authorization) headers.authorization = Buffer.from(authorization.value.first, 'utf8').toString('latin1');
       return headers;
     },
     sample(seq) {

@@ -115,6 +115,14 @@ describe('checkout: options.authorization (the optional Authorization header key
     expect(reasonOf(() => check(good, PAID, k, withAuth, [['Authorization', 'Bearer cko-auth-current'], ['authorization', 'Bearer cko-auth-current']]))).toBe('ambiguous_signature');
   });
 
+  it('a non-ASCII key matches the UTF-8 bytes a sender puts in the header (which Node reads as latin1)', () => {
+    const accented = PROVIDERS.checkout!({ authorization: 'Bearer clé-ü' }, 'endpoints[0].options');
+    const ka = trustedKeys(accented, ['v1', SECRET]);
+    const asNodeReadsIt = Buffer.from('Bearer clé-ü', 'utf8').toString('latin1');
+    expect(check(good, PAID, ka, accented, [['Authorization', asNodeReadsIt]])).toBe('v1');
+    expect(check(good, PAID, ka, accented, [['Authorization', 'Bearer cle-u']])).toBeNull();
+  });
+
   it('a list accepts any of its values (rotating the Authorization key)', () => {
     const k2 = trustedKeys(twoAuth, ['v1', SECRET]);
     expect(check(good, PAID, k2, twoAuth, [['Authorization', 'cko-auth-new']])).toBe('v1');
