@@ -33,13 +33,17 @@ function migrate(): number[] {
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`);
   const applied = new Set((db.prepare('SELECT version FROM schema_migrations').all() as { version: number }[]).map((r) => r.version));
   const now: number[] = [];
+  const isApplied = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').pluck();
   for (const m of MIGRATIONS) {
     if (applied.has(m.version)) continue;
-    db.transaction(() => {
+    // Another process on this file (a `serve` next to a `work`) may have applied it since the read above: look again under the write lock.
+    const ran = db.transaction(() => {
+      if (isApplied.get(m.version) !== undefined) return false;
       db.exec(m.sqlite);
       db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now());
+      return true;
     }).immediate();
-    now.push(m.version);
+    if (ran) now.push(m.version);
   }
   return now;
 }
