@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -36,6 +37,32 @@ describe('storage unavailable [sqlite]', () => {
       expect(again.status).toBe(200);
       expect(again.json().duplicate).toBe(false); // nothing was stored by the failed attempt
       expect((await app.store.countRows()).inbox).toBe(2);
+    } finally {
+      await app.stop();
+    }
+  });
+
+  it('answers 503 once the database file is deleted under it, and /readyz says not ready: SQLite would go on committing to the unlinked file, and a restart would not find those events', async () => {
+    const app = await startTestApp('sqlite');
+    try {
+      expect((await send(app.url, 'evt_before')).status).toBe(200);
+      const file = app.db.url.slice('sqlite:'.length);
+      rmSync(file);
+      const r = await send(app.url, 'evt_after_delete');
+      expect(r.status).toBe(503);
+      expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
+      expect((await post(`${app.url}/readyz`, '', {}, 'GET')).status).toBe(503);
+    } finally {
+      await app.stop();
+    }
+  });
+
+  it('answers 503 once the WAL file is deleted under it: the commits in it would be gone at restart', async () => {
+    const app = await startTestApp('sqlite');
+    try {
+      expect((await send(app.url, 'evt_before')).status).toBe(200);
+      rmSync(`${app.db.url.slice('sqlite:'.length)}-wal`);
+      expect((await send(app.url, 'evt_after_delete')).status).toBe(503);
     } finally {
       await app.stop();
     }

@@ -1,3 +1,4 @@
+import { statSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { MIGRATIONS } from '../migrations.js';
@@ -27,6 +28,28 @@ db.pragma('journal_mode = WAL');
 db.pragma('synchronous = FULL');
 db.pragma('foreign_keys = ON');
 db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+
+/**
+ * SQLite goes on committing to a database or WAL file deleted (or replaced) under its open
+ * connection, and none of it is there at the next start: an accept answered 2xx would be lost.
+ * So each is checked, by identity, after every accept commit and at every ping.
+ */
+const fileId = (path: string): string | undefined => {
+  try {
+    const s = statSync(path);
+    return `${s.dev}:${s.ino}`;
+  } catch {
+    return undefined;
+  }
+};
+const opened = file === ':memory:' ? undefined : { db: fileId(file), wal: fileId(`${file}-wal`) };
+function assertFilesInPlace(): void {
+  if (!opened) return;
+  opened.wal ??= fileId(`${file}-wal`); // the WAL, once it exists, stays while this connection is open
+  if (fileId(file) !== opened.db || (opened.wal !== undefined && fileId(`${file}-wal`) !== opened.wal)) {
+    throw Object.assign(new Error(`the database file ${file} (or its -wal) was deleted or replaced while open; restart to reopen it`), { code: 'SQLITE_FILE_MOVED' });
+  }
+}
 
 function migrate(): number[] {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -89,9 +112,13 @@ const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
 
 const ops: Ops = {
   migrate,
-  accept: (records: AcceptRecord[]) => acceptTx.immediate(records),
-  // The schema's version (null: never migrated), which also proves the file readable.
-  ping: () => (db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get()
+  accept: (records: AcceptRecord[]) => {
+    const results = acceptTx.immediate(records);
+    assertFilesInPlace(); // after the commit: a file deleted before it, or during it, lost the batch
+    return results;
+  },
+  // The schema's version (null: never migrated), which also proves the file readable and in place.
+  ping: () => (assertFilesInPlace(), db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get()
     ? (db.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number | null }).v
     : null),
   // Changes when ANOTHER connection (another process) commits to this database file.
