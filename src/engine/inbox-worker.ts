@@ -68,6 +68,8 @@ interface Plan {
   failure?: Failure;
   /** What was committed, for metrics after the commit. */
   settled?: Settlement;
+  /** The failure it was settled for (a handler's included), for the metrics' reason. */
+  settledFailure?: Failure;
 }
 
 /** Processed markers as a set of `<logical key>\u0000<consumer>` strings. */
@@ -404,6 +406,7 @@ export class InboxWorker {
       }
       const { row } = p;
       let s: Settlement;
+      let failed: Failure | undefined = p.early;
       if (p.early) {
         s = this.decide(row, p.early, now);
       } else {
@@ -425,9 +428,11 @@ export class InboxWorker {
           }
         }
         s = failure ? this.decide(row, failure, now) : { status: 'PROCESSED', handlerVersion: versions.length ? versions.join(',') : null, nowMs: now };
+        failed = failure;
       }
       settlements.push({ inboxId: row.inboxId, s });
       p.settled = s;
+      p.settledFailure = failed;
     }
     if (settlements.length > 0) await tx.finishBatch(owner, { markers, effects, settlements });
     return { effects: effects.length, rest };
@@ -537,7 +542,8 @@ export class InboxWorker {
       const s = p.settled;
       if (!s) continue;
       if (s.status === 'PROCESSED') m.attempts.inc(['success', '']);
-      else if (s.status === 'PENDING') m.attempts.inc(['retry', classify(p.failure?.error ?? p.early?.error).reason]);
+      // A handler's failure is not p.failure (that is the forwards'): the one settled with.
+      else if (s.status === 'PENDING') m.attempts.inc(['retry', classify(p.settledFailure?.error).reason]);
       else m.attempts.inc(['failed', s.reason]);
       if (s.status !== 'PENDING') m.processingLatency.observe(Math.max(0, s.nowMs - p.row.receivedAtMs) / 1000, [s.status]);
     }

@@ -5,7 +5,7 @@ import { parseConfig } from '../../src/config/schema.js';
 import { startWorkers } from '../../src/workers.js';
 import { chunkByHandlers } from '../../src/engine/inbox-worker.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
-import { NeedsDecisionError } from '../../src/engine/failure.js';
+import { NeedsDecisionError, RetryableError } from '../../src/engine/failure.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -136,6 +136,17 @@ describeEachStore('processing engine', (kind) => {
     expect(failed.lastError).not.toContain('BODY_MARKER_42');
     expect(app.engine.metrics.attempts.get(['retry', 'error'])).toBe(2);
     expect(app.engine.metrics.attempts.get(['failed', 'retries_exhausted'])).toBe(1);
+  });
+
+  it("a handler's retry is counted under its own reason (a typed error, a timeout), not as a bare \"error\"", async () => {
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', () => {
+      throw new RetryableError('ledger_busy', 'ledger is busy');
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    const r = await send('evt_typed_retry');
+    await waitFor(() => app!.store.getEvent(r.json().inbox_id).then((e) => (e?.status === 'FAILED' ? e : null)), 10_000, 'FAILED');
+    expect(app.engine.metrics.attempts.get(['retry', 'ledger_busy'])).toBe(2);
+    expect(app.engine.metrics.attempts.get(['retry', 'error']) ?? 0).toBe(0);
   });
 
   it('a needs-decision error is FAILED at once with its reason; an unknown type is FAILED as unsupported_type', async () => {
