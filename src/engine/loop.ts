@@ -95,13 +95,14 @@ export class ClaimLoop<T> {
         // commits (under ingress load they starved the accepts of the SQLite writer and of
         // PostgreSQL's pool).
         this.gathering = true;
-        const gatheredAt = Date.now() + this.opts.gatherMs;
+        // A monotonic clock: a wall clock stepped back (NTP, an operator) would stretch this wait by the step.
+        const gatheredAt = performance.now() + this.opts.gatherMs;
         await this.sleeper.sleep(this.opts.pollMs);
         // And at least gatherMs after this claim: at 2,000 events/s, 30 ms gathers ~60 events per
         // claim (e2e, bench/RESULTS.md 2026-11-30: PostgreSQL CPU 92–104 % → 74–81 %, SQLite
         // server 104 → 89 %, for ~20–30 ms more accept → PROCESSED).
         // Wake-ups cut a sleep short, so sleep again until then; stop() ends the loop.
-        while (this.running && Date.now() < gatheredAt) await this.sleeper.sleep(gatheredAt - Date.now());
+        while (this.running && performance.now() < gatheredAt) await this.sleeper.sleep(gatheredAt - performance.now());
         this.gathering = false;
         continue;
       }

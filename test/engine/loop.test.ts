@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ClaimLoop } from '../../src/engine/loop.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -64,5 +64,36 @@ describe('ClaimLoop gathering (workers.gatherMs)', () => {
     const t = Date.now();
     await h.loop.stop();
     expect(Date.now() - t).toBeLessThan(1000);
+  });
+
+  it('a wall clock stepped back during a gathering wait (NTP, an operator) does not stall the loop for the size of the step', async () => {
+    const queue = [1];
+    const claims: number[] = [];
+    const loop = new ClaimLoop<number>(
+      { concurrency: 100, batchSize: 50, pollMs: 60_000, gatherMs: 200 },
+      async (n) => {
+        const batch = queue.splice(0, n);
+        if (batch.length > 0) claims.push(batch.length);
+        return batch;
+      },
+      async () => {
+        // While the loop gathers after this partial claim, the wall clock goes back one hour.
+        const real = Date.now;
+        setTimeout(() => vi.spyOn(Date, 'now').mockImplementation(() => real() - 3_600_000), 20);
+      },
+      (err) => {
+        throw err;
+      },
+    );
+    loops.push(loop);
+    try {
+      loop.start();
+      await sleep(50);
+      queue.push(1);
+      loop.wake();
+      await vi.waitFor(() => expect(claims).toHaveLength(2), { timeout: 2000, interval: 20 });
+    } finally {
+      vi.restoreAllMocks();
+    }
   });
 });
