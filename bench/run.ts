@@ -33,6 +33,7 @@ import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js
 import { killAll, launch, RUN_DIR, type Running } from './children.js';
 import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
 import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
+import { ACHIEVED_MIN, P99_LIMIT_MS, passes } from './verdict.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
 import { f0, f1, ms, readMetrics, table } from './format.js';
@@ -133,8 +134,6 @@ for (const st of opts.stores) if (st !== 'sqlite' && st !== 'postgres') throw ne
 for (const r of opts.rates) if (!(r > 0)) throw new Error(`--rates: bad rate "${r}"`);
 
 export const CORES = os.availableParallelism();
-const P99_LIMIT_MS = 500;
-const ACHIEVED_MIN = 0.97;
 export const A_RATE = 2000;
 /** "other CPU %" above this marks a step as disturbed by processes outside the bench. */
 export const NOISY_PCT = 25;
@@ -410,9 +409,6 @@ export function outcomesText(o: Record<string, number>, okKeys = ['200']): strin
   return bad.length ? bad.map(([k, v]) => `${k}:${v}`).join(' ') : '0';
 }
 
-function passes(r: RateResult): boolean {
-  return r.latency.p99 <= P99_LIMIT_MS && r.achieved >= ACHIEVED_MIN * r.offered;
-}
 
 const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'main thr wait %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'non-2xx/errors', 'dups acked', 'pass'];
 function rateRow(s: StepRecord<RateResult>): string[] {
@@ -583,7 +579,7 @@ function renderReport(
   out.push(`- measured: ${MEASURED_BUILD}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);
   if (ladder.size || floods.length) out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (rate steps: bench/h1-client.ts; flood: undici Pool; pipelining 1), ` +
     `${opts.dupFraction * 100}% exact duplicates, ${(opts.largeFraction * 100).toFixed(1)}% bodies of 1 MiB, the rest 1–13 KiB; every step on a fresh server process and fresh database; ` +
-    `pass = p99 ≤ ${P99_LIMIT_MS} ms and achieved ≥ ${ACHIEVED_MIN * 100}% of offered. Latency from the scheduled send time. CPU % is of one core (the box has ${machine.cores}).`);
+    `pass = p99 ≤ ${P99_LIMIT_MS} ms, achieved ≥ ${ACHIEVED_MIN * 100}% of offered, and every measured request answered 2xx (non-2xx, errors and timeouts fail the step; before 2026-12-02 21:15 UTC up to 3% could pass). Latency from the scheduled send time. CPU % is of one core (the box has ${machine.cores}).`);
   out.push('');
 
   if (ladder.size) {
@@ -634,7 +630,8 @@ function renderReport(
         LABELS[t],
         sustained(m),
         a ? `${ms(a.latency.p50)} / ${ms(a.latency.p99)}` : '–',
-        ours && a ? (a.latency.p99 <= A_P99_TARGET_MS ? 'met' : 'MISSED') : '',
+        // Sustained at 2,000/s (every request acked, achieved ≥ 97 %) with p99 ≤ 50 ms, not the p99 alone.
+        ours && a ? (passes(a, A_P99_TARGET_MS) ? 'met' : 'MISSED') : '',
         vsExpress,
         vsPlain,
         ours ? latRatio(t, 'express') : '',
