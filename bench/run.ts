@@ -33,7 +33,7 @@ import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js
 import { killAll, launch, RUN_DIR, type Running } from './children.js';
 import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
 import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
-import { ACHIEVED_MIN, P99_LIMIT_MS, passes } from './verdict.js';
+import { ACHIEVED_MIN, maxSustained as sustainedOf, P99_LIMIT_MS, passes, timesVerdict, type Sustained } from './verdict.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
 import { f0, f1, ms, readMetrics, table } from './format.js';
@@ -398,6 +398,10 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
 
 // ---------------------------------------------------------------- formatting
 
+/** The range the true ratio of two max rates lies in, from each ladder's bracket [rate, failedAt); "?" where unbounded. */
+const ratioBracket = (ours: Sustained, ref: Sustained): string =>
+  `${Number.isFinite(ref.failedAt) ? ratio(ours.rate, ref.failedAt) : '?'}–${Number.isFinite(ours.failedAt) ? ratio(ours.failedAt, ref.rate) : '?'}`;
+
 const ratio = (a: number, b: number) => {
   if (!(Number.isFinite(a) && Number.isFinite(b) && a > 0 && b > 0)) return '–';
   const r = a / b;
@@ -534,15 +538,8 @@ async function main(): Promise<void> {
   }
 }
 
-/** Highest rate passed below the lowest rate failed; capped = nothing failed. */
-function maxSustained(steps: StepRecord<RateResult>[] | undefined): { rate: number; capped: boolean } {
-  const all = steps ?? [];
-  const fails = all.filter((s) => !passes(s.result)).map((s) => s.result.offered);
-  const lowestFail = fails.length ? Math.min(...fails) : Infinity;
-  const passed = all.filter((s) => passes(s.result) && s.result.offered < lowestFail).map((s) => s.result.offered);
-  const rate = passed.length ? Math.max(...passed) : 0;
-  return { rate, capped: fails.length === 0 && rate > 0 };
-}
+/** A target's max sustained rate (bench/verdict.ts). */
+const maxSustained = (steps: StepRecord<RateResult>[] | undefined): Sustained => sustainedOf((steps ?? []).map((s) => s.result));
 
 /**
  * Which server build a run measures: commit, and whether src/ had uncommitted changes. Taken when
@@ -623,7 +620,7 @@ function renderReport(
       const a = at(t, A_RATE);
       const ours = t === 'sqlite' || t === 'postgres';
       const vsExpress = !ours ? '' : refExpress.rate && m.rate
-        ? `${refExpress.capped ? '≤ ' : ''}${ratio(m.rate, refExpress.rate)} (≥3× ${m.rate >= 3 * refExpress.rate ? 'met' : 'MISSED'})`
+        ? `${refExpress.capped ? '≤ ' : ''}${ratio(m.rate, refExpress.rate)} (${ratioBracket(m, refExpress)}; ≥3× ${timesVerdict(m, refExpress, 3)})`
         : '–';
       const vsPlain = !ours ? '' : refPlain.rate && m.rate ? `${refPlain.capped ? '≤ ' : ''}${ratio(m.rate, refPlain.rate)}` : '–';
       sum.push([
@@ -641,6 +638,7 @@ function renderReport(
     out.push(table(['target', 'max sustained req/s', `p50 / p99 @ ${f0(A_RATE)}/s ms`, `(a) p99 ≤ ${A_P99_TARGET_MS} ms`, 'max rate ÷ Express', 'max rate ÷ plain', 'p50 / p99 ÷ Express', 'p50 / p99 ÷ plain'], sum));
     out.push('');
     out.push(`"+" = passed every rate tried (the real limit is higher, so "≤" for ratios to it). Max sustained = highest rate passed below the lowest rate failed. ` +
+      'A ratio of max rates is of two lower bounds; in brackets the range the true ratio lies in (each max is between the rate passed and the rate failed), and the ≥3× verdict is taken on that range ("undecided" when it straddles 3×). ' +
       'Latency ratios are taken at the highest rate that both targets passed (ours ÷ reference; < 1 = ours faster).');
     out.push('');
     const lat: string[][] = [];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { passes } from '../../bench/verdict.js';
+import { maxSustained, passes, timesVerdict } from '../../bench/verdict.js';
 
 /** A 10 s step at 2,000 req/s: 20,000 measured requests. */
 const step = (over: { ok?: number; p99?: number; achieved?: number } = {}) => ({
@@ -27,5 +27,24 @@ describe('bench step verdict', () => {
     expect(passes(step({ p99: 501 }))).toBe(false);
     expect(passes(step({ p99: 51 }), 50)).toBe(false);
     expect(passes(step({ achieved: 1900 }))).toBe(false);
+  });
+});
+
+describe('bench max-rate ratio verdict', () => {
+  const at = (offered: number, ok: boolean) => ({ ...step(), offered, achieved: offered, latency: { p50: 1, p95: 1, p99: ok ? 10 : 900, max: 1000 } });
+
+  it('brackets a max rate by the rate passed and the lowest rate failed', () => {
+    expect(maxSustained([at(500, true), at(800, false), at(1000, false)])).toEqual({ rate: 500, failedAt: 800, capped: false });
+    expect(maxSustained([at(1000, true), at(2000, true)])).toEqual({ rate: 2000, failedAt: Infinity, capped: true });
+  });
+
+  it('judges ≥ 3× on the brackets, not on two lower bounds', () => {
+    const express = maxSustained([at(500, true), at(800, false)]); // true max in [500, 800)
+    // 2,300 ≥ 3 × 500, but Express may hold 790 (3× = 2,370) and ours fails at 2,500: not known.
+    expect(timesVerdict(maxSustained([at(2300, true), at(2500, false)]), express, 3)).toBe('undecided');
+    expect(timesVerdict(maxSustained([at(5000, true), at(5300, false)]), express, 3)).toBe('met');
+    expect(timesVerdict(maxSustained([at(1000, true), at(1500, false)]), express, 3)).toBe('MISSED');
+    // A reference that passed everything has no upper bound: never 'met'.
+    expect(timesVerdict(maxSustained([at(9000, true)]), maxSustained([at(1000, true)]), 3)).toBe('undecided');
   });
 });
