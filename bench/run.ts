@@ -462,10 +462,11 @@ async function main(): Promise<void> {
   const targets = (ALL_TARGETS as readonly TargetName[]).filter((t) => only.includes(t) && (pgVersion !== 'unavailable' || (t !== 'express' && t !== 'postgres')));
   const scenarios = ENGINE_SCENARIOS.filter((s) => only.includes(s));
   const stores = opts.stores.filter((s) => pgVersion !== 'unavailable' || s !== 'postgres');
-  const machine = machineInfo(pgVersion, new EventFactory().make('speed', false, prng(1), Math.floor(Date.now() / 1000)));
+  const machine = machineInfo(pgVersion, new EventFactory().make('speed', false, prng(1), Math.floor(Date.now() / 1000)), RUN_DIR);
   const started = new Date();
   console.log(`webhook-inbox bench — ${started.toISOString()}`);
   console.log(`machine: ${machine.cores} cores, ${machine.model}, ${machine.ramGiB} GiB RAM, Node ${machine.node}, PostgreSQL ${machine.postgres}, DAMON memory scanners on: ${machine.damon}`);
+  console.log(`SQLite files on: ${machine.sqliteFs}`);
   console.log(`speed now: ${speedLine(machine)}`);
   if (targets.length) console.log(`targets: ${targets.join(', ')}; rates: ${opts.rates.join(', ')}; warm-up ${opts.warmupS} s + ${opts.durationS} s per step; flood: ${opts.memory ? `${opts.floodConcurrency} × 1 MiB for ${opts.floodDurationS} s` : 'off'}${opts.nodeArgs.length ? `; server node flags: ${opts.nodeArgs.join(' ')}` : ''}${opts.logLevel === 'warn' ? '' : `; server log.level: ${opts.logLevel}`}`);
   if (scenarios.length) console.log(`engine: ${scenarios.join(', ')} on ${stores.join(', ')}; backlog ${f0(opts.backlog)}; e2e ${f0(A_RATE)} req/s for ${opts.e2eDurationS} s`);
@@ -572,6 +573,7 @@ function renderReport(
   out.push(`- date (UTC): ${date}`);
   out.push(`- machine: ${machine.cores} cores (\`nproc\`), ${machine.model}, ${machine.ramGiB} GiB RAM, Linux ${machine.kernel}; DAMON memory scanners on: ${machine.damon}`);
   out.push(`- Node ${machine.node}; PostgreSQL ${machine.postgres}`);
+  out.push(`- SQLite files on: ${machine.sqliteFs}`);
   out.push(`- speed at the start: ${speedLine(machine)}`);
   out.push(`- measured: ${MEASURED_BUILD}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);
   if (ladder.size || floods.length) out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (rate steps: bench/h1-client.ts; flood: undici Pool; pipelining 1), ` +

@@ -100,6 +100,8 @@ export interface MachineInfo {
   readonly speed: { readonly hmacUs: number; readonly parseUs: number; readonly parseBytes: number; readonly freshPageUs: number };
   /** The kernel's own memory-access scanners (DAMON kdamonds) that are on, e.g. "1 (sampling every 500 ms)"; "none". */
   readonly damon: string;
+  /** Where the SQLite files go: the filesystem type (`stat -f`), " — NOT durable …" on a RAM filesystem. */
+  readonly sqliteFs: string;
 }
 
 /**
@@ -177,7 +179,26 @@ export function damonScanners(): string {
   return on.length === 0 ? 'none' : `${on.length} (${on.join('; ')})`;
 }
 
-export function machineInfo(postgresVersion: string, sampleJson: Buffer): MachineInfo {
+/** The type of the filesystem holding `path` (`stat -f -c %T`: "ext2/ext3", "xfs", "tmpfs", …); "unknown" if it cannot tell. */
+export function fsTypeOf(path: string): string {
+  try {
+    return execFileSync('stat', ['-f', '-c', '%T', path], { encoding: 'utf8' }).trim() || 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+/**
+ * The SQLite steps' files live under the bench's temp directory (os.tmpdir()). Where that is a
+ * RAM filesystem (tmpfs: /tmp on many distributions) fsync reaches no disk, so the steps are not
+ * the fsync-durable runs the targets ask for, however fast: the report must say so.
+ */
+export function sqliteFsLine(dir: string): string {
+  const fs = fsTypeOf(dir);
+  return /^(tmpfs|ramfs)$/.test(fs) ? `${fs} (${dir}) — NOT durable: fsync reaches no disk; set TMPDIR to a disk-backed directory` : `${fs} (${dir})`;
+}
+
+export function machineInfo(postgresVersion: string, sampleJson: Buffer, sqliteDir: string): MachineInfo {
   let model = os.cpus()[0]?.model ?? 'unknown';
   try {
     const m = /^model name\s*:\s*(.+)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'));
@@ -200,6 +221,7 @@ export function machineInfo(postgresVersion: string, sampleJson: Buffer): Machin
     kernel: os.release(),
     speed: cpuSpeed(sampleJson),
     damon: damonScanners(),
+    sqliteFs: sqliteFsLine(sqliteDir),
   };
 }
 
