@@ -578,7 +578,8 @@ function renderReport(
   out.push(`- measured: ${MEASURED_BUILD}; command: \`${['npm run bench --', ...process.argv.slice(2)].join(' ')}\``);
   if (ladder.size || floods.length) out.push(`- load: open loop, ${opts.warmupS} s warm-up (ramp over the first half) + ${opts.durationS} s measured per step, ≤ ${opts.connections} connections (rate steps: bench/h1-client.ts; flood: undici Pool; pipelining 1), ` +
     `${opts.dupFraction * 100}% exact duplicates, ${(opts.largeFraction * 100).toFixed(1)}% bodies of 1 MiB, the rest 1–13 KiB; every step on a fresh server process and fresh database; ` +
-    `pass = p99 ≤ ${P99_LIMIT_MS} ms, achieved ≥ ${ACHIEVED_MIN * 100}% of offered, and every measured request answered 2xx (non-2xx, errors and timeouts fail the step; before 2026-12-02 21:15 UTC up to 3% could pass). Latency from the scheduled send time. CPU % is of one core (the box has ${machine.cores}).`);
+    `pass = p99 ≤ ${P99_LIMIT_MS} ms, achieved ≥ ${ACHIEVED_MIN * 100}% of offered, and every measured request answered 2xx (non-2xx, errors and timeouts fail the step; before 2026-12-02 21:15 UTC up to 3% could pass). Latency from the scheduled send time. CPU % is of one core (the box has ${machine.cores}). ` +
+    `Our server: log.level ${opts.logLevel}${opts.logLevel === 'warn' ? ' (not the shipped default info: no log line per request, as the references write none)' : ''}, limits.maxInFlightBodyBytes ${opts.inflightMiB} MiB, workers off in the ladder.`);
   out.push('');
 
   if (ladder.size) {
