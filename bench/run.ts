@@ -210,6 +210,8 @@ export interface Usage {
   mainThreadWaitPct?: number;
   otherThreadCpuPct: number;
   machineBusyPct: number;
+  /** Whole machine: flush requests reaching the disks per second over the window (absent from older records). */
+  diskFlushesPerS?: number;
   windowS: number;
   commit?: {
     meanBatch: number; meanCommitMs: number; batches: number;
@@ -380,6 +382,7 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
       mainThreadWaitPct: c.mainThreadWaitPct,
       otherThreadCpuPct: c.otherThreadCpuPct,
       machineBusyPct: c.machineBusyPct,
+      diskFlushesPerS: c.diskFlushesPerS,
       windowS: c.windowS,
       ...(commit ? { commit } : {}),
     };
@@ -414,7 +417,7 @@ export function outcomesText(o: Record<string, number>, okKeys = ['200']): strin
 }
 
 
-const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'main thr wait %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'non-2xx/errors', 'dups acked', 'pass'];
+const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'main thr wait %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'disk flushes/s', 'non-2xx/errors', 'dups acked', 'pass'];
 function rateRow(s: StepRecord<RateResult>): string[] {
   const r = s.result;
   const u = s.usage;
@@ -424,7 +427,7 @@ function rateRow(s: StepRecord<RateResult>): string[] {
   return [
     LABELS[s.target], f0(r.offered), f0(r.achieved), ms(r.latency.p50), ms(r.latency.p95), ms(r.latency.p99), ms(r.latency.max),
     f0(u.serverCpuPct), f0(u.mainThreadCpuPct), u.mainThreadWaitPct === undefined ? '–' : f0(u.mainThreadWaitPct), f0(u.otherThreadCpuPct), f0(perReq), f0(u.peakRssMiB), f0(u.pgCpuPct), f0(lgPct), f0(other),
-    ms(r.sendLag.p99), outcomesText(r.outcomes), s.target === 'sqlite' || s.target === 'postgres' ? `${r.dupAcked}/${r.dupSent}` : `–/${r.dupSent}`,
+    ms(r.sendLag.p99), u.diskFlushesPerS === undefined ? '–' : f0(u.diskFlushesPerS), outcomesText(r.outcomes), s.target === 'sqlite' || s.target === 'postgres' ? `${r.dupAcked}/${r.dupSent}` : `–/${r.dupSent}`,
     (passes(r) ? 'yes' : 'NO') + (other > NOISY_PCT ? ' (noisy)' : ''),
   ];
 }
@@ -590,7 +593,7 @@ function renderReport(
     out.push(table(RATE_HEAD, rows));
     out.push('');
     out.push('CPU % is of one core. "main thr" = the server\'s event-loop thread; "main thr wait" = the share of the window it was runnable but waiting for a core (/proc schedstat: the cores were busy with other threads or processes, its own helpers included); "top other thr" = its busiest other thread (the SQLite writer on SQLite). ' +
-      '"other CPU" = whole-box CPU not explained by server, PostgreSQL and loadgen (interference). "send lag" = how late the loadgen handed requests to the client (connection cap or loadgen lag; counted in latency).');
+      '"other CPU" = whole-box CPU not explained by server, PostgreSQL and loadgen (interference). "send lag" = how late the loadgen handed requests to the client (connection cap or loadgen lag; counted in latency). "disk flushes/s" = the whole machine\'s flush requests reaching its disks (/proc/diskstats) over the window: the evidence that a store\'s commits (ours, Express\'s) were fsync-durable; near 0 on a durable target means they were not.');
     const meanBody = [...ladder.values()].flat().map((s) => s.result.meanBodyBytes);
     if (meanBody.length) out.push(`Mean body size sent: ${f0(meanBody.reduce((a, b) => a + b, 0) / meanBody.length)} bytes. "dups acked" = duplicates answered \`"duplicate":true\` / duplicates sent.`);
     const commits = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.commit).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.commit!.meanBatch)} req/batch, ${ms(s.usage.commit!.meanCommitMs)} ms/commit` +
