@@ -138,6 +138,8 @@ export const A_RATE = 2000;
 /** "other CPU %" above this marks a step as disturbed by processes outside the bench. */
 export const NOISY_PCT = 25;
 export const A_P99_TARGET_MS = 50;
+/** Target (c): peak RSS at the max sustained rate. */
+const PEAK_RSS_TARGET_MIB = 300;
 
 const LABELS: Record<TargetName, string> = {
   plain: 'ref: plain node:http',
@@ -620,6 +622,11 @@ function renderReport(
       const b = at(ref, rate)!;
       return `${ratio(a.latency.p50, b.latency.p50)} / ${ratio(a.latency.p99, b.latency.p99)} @ ${f0(rate)}`;
     };
+    /** Target (c): peak RSS ≤ 300 MiB at the max sustained rate. */
+    const peakAtMax = (t: TargetName, rate: number): string => {
+      const st = ladder.get(t)?.find((x) => x.result.offered === rate);
+      return st ? `${f0(st.usage.peakRssMiB)} (${st.usage.peakRssMiB <= PEAK_RSS_TARGET_MIB ? 'met' : 'MISSED'})` : '–';
+    };
     const sustained = (m: { rate: number; capped: boolean }) => (m.rate ? `${f0(m.rate)}${m.capped ? '+' : ''}` : `< ${f0(Math.min(...opts.rates))}`);
     for (const t of targets) {
       const m = maxSustained(ladder.get(t));
@@ -639,9 +646,10 @@ function renderReport(
         vsPlain,
         ours ? latRatio(t, 'express') : '',
         ours ? latRatio(t, 'plain') : '',
+        ours ? peakAtMax(t, m.rate) : '',
       ]);
     }
-    out.push(table(['target', 'max sustained req/s', `p50 / p99 @ ${f0(A_RATE)}/s ms`, `(a) p99 ≤ ${A_P99_TARGET_MS} ms`, 'max rate ÷ Express', 'max rate ÷ plain', 'p50 / p99 ÷ Express', 'p50 / p99 ÷ plain'], sum));
+    out.push(table(['target', 'max sustained req/s', `p50 / p99 @ ${f0(A_RATE)}/s ms`, `(a) p99 ≤ ${A_P99_TARGET_MS} ms`, 'max rate ÷ Express', 'max rate ÷ plain', 'p50 / p99 ÷ Express', 'p50 / p99 ÷ plain', `peak RSS @ max rate MiB (≤ ${PEAK_RSS_TARGET_MIB})`], sum));
     out.push('');
     out.push(`"+" = passed every rate tried (the real limit is higher, so "≤" for ratios to it). Max sustained = highest rate passed below the lowest rate failed. ` +
       'A ratio of max rates is of two lower bounds; in brackets the range the true ratio lies in (each max is between the rate passed and the rate failed), and the ≥3× verdict is taken on that range ("undecided" when it straddles 3×). ' +
