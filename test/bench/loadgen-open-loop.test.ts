@@ -1,0 +1,48 @@
+import { fork } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { LoadMessage, RateResult, RateSpec } from '../../bench/loadgen.js';
+
+/**
+ * Coordinated omission: when the server is slower than the offered rate, the load generator must
+ * keep its schedule and charge each request the time it waited for a connection, not measure
+ * only from when a connection freed up.
+ */
+describe('bench load generator, open loop', () => {
+  let server: Server | undefined;
+  afterEach(() => new Promise<void>((r) => (server ? server.close(() => r()) : r())));
+
+  function runLoadgen(spec: RateSpec): Promise<RateResult> {
+    const child = fork('bench/loadgen.ts', [JSON.stringify(spec)], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    return new Promise((res, rej) => {
+      child.on('message', (m: LoadMessage) => {
+        if (m.type === 'result') res(m.result as RateResult);
+        else if (m.type === 'error') rej(new Error(m.message));
+      });
+      child.once('exit', (code) => rej(new Error(`loadgen exited ${code}`)));
+    });
+  }
+
+  it('counts the wait behind an exhausted connection pool from the scheduled send time', async () => {
+    // 100 ms per request on each of 2 connections: 20 req/s of capacity, offered 40 req/s for 2 s.
+    server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => setTimeout(() => res.writeHead(200, { 'content-length': '2' }).end('{}'), 100));
+    });
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const r = await runLoadgen({
+      mode: 'rate', url, path: '/x', secret: 'whsec_test', rate: 40, warmupS: 0, durationS: 2, drainS: 10, connections: 2,
+      dupFraction: 0, largeFraction: 0, seed: 1, tag: 'ol',
+    });
+    expect(r.measured).toBe(80);
+    expect(r.ok).toBe(80);
+    // Closed loop would report ~100 ms for every request. Open loop: the k-th request waits for
+    // k/2 × 100 ms of service minus its schedule offset k × 25 ms, so the last waits ~2 s.
+    expect(r.latency.p50).toBeGreaterThan(800);
+    expect(r.latency.max).toBeGreaterThan(1800);
+    expect(r.sendLag.max).toBeGreaterThan(1700);
+    expect(r.achieved).toBeLessThan(25);
+  }, 30_000);
+});
