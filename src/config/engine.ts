@@ -1,7 +1,7 @@
 import { ConfigError } from '../errors.js';
 import type { DestinationType } from '../destinations/contract.js';
 import { asArray, asObject, child, optBool, optInt, optString, optStringArray, reqString, type Obj } from './read.js';
-import { parseSecretRef, type SecretRef } from './secrets.js';
+import { parseSecretRef, resolveSecret, SecretUnavailableError, type SecretRef } from './secrets.js';
 
 /** Destinations are an explicit allowlist: nothing else is ever called or published to. */
 export type DestinationConfig =
@@ -74,19 +74,31 @@ function template(o: Obj, key: string, path: string, fallback?: string): string 
   return v;
 }
 
-function url(o: Obj, path: string, protocols: readonly string[]): string {
-  const v = reqString(o, 'url', path);
+/**
+ * A destination's URL: inline, or `${env:NAME}` / `${file:PATH}`, read once here, since it may
+ * carry credentials (amqp://user:password@…, a broker token, Basic auth for a forward). Errors
+ * name the path, never the value.
+ */
+function url(o: Obj, path: string, protocols: readonly string[], env: NodeJS.ProcessEnv): string {
+  const p = child(path, 'url');
+  let v: string;
+  try {
+    v = resolveSecret(parseSecretRef(reqString(o, 'url', path), p), env);
+  } catch (err) {
+    if (err instanceof SecretUnavailableError) throw new ConfigError(p, err.detail);
+    throw err;
+  }
   let u: URL;
   try {
     u = new URL(v);
   } catch {
-    throw new ConfigError(child(path, 'url'), 'is not a valid URL');
+    throw new ConfigError(p, 'is not a valid URL');
   }
-  if (!protocols.includes(u.protocol)) throw new ConfigError(child(path, 'url'), `must use ${protocols.join(' or ')}`);
+  if (!protocols.includes(u.protocol)) throw new ConfigError(p, `must use ${protocols.join(' or ')}`);
   return v;
 }
 
-function parseDestination(raw: unknown, path: string): DestinationConfig {
+function parseDestination(raw: unknown, path: string, env: NodeJS.ProcessEnv): DestinationConfig {
   const base = asObject(raw, path, ['id', 'type', 'url', 'secret', 'timeoutMs', 'maxConnections', 'subject', 'stream', 'exchange', 'routingKey', 'queue']);
   const id = reqString(base, 'id', path);
   if (!ID_RE.test(id)) throw new ConfigError(child(path, 'id'), 'must be 1-64 characters of A-Z a-z 0-9 _ . -');
@@ -102,26 +114,26 @@ function parseDestination(raw: unknown, path: string): DestinationConfig {
   switch (type as DestinationType) {
     case 'http':
       return {
-        id, type: 'http', url: url(o, path, ['http:', 'https:']), secret: parseSecretRef(o.secret, child(path, 'secret')), timeoutMs,
+        id, type: 'http', url: url(o, path, ['http:', 'https:'], env), secret: parseSecretRef(o.secret, child(path, 'secret')), timeoutMs,
         // Requests one process has open to the user's service: a drained backlog must not arrive as hundreds at once.
         maxConnections: optInt(o, 'maxConnections', path, 1, 1024) ?? 32,
       };
     case 'nats':
-      return { id, type: 'nats', url: url(o, path, ['nats:', 'tls:']), subject: template(o, 'subject', path, 'webhooks.{provider}.{type}'), stream: optString(o, 'stream', path), timeoutMs };
+      return { id, type: 'nats', url: url(o, path, ['nats:', 'tls:'], env), subject: template(o, 'subject', path, 'webhooks.{provider}.{type}'), stream: optString(o, 'stream', path), timeoutMs };
     case 'rabbitmq':
       return {
-        id, type: 'rabbitmq', url: url(o, path, ['amqp:', 'amqps:']), exchange: optString(o, 'exchange', path) ?? '',
+        id, type: 'rabbitmq', url: url(o, path, ['amqp:', 'amqps:'], env), exchange: optString(o, 'exchange', path) ?? '',
         routingKey: template(o, 'routingKey', path, 'webhooks.{provider}.{type}'), queue: optString(o, 'queue', path), timeoutMs,
       };
   }
 }
 
-export function parseDestinations(v: unknown): DestinationConfig[] {
+export function parseDestinations(v: unknown, env: NodeJS.ProcessEnv): DestinationConfig[] {
   if (v === undefined) return [];
   const seen = new Set<string>();
   return asArray(v, 'destinations').map((d, i) => {
     const p = child('destinations', i);
-    const dest = parseDestination(d, p);
+    const dest = parseDestination(d, p, env);
     if (seen.has(dest.id)) throw new ConfigError(child(p, 'id'), `duplicate destination id "${dest.id}"`);
     seen.add(dest.id);
     return dest;

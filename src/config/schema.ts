@@ -206,7 +206,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
 
   const log = { level: optEnum(asObject(o.log ?? {}, 'log', ['level']), 'level', 'log', ['debug', 'info', 'warn', 'error', 'silent'] as const) ?? 'info' };
 
-  const destinations = parseDestinations(o.destinations);
+  const destinations = parseDestinations(o.destinations, env);
   const workers = parseWorkers(o.workers);
   const defaultRetry = parseRetry(o.retry, 'retry') ?? DEFAULT_RETRY;
 

@@ -25,8 +25,8 @@ export function parseSecretRef(v: unknown, path: string): SecretRef {
 
 /** Thrown when a referenced secret cannot be read; the message names the config path, never the value. */
 export class SecretUnavailableError extends Error {
-  constructor(readonly path: string, message: string) {
-    super(`${path}: ${message}`);
+  constructor(readonly path: string, readonly detail: string) {
+    super(`${path}: ${detail}`);
     this.name = 'SecretUnavailableError';
   }
 }

@@ -103,6 +103,27 @@ describe('config validation names the bad path', () => {
   });
 });
 
+describe('destination URLs by reference (they may carry broker or Basic credentials)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wi-desturl-'));
+  const dest = (type: string, url: string) => ({ ...base(), destinations: [{ id: 'd', type, url, ...(type === 'http' ? { secret: 'whsec_abc' } : {}) }] });
+
+  it('${env:} and ${file:} are read at load, for every destination type', () => {
+    writeFileSync(join(dir, 'amqp'), 'amqp://app:s3cret@127.0.0.1:5672/vh\n');
+    expect(parseConfig(dest('rabbitmq', `\${file:${join(dir, 'amqp')}}`), {}).destinations[0]!.url).toBe('amqp://app:s3cret@127.0.0.1:5672/vh');
+    expect(parseConfig(dest('nats', '${env:BUS_URL}'), { BUS_URL: 'nats://tok@127.0.0.1:4222' }).destinations[0]!.url).toBe('nats://tok@127.0.0.1:4222');
+    expect(parseConfig(dest('http', '${env:FWD_URL}'), { FWD_URL: 'https://u:p@billing.example/hooks' }).destinations[0]!.url).toBe('https://u:p@billing.example/hooks');
+  });
+
+  it('one that cannot be read, or is not a URL of its type, is a config error naming the path, never the value', () => {
+    expect(() => parseConfig(dest('rabbitmq', '${env:NO_SUCH_URL}'), {})).toThrow(/^destinations\[0\]\.url: environment variable NO_SUCH_URL is not set$/);
+    expect(() => parseConfig(dest('nats', `\${file:${join(dir, 'missing')}}`), {})).toThrow(/^destinations\[0\]\.url: cannot read /);
+    const bad = (url: string, type = 'rabbitmq') => { try { parseConfig(dest(type, '${env:U}'), { U: url }); return ''; } catch (err) { return (err as Error).message; } };
+    expect(bad('not a url s3cret')).toBe('destinations[0].url: is not a valid URL');
+    expect(bad('http://app:s3cret@127.0.0.1/')).toBe('destinations[0].url: must use amqp: or amqps:');
+    expect(() => parseConfig(dest('rabbitmq', '${ENV:U}'), { U: 'amqp://127.0.0.1' })).toThrow(/^destinations\[0\]\.url: is not a valid reference/);
+  });
+});
+
 describe('config files', () => {
   const dir = mkdtempSync(join(tmpdir(), 'wi-config-'));
 
