@@ -134,6 +134,18 @@ describeEachStore('signature verification over HTTP', (kind) => {
       await expectRejected(c, m.body, h, 401, 'invalid_signature');
     });
 
+    // A digest that is a true prefix of the right one (1 byte in hex, 3 in base64) must not match:
+    // comparing only the common length would let a forger guess one byte (1 in 256) per try.
+    // The adapters refuse a digest of the wrong length before comparing (401 malformed_signature).
+    it.each([stripe, github, sw, generic])('$name (/webhooks/$endpoint): the right digest truncated to its first bytes → 401 malformed_signature', async (c) => {
+      const m = c.make();
+      const h = signed(c, m);
+      const sig = h[c.signatureHeader]!;
+      const truncated = sig.replace(/[0-9a-f]{64}/, (d) => d.slice(0, 2)).replace(/^v1,([A-Za-z0-9+/]{4})[A-Za-z0-9+/]+=*$/, 'v1,$1');
+      expect(truncated.length).toBeLessThan(sig.length - 30);
+      await expectRejected(c, m.body, { ...h, [c.signatureHeader]: truncated }, 401, 'malformed_signature');
+    });
+
     it('github: the delivery GUID is NOT signed — a captured body replayed under a new GUID is a new row', async () => {
       const c = github;
       const m = c.make();
