@@ -251,6 +251,15 @@ describeEachStore('signature verification over HTTP', (kind) => {
       }
     });
 
+    // Step 5 before step 6: a timestamp is trusted only once its signature verifies, so a forgery
+    // is counted as one (invalid_signature), whatever time it claims.
+    it.each(TIMED)('$name (/webhooks/$endpoint): a forged signature with a stale timestamp → 401 invalid_signature, not stale_timestamp', async (c) => {
+      for (const skew of [-(c.tolerance! + 5), c.tolerance! + 5]) {
+        const m = c.make();
+        await expectRejected(c, m.body, signed(c, m, { version: 'v0', timestamp: nowSeconds() + skew }), 401, 'invalid_signature');
+      }
+    });
+
     it('github: no timestamp is signed, so an old delivery (redelivered days later) still verifies', async () => {
       const c = github;
       const m = c.make();
