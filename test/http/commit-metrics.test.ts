@@ -82,3 +82,34 @@ describeEachStore('group-commit metrics', (kind) => {
     expect(batch.count).toBeLessThan(N); // group commit: they shared at least one transaction
   });
 });
+
+/**
+ * `webhook_ack_latency_seconds{endpoint}`: one observation per request, in seconds, from the
+ * request's start to its answer. An accept waits out the 50 ms linger before its commit, so its
+ * ack latency is at least 0.05 s and at most the round trip the client itself measured.
+ */
+describeEachStore('ack latency metric', (kind) => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp(kind, { groupCommit: { maxWaitMs: 50 } });
+  });
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  it('an accepted request is observed once, in seconds: at least the linger before its commit, at most the client\'s round trip', async () => {
+    const name = 'webhook_ack_latency_seconds';
+    const before = await scrape(app.url);
+    const body = stripeEvent('evt_ack_latency');
+    const started = performance.now();
+    const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+    const roundTrip = (performance.now() - started) / 1000;
+    expect(r.json(), r.text).toEqual({ inbox_id: expect.any(String), duplicate: false });
+    const after = await scrape(app.url);
+    const d = (key: string) => valueOf(after, key) - valueOf(before, key);
+    expect(d(series(`${name}_count`, { endpoint: 'stripe' }))).toBe(1);
+    const observed = d(series(`${name}_sum`, { endpoint: 'stripe' }));
+    expect(observed).toBeGreaterThanOrEqual(0.045);
+    expect(observed).toBeLessThanOrEqual(roundTrip);
+  });
+});
