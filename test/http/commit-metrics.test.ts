@@ -1,3 +1,5 @@
+import Database from 'better-sqlite3';
+import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -80,6 +82,35 @@ describeEachStore('group-commit metrics', (kind) => {
     expect(latency.inf).toBe(latency.count);
     expect(batch.count).toBeGreaterThanOrEqual(1);
     expect(batch.count).toBeLessThan(N); // group commit: they shared at least one transaction
+  });
+
+  it('a commit held up ~200 ms by another connection\'s lock is observed in seconds: at least 0.15 s, at most the client\'s round trip', async () => {
+    // Another connection blocks writes (SQLite: the write lock; PostgreSQL: a SHARE lock on the inbox), then lets go.
+    let release: () => Promise<void>;
+    if (kind === 'sqlite') {
+      const blocker = new Database(app.db.url.slice('sqlite:'.length));
+      blocker.exec('BEGIN IMMEDIATE');
+      release = async () => { blocker.exec('ROLLBACK'); blocker.close(); };
+    } else {
+      const blocker = new pg.Client({ connectionString: app.db.url });
+      await blocker.connect();
+      await blocker.query('BEGIN');
+      await blocker.query('LOCK TABLE webhook_inbox IN SHARE MODE');
+      release = async () => { await blocker.query('COMMIT'); await blocker.end(); };
+    }
+    const before = await scrape(app.url);
+    const body = stripeEvent('evt_cm_held');
+    const started = performance.now();
+    const answer = post(url(), body, stripeHeaders(body));
+    await new Promise((r) => setTimeout(r, 250));
+    await release();
+    const r = await answer;
+    const roundTrip = (performance.now() - started) / 1000;
+    expect(r.json(), r.text).toEqual({ inbox_id: expect.any(String), duplicate: false });
+    const latency = histogramDelta(before, await scrape(app.url), LATENCY);
+    expect(latency.count).toBe(1);
+    expect(latency.sum).toBeGreaterThanOrEqual(0.15);
+    expect(latency.sum).toBeLessThanOrEqual(roundTrip);
   });
 });
 
