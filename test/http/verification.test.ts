@@ -20,7 +20,12 @@ const stripe = stripeCase;
 const github = githubCase;
 const sw = standardWebhooksCase;
 const generic = genericHmacCase;
-const ENDPOINTS = [...CASES.map((c) => c.config), STRIPE_FILTERED_ENDPOINT];
+/** The stripe case's endpoint with its freshness window set on the endpoint (`toleranceSeconds`), narrower and wider than Stripe's 300 s. */
+const TOLERANCE_ENDPOINTS = [
+  { id: 'stripe-60s', provider: 'stripe', secrets: [{ version: 'v2', value: stripeCase.secrets.v2 }], toleranceSeconds: 60 },
+  { id: 'stripe-900s', provider: 'stripe', secrets: [{ version: 'v2', value: stripeCase.secrets.v2 }], toleranceSeconds: 900 },
+];
+const ENDPOINTS = [...CASES.map((c) => c.config), STRIPE_FILTERED_ENDPOINT, ...TOLERANCE_ENDPOINTS];
 
 const SIGNED_ID = CASES.filter((c) => c.changeId(c.make(), {}) !== null);
 const JSON_CASES = CASES.filter((c) => c.json);
@@ -257,6 +262,27 @@ describeEachStore('signature verification over HTTP', (kind) => {
       for (const skew of [-(c.tolerance! + 5), c.tolerance! + 5]) {
         const m = c.make();
         await expectRejected(c, m.body, signed(c, m, { version: 'v0', timestamp: nowSeconds() + skew }), 401, 'invalid_signature');
+      }
+    });
+
+    it('stripe: the endpoint\'s toleranceSeconds replaces the adapter\'s 300 s window, both narrower (60 s) and wider (900 s), both directions', async () => {
+      const narrow: Case = { ...stripe, endpoint: 'stripe-60s' };
+      const wide: Case = { ...stripe, endpoint: 'stripe-900s' };
+      for (const skew of [-120, 120]) {
+        const m = stripe.make();
+        await expectRejected(narrow, m.body, signed(stripe, m, { timestamp: nowSeconds() + skew }), 401, 'stale_timestamp');
+      }
+      for (const skew of [-50, 50]) {
+        const m = stripe.make();
+        await expectAccepted(narrow, m, signed(stripe, m, { timestamp: nowSeconds() + skew }));
+      }
+      for (const skew of [-600, 600]) {
+        const m = stripe.make();
+        await expectAccepted(wide, m, signed(stripe, m, { timestamp: nowSeconds() + skew }));
+      }
+      for (const skew of [-960, 960]) {
+        const m = stripe.make();
+        await expectRejected(wide, m.body, signed(stripe, m, { timestamp: nowSeconds() + skew }), 401, 'stale_timestamp');
       }
     });
 
