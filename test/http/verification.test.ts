@@ -386,3 +386,45 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
   });
 });
+
+/**
+ * A secret version whose retireAt comes while the server runs stops verifying at that moment,
+ * without a restart, a SIGHUP or a changed secret file (the keyring re-reads only on those):
+ * the check is made per request against the time of the request.
+ */
+describeEachStore('a secret version retiring while the server runs', (kind) => {
+  let app: TestApp;
+  let retireAtMs: number;
+  beforeAll(async () => {
+    retireAtMs = Date.now() + 5000;
+    app = await startTestApp(kind, {
+      endpoints: [{
+        id: 'stripe', provider: 'stripe',
+        secrets: [{ version: 'v2', value: stripe.secrets.v2 }, { version: 'v1', value: stripe.secrets.v1, retireAt: new Date(retireAtMs).toISOString() }],
+      }],
+    }, {}, { secretCheckMs: 60_000 });
+  });
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  it('stripe: v1 verifies (and is recorded) until its retireAt, then → 401 invalid_signature while v2 still verifies', async () => {
+    const send = (m: ReturnType<typeof stripe.make>, version: 'v1' | 'v2') => post(`${app.url}/webhooks/stripe`, m.body, signed(stripe, m, { version }));
+    const early = stripe.make();
+    const before = await send(early, 'v1');
+    expect(Date.now()).toBeLessThan(retireAtMs); // the setup was fast enough for "before" to mean before
+    expect(before.status, before.text).toBe(200);
+    expect((await app.store.getInbox(before.json().inbox_id))!.matchedSecretVersion).toBe('v1');
+
+    await new Promise((r) => setTimeout(r, retireAtMs - Date.now() + 100));
+    const rows = await app.store.countRows();
+    const late = stripe.make();
+    const after = await send(late, 'v1');
+    expect(after.status, after.text).toBe(401);
+    expect(after.json().error).toBe('invalid_signature');
+    expect(await app.store.countRows()).toEqual(rows);
+    const current = await send(late, 'v2');
+    expect(current.status, current.text).toBe(200);
+    expect((await app.store.getInbox(current.json().inbox_id))!.matchedSecretVersion).toBe('v2');
+  });
+});
