@@ -179,10 +179,15 @@ export function damonScanners(): string {
   return on.length === 0 ? 'none' : `${on.length} (${on.join('; ')})`;
 }
 
-/** The type of the filesystem holding `path` (`stat -f -c %T`: "ext2/ext3", "xfs", "tmpfs", …); "unknown" if it cannot tell. */
+/**
+ * The type of the filesystem holding `path`, as mounted (`df --output=fstype`: "ext4", "xfs",
+ * "tmpfs", …; `stat -f` can only say "ext2/ext3" for all of ext2-4, one magic number); "unknown"
+ * if it cannot tell.
+ */
 export function fsTypeOf(path: string): string {
   try {
-    return execFileSync('stat', ['-f', '-c', '%T', path], { encoding: 'utf8' }).trim() || 'unknown';
+    const lines = execFileSync('df', ['--output=fstype', path], { encoding: 'utf8' }).trim().split('\n');
+    return lines[1]?.trim() || 'unknown';
   } catch {
     return 'unknown';
   }
