@@ -1,6 +1,7 @@
 import { rmSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import pino from 'pino';
 import { startApp } from '../../src/app.js';
@@ -9,6 +10,8 @@ import { openStore } from '../../src/store/open.js';
 import { configDoc, startTestApp } from '../helpers/app.js';
 import { post } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { record } from '../helpers/records.js';
+import * as SQL from '../../src/store/postgres/sql.js';
 import { freshDatabase } from '../helpers/stores.js';
 import { pgAvailable } from '../helpers/pg.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
@@ -121,5 +124,36 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
     const up = await send(app.url, 'evt_cold');
     expect(up.status).toBe(200);
     expect(up.json().duplicate).toBe(false);
+  });
+
+  it('a notice whose connection is lost mid-transaction fails as storage_unavailable, and the server does not crash (no unhandled client error)', async () => {
+    const db = await freshDatabase('postgres');
+    cleanups.push(() => db.cleanup());
+    const store = openStore(db.url);
+    cleanups.push(() => store.close());
+    await store.migrate();
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown) => void uncaught.push(err);
+    process.on('uncaughtException', onUncaught);
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    try {
+      // Hold the notice key's lock so the notice's transaction waits on it, its client checked out.
+      await holder.query('BEGIN');
+      await holder.query(SQL.LOCK_NOTICE_KEY, ['stripe', 'ep', 'ck1']);
+      const notice = store.acceptBatch([record('evt_notice', undefined, { coalesceKey: 'ck1' })]);
+      const waiting = `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'webhook-inbox' AND wait_event_type = 'Lock'`;
+      for (let i = 0; i < 100 && (await holder.query(waiting)).rowCount === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      expect((await holder.query(`SELECT pg_terminate_backend(pid) FROM (${waiting}) w`)).rowCount).toBe(1);
+      await expect(notice).rejects.toMatchObject({ name: 'StorageUnavailableError' });
+      await holder.query('ROLLBACK');
+      await new Promise((r) => setTimeout(r, 100));
+      expect(uncaught).toEqual([]);
+      const again = record('evt_notice_2', undefined, { coalesceKey: 'ck1' });
+      expect(await store.acceptBatch([again])).toEqual([{ inboxId: again.inboxId, duplicate: false }]);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+      await holder.end();
+    }
   });
 });

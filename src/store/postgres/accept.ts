@@ -14,6 +14,18 @@ export function acceptValues(r: AcceptRecord): unknown[] {
     r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay, r.payload.encoding ?? null, r.payload.rawBytes ?? null];
 }
 
+/**
+ * Keeps a checked-out client's lost connection from being an unhandled 'error' event (a crash
+ * of the whole server): the pool watches idle clients only. The query in flight fails with it,
+ * and release() then discards the client. Returns the function that removes the guard (before
+ * release: the pool adds its own again).
+ */
+export function guardCheckedOut(client: pg.PoolClient): () => void {
+  const lost = () => undefined;
+  client.on('error', lost);
+  return () => void client.off('error', lost);
+}
+
 export type Query = <R extends pg.QueryResultRow>(config: pg.QueryConfig) => Promise<pg.QueryResult<R>>;
 
 const acceptQuery = (n: number, values: unknown[]): pg.QueryConfig => ({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
@@ -38,11 +50,13 @@ async function prepareAccept(query: Query, sizes: readonly number[]): Promise<vo
 export async function warmPool(pool: pg.Pool, sizes: readonly number[]): Promise<void> {
   const opened = await Promise.allSettled(Array.from({ length: pool.options.max }, () => pool.connect()));
   const clients = opened.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+  const unguard = clients.map(guardCheckedOut);
   try {
     const failed = opened.find((o) => o.status === 'rejected');
     if (failed) throw failed.reason;
     await Promise.all(clients.map((c) => prepareAccept((config) => c.query(config), sizes)));
   } finally {
+    for (const u of unguard) u();
     for (const c of clients) c.release();
   }
 }

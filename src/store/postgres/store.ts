@@ -12,7 +12,7 @@ import type {
   Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
-import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
+import { acceptValues, COLS, guardCheckedOut, insertUnique, warmPool } from './accept.js';
 import type { AcceptWorkerInit } from './accept-worker.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
@@ -160,6 +160,7 @@ export class PostgresStore implements InboxStore {
 
   async migrate(): Promise<number[]> {
     const client = await this.pool.connect();
+    const unguard = guardCheckedOut(client);
     try {
       await client.query('BEGIN');
       // Two servers starting together must not both migrate.
@@ -181,6 +182,7 @@ export class PostgresStore implements InboxStore {
       await client.query('ROLLBACK').catch(() => undefined);
       throw err;
     } finally {
+      unguard();
       client.release();
     }
   }
@@ -209,6 +211,7 @@ export class PostgresStore implements InboxStore {
     } catch (err) {
       throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
     }
+    const unguard = guardCheckedOut(client);
     try {
       await client.query('BEGIN');
       await client.query(SQL.LOCK_NOTICE_KEY, [r.provider, r.endpointId, r.coalesceKey]);
@@ -229,6 +232,7 @@ export class PostgresStore implements InboxStore {
       await client.query('ROLLBACK').catch(() => undefined);
       throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
     } finally {
+      unguard();
       client.release();
     }
   }
