@@ -156,4 +156,25 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
       await holder.end();
     }
   });
+
+  it('migrate waits for another process\'s migration however long it takes: the query timeout (commitTimeoutMs, for accepts) does not apply to migrations', async () => {
+    const db = await freshDatabase('postgres');
+    cleanups.push(() => db.cleanup());
+    const other = new pg.Client({ connectionString: db.url });
+    await other.connect();
+    try {
+      // Another server mid-migration, for longer than this one's query timeout.
+      await other.query('BEGIN');
+      await other.query("SELECT pg_advisory_xact_lock(hashtext('webhook-inbox:migrations'))");
+      const store = openStore(db.url, { queryTimeoutMs: 200 });
+      cleanups.push(() => store.close());
+      const migrating = store.migrate();
+      await new Promise((r) => setTimeout(r, 600));
+      await other.query('COMMIT');
+      expect((await migrating).length).toBeGreaterThan(0);
+      await expect(store.ping()).resolves.toBeUndefined();
+    } finally {
+      await other.end();
+    }
+  });
 });

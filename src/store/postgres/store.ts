@@ -67,6 +67,9 @@ export const WORK_PLANS = '-c plan_cache_mode=force_custom_plan';
  */
 const DURABLE = '-c synchronous_commit=on';
 
+/** Migrations are bounded by the server's own statement_timeout, if any, not by ours (the most setTimeout takes). */
+const MIGRATION_TIMEOUT_MS = 2_147_483_647;
+
 /**
  * The connection string and the startup options to open it with: `ours` after the URL's own
  * `options` parameter, if it has one (`?options=-c search_path=…`). The driver lets a connection
@@ -161,22 +164,28 @@ export class PostgresStore implements InboxStore {
   async migrate(): Promise<number[]> {
     const client = await this.pool.connect();
     const unguard = guardCheckedOut(client);
+    // A migration, or the wait for another server's, may take longer than an accept may: under the
+    // pool's query timeout (commitTimeoutMs) a large table's migration failed at every start.
+    const run = (text: string, values?: unknown[]) => {
+      const config: pg.QueryConfig & { query_timeout: number } = { text, values, query_timeout: MIGRATION_TIMEOUT_MS }; // the driver reads it; its types omit it
+      return client.query<{ version: number }>(config);
+    };
     try {
-      await client.query('BEGIN');
+      await run('BEGIN');
       // Two servers starting together must not both migrate.
-      await client.query("SELECT pg_advisory_xact_lock(hashtext('webhook-inbox:migrations'))");
-      await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
+      await run("SELECT pg_advisory_xact_lock(hashtext('webhook-inbox:migrations'))");
+      await run(`CREATE TABLE IF NOT EXISTS schema_migrations (
         version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
-      const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+      const { rows } = await run('SELECT version FROM schema_migrations');
       const applied = new Set(rows.map((r) => r.version));
       const now: number[] = [];
       for (const m of MIGRATIONS) {
         if (applied.has(m.version)) continue;
-        await client.query(m.postgres);
-        await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+        await run(m.postgres);
+        await run('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
         now.push(m.version);
       }
-      await client.query('COMMIT');
+      await run('COMMIT');
       return now;
     } catch (err) {
       await client.query('ROLLBACK').catch(() => undefined);
