@@ -177,4 +177,33 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
       await other.end();
     }
   });
+
+  it('a notice that times out (its key locked past the query timeout) leaves no open transaction behind: the next accept on that connection commits', async () => {
+    const db = await freshDatabase('postgres');
+    cleanups.push(() => db.cleanup());
+    const store = openStore(db.url, { queryTimeoutMs: 300 });
+    cleanups.push(() => store.close());
+    await store.migrate();
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(SQL.LOCK_NOTICE_KEY, ['stripe', 'ep', 'ck1']);
+      await expect(store.acceptBatch([record('evt_notice', undefined, { coalesceKey: 'ck1' })])).rejects.toMatchObject({ name: 'StorageUnavailableError' });
+      // The lock is freed while the timed-out statement still waits for it on the server.
+      const ev = record('evt_after_notice');
+      const accepting = store.acceptBatch([ev]);
+      await new Promise((r) => setTimeout(r, 50));
+      await holder.query('COMMIT');
+      const answered = await accepting.then((r) => r, () => null);
+      // A success must mean a committed row (what another connection sees); a failure is a 503.
+      const seen = (await holder.query('SELECT count(*)::int AS n FROM webhook_inbox WHERE provider_event_id = $1', ['evt_after_notice'])).rows[0].n;
+      if (answered) expect(seen).toBe(1);
+      const again = record('evt_after_notice_2');
+      expect(await store.acceptBatch([again])).toEqual([{ inboxId: again.inboxId, duplicate: false }]);
+      expect((await holder.query('SELECT count(*)::int AS n FROM webhook_inbox WHERE provider_event_id = $1', ['evt_after_notice_2'])).rows[0].n).toBe(1);
+    } finally {
+      await holder.end();
+    }
+  });
 });

@@ -170,6 +170,7 @@ export class PostgresStore implements InboxStore {
       const config: pg.QueryConfig & { query_timeout: number } = { text, values, query_timeout: MIGRATION_TIMEOUT_MS }; // the driver reads it; its types omit it
       return client.query<{ version: number }>(config);
     };
+    let failed: Error | undefined;
     try {
       await run('BEGIN');
       // Two servers starting together must not both migrate.
@@ -188,11 +189,12 @@ export class PostgresStore implements InboxStore {
       await run('COMMIT');
       return now;
     } catch (err) {
+      failed = err as Error;
       await client.query('ROLLBACK').catch(() => undefined);
       throw err;
     } finally {
       unguard();
-      client.release();
+      client.release(failed); // as in acceptNotice: it may still be in the transaction
     }
   }
 
@@ -221,6 +223,7 @@ export class PostgresStore implements InboxStore {
       throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
     }
     const unguard = guardCheckedOut(client);
+    let failed: Error | undefined;
     try {
       await client.query('BEGIN');
       await client.query(SQL.LOCK_NOTICE_KEY, [r.provider, r.endpointId, r.coalesceKey]);
@@ -238,11 +241,15 @@ export class PostgresStore implements InboxStore {
       if (!result.duplicate) this.notifier.poke();
       return result;
     } catch (err) {
+      failed = err as Error;
       await client.query('ROLLBACK').catch(() => undefined);
       throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
     } finally {
       unguard();
-      client.release();
+      // Never back to the pool after a failure: a statement that timed out client-side is still
+      // running, and the ROLLBACK queued behind it is dropped by its own timeout, so the connection
+      // stayed in this transaction and the next accept on it returned rows that never committed.
+      client.release(failed);
     }
   }
 
