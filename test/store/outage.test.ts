@@ -206,4 +206,24 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
       await holder.end();
     }
   });
+
+  it('a transaction whose caller fails while its BEGIN is still under way releases that connection: the engine\'s pool does not run dry', async () => {
+    const db = await freshDatabase('postgres');
+    cleanups.push(() => db.cleanup());
+    const store = openStore(db.url, { queryTimeoutMs: 2000 });
+    cleanups.push(() => store.close());
+    await store.migrate();
+    // More than the work pool's 4 connections: each failure must give its connection back.
+    for (let i = 0; i < 6; i++) {
+      await expect(store.transaction(async (tx) => {
+        await Promise.all([tx.query('SELECT 1'), Promise.reject(new Error('handler failed'))]);
+      })).rejects.toThrow('handler failed');
+    }
+    await expect(store.claimInbox(1, 'o', 1000, Date.now())).resolves.toEqual([]);
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    const open = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'");
+    await admin.end();
+    expect(open.rows[0].n).toBe(0);
+  });
 });

@@ -62,6 +62,9 @@ export class PgTx implements StoreTx {
 
   /** COMMIT (or ROLLBACK after `failure`) if the transaction was begun, and release the client. */
   async end(failure?: unknown): Promise<void> {
+    // A BEGIN still under way (the caller failed without awaiting its query) holds a client too:
+    // left behind, it stayed checked out in its transaction for good, and the pool ran dry.
+    await this.begun?.catch(() => undefined);
     const client = this.client;
     if (!client) return;
     try {
