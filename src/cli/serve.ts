@@ -2,6 +2,7 @@ import { startApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
+import { untilStopSignal } from './stop-signal.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
 export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean; handlers?: string; host?: string; port?: number }): Promise<number> {
@@ -27,11 +28,7 @@ export async function runServe(configFile: string, opts: { migrate: boolean; dem
     app.keyring.reload();
     app.log.info({ problems: app.keyring.problems }, 'secrets reloaded');
   });
-  await new Promise<void>((resolve) => {
-    const stop = () => resolve();
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
-  });
+  await untilStopSignal();
   console.error('webhook-inbox: shutting down (finishing in-flight requests)');
   await app.close();
   return 0;

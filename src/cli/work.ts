@@ -2,6 +2,7 @@ import { loadConfigFile } from '../config/load.js';
 import { startWorkers } from '../workers.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
+import { untilStopSignal } from './stop-signal.js';
 
 /** Runs the workers alone until SIGINT/SIGTERM; then finishes the batches in flight. */
 export async function runWork(configFile: string, handlersModule: string | undefined): Promise<number> {
@@ -15,10 +16,7 @@ export async function runWork(configFile: string, handlersModule: string | undef
     w.keyring.reload();
     console.error(w.keyring.problems.length ? `webhook-inbox: secrets reloaded; still unavailable: ${w.keyring.problems.join('; ')}` : 'webhook-inbox: secrets reloaded');
   });
-  await new Promise<void>((done) => {
-    process.once('SIGINT', done);
-    process.once('SIGTERM', done);
-  });
+  await untilStopSignal();
   console.error('webhook-inbox: stopping workers (finishing batches in flight)');
   await w.stop();
   return 0;

@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { createServer, type AddressInfo } from 'node:net';
+import { connect, createServer, type AddressInfo } from 'node:net';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -141,6 +141,29 @@ describe('webhook-inbox CLI', () => {
     }
     const [code] = child.exitCode !== null ? [child.exitCode] : await once(child, 'exit');
     expect(code).toBe(0);
+  });
+
+  it.each([['SIGINT', 'SIGTERM'], ['SIGTERM', 'SIGINT']] as const)('serve: %s then %s ends the process at once, not after the shutdown grace (a second signal of the other kind was ignored)', async (first, second) => {
+    const file = join(dir, `second-${first}.yaml`);
+    const server = await spawnServer(file, configDoc(`sqlite:${join(dir, `second-${first}.db`)}`));
+    // A sender that stalls mid-body holds the graceful shutdown for its 5 s grace period.
+    const port = Number(new URL(server.url).port);
+    const stalled = connect(port, '127.0.0.1');
+    await once(stalled, 'connect');
+    stalled.write('POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{');
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      const exited = once(server.child, 'exit');
+      server.child.kill(first);
+      for (let i = 0; i < 50 && !server.stderr().includes('shutting down'); i++) await new Promise((r) => setTimeout(r, 20));
+      const t0 = Date.now();
+      server.child.kill(second);
+      const [code, signal] = await exited;
+      expect(Date.now() - t0, 'waited for the shutdown grace').toBeLessThan(2500);
+      expect({ code, signal }).toEqual({ code: null, signal: second });
+    } finally {
+      stalled.destroy();
+    }
   });
 
   it.runIf(PG_UP)('serve and work exit, not hang, when the migration fails (PostgreSQL: a role that may not create tables)', async () => {
