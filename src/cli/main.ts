@@ -208,7 +208,9 @@ async function main(argv: string[]): Promise<number> {
       console.error(`webhook-inbox ${name}: ${err.message}`);
       return 1;
     }
-    console.error(`webhook-inbox ${name}: ${(err as Error).stack ?? String(err)}`);
+    // The cause says why (the SQLite thread's "cannot open …"); the stack alone does not carry it.
+    const cause = (err as Error).cause instanceof Error ? `\ncaused by: ${((err as Error).cause as Error).message}` : '';
+    console.error(`webhook-inbox ${name}: ${(err as Error).stack ?? String(err)}${cause}`);
     return 1;
   }
 }

@@ -166,6 +166,18 @@ describe('webhook-inbox CLI', () => {
     }
   });
 
+  it('serve and events on a SQLite file that is not a database exit 1 and say why, naming the file (it said only "SQLite worker stopped")', () => {
+    const db = join(dir, 'not-a-db.db');
+    writeFileSync(db, Buffer.alloc(4096, 7));
+    const file = join(dir, 'not-a-db.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${db}`)));
+    for (const args of [['serve', '--config', file], ['events', 'list', '--config', file]]) {
+      const r = run(args);
+      expect(r.code, args[0]).toBe(1);
+      expect(r.err, args[0]).toContain(`cannot open SQLite database ${db}: file is not a database`);
+    }
+  });
+
   it.runIf(PG_UP)('serve and work exit, not hang, when the migration fails (PostgreSQL: a role that may not create tables)', async () => {
     const db = await freshDatabase('postgres');
     const admin = new pg.Client({ connectionString: PG_ADMIN_URL });

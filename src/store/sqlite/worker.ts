@@ -22,12 +22,23 @@ export interface WorkerInit {
 }
 
 const { file, busyTimeoutMs, txTimeoutMs, durableEngineCommits } = workerData as WorkerInit;
-const db = new Database(file);
-db.pragma('journal_mode = WAL');
-// FULL: every commit is fsynced to the WAL before we answer 2xx (NORMAL could lose the tail on power loss).
-db.pragma('synchronous = FULL');
-db.pragma('foreign_keys = ON');
-db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+const db = openDatabase();
+
+function openDatabase(): Database.Database {
+  try {
+    const d = new Database(file);
+    d.pragma('journal_mode = WAL');
+    // FULL: every commit is fsynced to the WAL before we answer 2xx (NORMAL could lose the tail on power loss).
+    d.pragma('synchronous = FULL');
+    d.pragma('foreign_keys = ON');
+    d.pragma(`busy_timeout = ${busyTimeoutMs}`);
+    return d;
+  } catch (err) {
+    // A plain Error: a SqliteError reaches the main thread as `{ code }` alone, and the operator
+    // saw "SQLite worker stopped" with no word of the file or why (not a database, a directory).
+    throw new Error(`cannot open SQLite database ${file}: ${(err as Error).message}`);
+  }
+}
 
 /**
  * SQLite goes on committing to a database or WAL file deleted (or replaced) under its open
