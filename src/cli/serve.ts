@@ -1,3 +1,4 @@
+import type { AddressInfo } from 'node:net';
 import { startApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { loadHandlers } from './handlers-module.js';
@@ -10,9 +11,11 @@ export async function runServe(configFile: string, opts: { migrate: boolean; dem
   const loaded = loadConfigFile(configFile);
   const listen = { host: opts.host ?? loaded.listen.host, port: opts.port ?? loaded.listen.port };
   const config = { ...loaded, listen };
-  const moved = listen.host !== loaded.listen.host || listen.port !== loaded.listen.port;
   const handlers = await loadHandlers(opts.handlers);
   const app = await startApp(config, { migrate: opts.migrate, handlers });
+  // send-sample reads listen from the config: tell it the URL when that is not where we listen
+  // (--host/--port, or port 0, which listens on a port the config does not name).
+  const moved = listen.host !== loaded.listen.host || (app.server.address() as AddressInfo).port !== loaded.listen.port;
   const workers = config.workers.enabled ? `workers on, ${handlers.size} handler(s)` : 'workers off';
   const lines = [`webhook-inbox listening on ${app.url} (${app.store.kind}, ${workers})`];
   for (const ep of config.endpoints) lines.push(`  POST ${app.url}/webhooks/${ep.id}   (${ep.provider})`);

@@ -231,6 +231,20 @@ describe('webhook-inbox CLI', () => {
     }
   });
 
+  it('serve --demo with listen.port 0 in the config prints a sample command that carries --url (it sent to port 0)', async () => {
+    const file = join(dir, 'port0.yaml');
+    const server = await spawnServer(file, configDoc(`sqlite:${join(dir, 'port0.db')}`), {}, ['--demo']);
+    try {
+      const printed = /npx webhook-inbox (send-sample .*)/.exec(server.stderr())?.[1];
+      expect(printed).toContain(`--url ${server.url}`);
+      const sent = run(printed!.split(' '));
+      expect(sent.out, sent.err).toMatch(/→ 200\n/);
+    } finally {
+      server.child.kill('SIGTERM');
+      await new Promise((done) => server.child.once('exit', done));
+    }
+  });
+
   it('serve + send-sample: the sample event of every adapter that can sign is signed correctly and accepted', async () => {
     const file = join(dir, 's.yaml');
     const secret = (value: string) => [{ version: 'v1', value }];
