@@ -145,7 +145,14 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
         // Stop accepting; requests already in the pipeline finish (their commits are answered);
         // connections that linger past the grace period (stalled senders) are cut.
         await new Promise<void>((resolve) => {
-          server.close(() => resolve());
+          // A keep-alive connection whose request finishes after this goes idle but stays open: it
+          // is closed as soon as it does, or the shutdown waited out the whole grace period and the
+          // sender's next request on it (still served meanwhile) was cut at the end of it.
+          const idle = setInterval(() => server.closeIdleConnections(), 50);
+          server.close(() => {
+            clearInterval(idle);
+            resolve();
+          });
           server.closeIdleConnections();
           setTimeout(() => server.closeAllConnections(), opts.shutdownGraceMs ?? 5000).unref();
         });

@@ -8,6 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import pg from 'pg';
 import { configDoc } from '../helpers/app.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { PG_ADMIN_URL, pgAvailable } from '../helpers/pg.js';
 import { freshDatabase } from '../helpers/stores.js';
 import { assertBuilt, CLI, spawnServer } from '../helpers/server-process.js';
@@ -175,6 +176,36 @@ describe('webhook-inbox CLI', () => {
       const r = run(args);
       expect(r.code, args[0]).toBe(1);
       expect(r.err, args[0]).toContain(`cannot open SQLite database ${db}: file is not a database`);
+    }
+  });
+
+  it('serve: a request in flight at SIGTERM is answered 200, then its keep-alive connection is closed and the process exits, not after the whole grace period', async () => {
+    const file = join(dir, 'inflight.yaml');
+    const server = await spawnServer(file, configDoc(`sqlite:${join(dir, 'inflight.db')}`));
+    const body = stripeEvent('evt_inflight');
+    const head = Object.entries(stripeHeaders(body)).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+    const sock = connect(Number(new URL(server.url).port), '127.0.0.1');
+    await once(sock, 'connect');
+    let answer = '';
+    sock.on('data', (d: Buffer) => { answer += d.toString(); });
+    const closed = once(sock, 'close');
+    try {
+      sock.write(`POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\n${head}content-length: ${body.length}\r\n\r\n`);
+      sock.write(body.subarray(0, 10));
+      await new Promise((r) => setTimeout(r, 200));
+      const exited = once(server.child, 'exit');
+      server.child.kill('SIGTERM');
+      await new Promise((r) => setTimeout(r, 300));
+      sock.write(body.subarray(10));
+      for (let i = 0; i < 100 && !answer.includes('inbox_id'); i++) await new Promise((r) => setTimeout(r, 20));
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+      const t0 = Date.now();
+      await closed;
+      const [code] = await exited;
+      expect(Date.now() - t0, 'the idle keep-alive connection held the shutdown').toBeLessThan(2000);
+      expect(code).toBe(0);
+    } finally {
+      sock.destroy();
     }
   });
 
