@@ -209,6 +209,28 @@ describe('webhook-inbox CLI', () => {
     }
   });
 
+  it.each(['serve', 'work'])('%s: a SIGHUP while it starts does not end the process (its default action did), and is acted on once up', async (cmd) => {
+    const slow = join(dir, `slow-${cmd}.mjs`);
+    writeFileSync(slow, 'export default async () => { await new Promise((r) => setTimeout(r, 1500)); };\n');
+    const file = join(dir, `hup-${cmd}.yaml`);
+    writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, `hup-${cmd}.db`)}`)));
+    const child = spawn(process.execPath, [CLI, cmd, '--config', file, '--handlers', slow], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr!.on('data', (c: Buffer) => { stderr += c.toString(); });
+    try {
+      await new Promise((r) => setTimeout(r, 700));
+      child.kill('SIGHUP');
+      for (let i = 0; i < 100 && !/listening on|workers running/.test(stderr) && child.exitCode === null && child.signalCode === null; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(child.signalCode, stderr).toBeNull();
+      expect(stderr).toMatch(/listening on|workers running/);
+      if (cmd === 'work') expect(stderr).toContain('secrets reloaded'); // serve logs it as JSON on stdout
+    } finally {
+      child.kill('SIGTERM');
+    }
+    const [code] = child.exitCode !== null || child.signalCode !== null ? [child.exitCode] : await once(child, 'exit');
+    expect(code).toBe(0);
+  });
+
   it.runIf(PG_UP)('serve and work exit, not hang, when the migration fails (PostgreSQL: a role that may not create tables)', async () => {
     const db = await freshDatabase('postgres');
     const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
