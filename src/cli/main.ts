@@ -36,6 +36,16 @@ function intOption(value: unknown, min: number, max: number, message: string): n
   return n;
 }
 
+/**
+ * --host, if given, names a host: an empty one (`--host=$HOST` with HOST unset) listened on every
+ * interface instead of the config's (127.0.0.1 by default). The config refuses an empty host too.
+ */
+function hostOption(value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string' || value.trim() === '') throw new UsageError('--host must name a host or address, not be empty');
+  return value;
+}
+
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: 'Run the webhook receiver (migrates first unless --no-migrate).',
@@ -46,7 +56,7 @@ const COMMANDS: Record<string, Command> = {
       migrate: !v['no-migrate'],
       demo: Boolean(v.demo),
       handlers: v.handlers as string | undefined,
-      host: v.host === undefined ? undefined : String(v.host),
+      host: hostOption(v.host),
       port: intOption(v.port, 0, 65535, `--port must be an integer from 0 to 65535, not "${String(v.port)}"`),
     }),
   },

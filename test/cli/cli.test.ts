@@ -267,6 +267,8 @@ describe('webhook-inbox CLI', () => {
       expect(r.stderr).toContain(`webhook-inbox serve: cannot listen on 127.0.0.1:${port}: the address is already in use`);
       expect(r.stderr, 'a stack trace').not.toMatch(/\n\s+at /);
       expect(run(['serve', '--config', file, '--port', '70000']).code).toBe(2);
+      // An empty --host (`--host=$HOST`, HOST unset) is a usage error, not a listen on every interface.
+      for (const host of ['--host=', '--host= ']) expect(run(['serve', '--config', file, host, '--port', '0']).code, host).toBe(2);
       // --port 0 takes any free port; the printed sample command carries the URL it really has.
       const server = await spawnServer(file, doc, {}, ['--port', '0', '--demo']);
       try {
