@@ -3,26 +3,21 @@ import { startApp, type RunningApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
-import { untilStopSignal } from './stop-signal.js';
+import { reloadOnHangup, untilStopSignal } from './signals.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
 export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean; handlers?: string; host?: string; port?: number }): Promise<number> {
   tuneHeap();
-  // Listened for from the start: SIGHUP's default action ends the process, and a start (handlers,
-  // migrations, warm-up) takes a while. One during it is acted on once the app is up.
-  let app: RunningApp | undefined;
-  let hupWhileStarting = false;
-  const reloadSecrets = (a: RunningApp) => {
+  const started = reloadOnHangup<RunningApp>((a) => {
     a.keyring.reload();
     a.log.info({ problems: a.keyring.problems }, 'secrets reloaded');
-  };
-  process.on('SIGHUP', () => (app ? reloadSecrets(app) : (hupWhileStarting = true)));
+  });
   const loaded = loadConfigFile(configFile);
   const listen = { host: opts.host ?? loaded.listen.host, port: opts.port ?? loaded.listen.port };
   const config = { ...loaded, listen };
   const handlers = await loadHandlers(opts.handlers);
-  app = await startApp(config, { migrate: opts.migrate, handlers });
-  if (hupWhileStarting) reloadSecrets(app);
+  const app = await startApp(config, { migrate: opts.migrate, handlers });
+  started(app);
   // send-sample reads listen from the config: tell it the URL when that is not where we listen
   // (--host/--port, or port 0, which listens on a port the config does not name).
   const moved = listen.host !== loaded.listen.host || (app.server.address() as AddressInfo).port !== loaded.listen.port;

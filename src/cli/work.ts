@@ -2,24 +2,20 @@ import { loadConfigFile } from '../config/load.js';
 import { startWorkers, type RunningWorkers } from '../workers.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
-import { untilStopSignal } from './stop-signal.js';
+import { reloadOnHangup, untilStopSignal } from './signals.js';
 
 /** Runs the workers alone until SIGINT/SIGTERM; then finishes the batches in flight. */
 export async function runWork(configFile: string, handlersModule: string | undefined): Promise<number> {
   tuneHeap();
-  // As `serve`: SIGHUP re-reads the secrets (without a handler it would end the process), listened
-  // for from the start (loading handlers, migrating); one during the start is acted on after it.
-  let started: RunningWorkers | undefined;
-  let hupWhileStarting = false;
-  const reloadSecrets = (w: RunningWorkers) => {
+  // As `serve`: SIGHUP re-reads the secrets.
+  const started = reloadOnHangup<RunningWorkers>((w) => {
     w.keyring.reload();
     console.error(w.keyring.problems.length ? `webhook-inbox: secrets reloaded; still unavailable: ${w.keyring.problems.join('; ')}` : 'webhook-inbox: secrets reloaded');
-  };
-  process.on('SIGHUP', () => (started ? reloadSecrets(started) : (hupWhileStarting = true)));
+  });
   const config = loadConfigFile(configFile);
   const handlers = await loadHandlers(handlersModule);
-  const w = (started = await startWorkers(config, { handlers }));
-  if (hupWhileStarting) reloadSecrets(w);
+  const w = await startWorkers(config, { handlers });
+  started(w);
   console.error(`webhook-inbox workers running (${w.store.kind}, owner ${w.engine.owner}, ${handlers.size} handler(s))`);
   await untilStopSignal();
   console.error('webhook-inbox: stopping workers (finishing batches in flight)');

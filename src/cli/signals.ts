@@ -14,3 +14,18 @@ export function untilStopSignal(): Promise<void> {
     process.on('SIGTERM', stop);
   });
 }
+
+/**
+ * SIGHUP runs `reload` on the running process, listened for from the start: its default action
+ * ends the process, and a start (handlers, migrations, warm-up) takes a while. One that comes
+ * during it is acted on once the returned function is called with what started.
+ */
+export function reloadOnHangup<T>(reload: (running: T) => void): (running: T) => void {
+  let running: T | undefined;
+  let pending = false;
+  process.on('SIGHUP', () => (running !== undefined ? reload(running) : (pending = true)));
+  return (started) => {
+    running = started;
+    if (pending) reload(started);
+  };
+}
