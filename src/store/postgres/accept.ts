@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { logicalKey, type AcceptRecord, type AcceptResult } from '../port.js';
+import { guardCheckedOut } from './client-guard.js';
 import { inLockOrder } from './lock-order.js';
 import * as SQL from './sql.js';
 
@@ -12,18 +13,6 @@ export function acceptValues(r: AcceptRecord): unknown[] {
   return [r.inboxId, r.payloadId, r.outboxId, r.provider, r.endpointId, r.providerEventId, r.eventType,
     r.objectId, r.objectVersion, r.providerCreatedAtMs, r.receivedAtMs, r.payloadHash, r.matchedSecretVersion,
     r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay, r.payload.encoding ?? null, r.payload.rawBytes ?? null];
-}
-
-/**
- * Keeps a checked-out client's lost connection from being an unhandled 'error' event (a crash
- * of the whole server): the pool watches idle clients only. The query in flight fails with it,
- * and release() then discards the client. Returns the function that removes the guard (before
- * release: the pool adds its own again).
- */
-export function guardCheckedOut(client: pg.PoolClient): () => void {
-  const lost = () => undefined;
-  client.on('error', lost);
-  return () => void client.off('error', lost);
 }
 
 export type Query = <R extends pg.QueryResultRow>(config: pg.QueryConfig) => Promise<pg.QueryResult<R>>;
@@ -50,7 +39,7 @@ async function prepareAccept(query: Query, sizes: readonly number[]): Promise<vo
 export async function warmPool(pool: pg.Pool, sizes: readonly number[]): Promise<void> {
   const opened = await Promise.allSettled(Array.from({ length: pool.options.max }, () => pool.connect()));
   const clients = opened.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
-  const unguard = clients.map(guardCheckedOut);
+  const unguard = clients.map((c) => guardCheckedOut(c));
   try {
     const failed = opened.find((o) => o.status === 'rejected');
     if (failed) throw failed.reason;

@@ -12,7 +12,8 @@ import type {
   Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
-import { acceptValues, COLS, guardCheckedOut, insertUnique, warmPool } from './accept.js';
+import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
+import { guardCheckedOut } from './client-guard.js';
 import type { AcceptWorkerInit } from './accept-worker.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { assertStillLeased, type BatchOutcome, type EventKey, type ProcessedMarker, type Row, type StoreTx } from '../work-port.js';
+import { guardCheckedOut } from './client-guard.js';
 import * as W from './work-sql.js';
 
 /**
@@ -31,7 +32,8 @@ export class PgTx implements StoreTx {
   private finished = false;
   /** The client's connection failed: it is destroyed, not returned to the pool. */
   private broken = false;
-  private readonly lost = () => { this.broken = true; };
+  /** Removes the client's 'error' guard (guardCheckedOut), before release. */
+  private unguard: () => void = () => undefined;
 
   constructor(private readonly pool: pg.Pool) {}
 
@@ -49,9 +51,8 @@ export class PgTx implements StoreTx {
       } catch (err) {
         throw storageError(err);
       }
-      // The pool watches idle clients only: a connection lost mid-transaction would otherwise be
-      // an unhandled 'error' event (a crash). The next query on it fails, and that surfaces.
-      client.on('error', this.lost);
+      // A connection lost mid-transaction: the next query on it fails, and that surfaces.
+      this.unguard = guardCheckedOut(client, () => { this.broken = true; });
       this.client = client;
       // The pool forces generic plans for the accept statement; the handler's own SQL gets
       // PostgreSQL's usual choice back (one round trip: both go in one simple query).
@@ -79,7 +80,7 @@ export class PgTx implements StoreTx {
       this.broken = true;
       throw err;
     } finally {
-      client.off('error', this.lost);
+      this.unguard();
       client.release(this.broken);
       this.client = undefined;
     }
