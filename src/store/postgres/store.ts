@@ -191,11 +191,11 @@ export class PostgresStore implements InboxStore {
       return now;
     } catch (err) {
       failed = err as Error;
+      await client.query('ROLLBACK').catch(() => undefined);
       throw err;
     } finally {
       unguard();
-      // Discarded after a failure, as in acceptNotice: closing it rolls the transaction back.
-      client.release(failed);
+      client.release(failed); // as in acceptNotice: it may still be in the transaction
     }
   }
 
@@ -243,13 +243,13 @@ export class PostgresStore implements InboxStore {
       return result;
     } catch (err) {
       failed = err as Error;
+      await client.query('ROLLBACK').catch(() => undefined);
       throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
     } finally {
       unguard();
-      // Never back to the pool after a failure, and no ROLLBACK sent: closing the connection rolls
-      // the transaction back. A statement that timed out client-side is still running, and a
-      // ROLLBACK queued behind it could time out too (a second wait before the 503), leaving the
-      // connection in this transaction: the next accept on it returned rows that never committed.
+      // Never back to the pool after a failure: a statement that timed out client-side is still
+      // running, and the ROLLBACK queued behind it is dropped by its own timeout, so the connection
+      // stayed in this transaction and the next accept on it returned rows that never committed.
       client.release(failed);
     }
   }
