@@ -64,6 +64,15 @@ describe('storage unavailable [sqlite]', () => {
 describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
   const cleanups: (() => Promise<void>)[] = [];
   afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
+  /** A fresh, migrated PostgreSQL store (and its database), both cleaned up after the suite. */
+  async function migratedStore(opts?: Parameters<typeof openStore>[1]) {
+    const db = await freshDatabase('postgres');
+    cleanups.push(() => db.cleanup());
+    const store = openStore(db.url, opts);
+    cleanups.push(() => store.close());
+    await store.migrate();
+    return { db, store };
+  }
 
   it('answers 503 while PostgreSQL is unreachable, /readyz says not ready, and accepts again when it is back', async () => {
     const db = await freshDatabase('postgres');
@@ -127,11 +136,7 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
   });
 
   it('a notice whose connection is lost mid-transaction fails as storage_unavailable, and the server does not crash (no unhandled client error)', async () => {
-    const db = await freshDatabase('postgres');
-    cleanups.push(() => db.cleanup());
-    const store = openStore(db.url);
-    cleanups.push(() => store.close());
-    await store.migrate();
+    const { db, store } = await migratedStore();
     const uncaught: unknown[] = [];
     const onUncaught = (err: unknown) => void uncaught.push(err);
     process.on('uncaughtException', onUncaught);
@@ -179,11 +184,7 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
   });
 
   it('a notice that times out (its key locked past the query timeout) leaves no open transaction behind: the next accept on that connection commits', async () => {
-    const db = await freshDatabase('postgres');
-    cleanups.push(() => db.cleanup());
-    const store = openStore(db.url, { queryTimeoutMs: 300 });
-    cleanups.push(() => store.close());
-    await store.migrate();
+    const { db, store } = await migratedStore({ queryTimeoutMs: 300 });
     const holder = new pg.Client({ connectionString: db.url });
     await holder.connect();
     try {
@@ -208,11 +209,7 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
   });
 
   it('a transaction whose caller fails while its BEGIN is still under way releases that connection: the engine\'s pool does not run dry', async () => {
-    const db = await freshDatabase('postgres');
-    cleanups.push(() => db.cleanup());
-    const store = openStore(db.url, { queryTimeoutMs: 2000 });
-    cleanups.push(() => store.close());
-    await store.migrate();
+    const { db, store } = await migratedStore({ queryTimeoutMs: 2000 });
     // More than the work pool's 4 connections: each failure must give its connection back.
     for (let i = 0; i < 6; i++) {
       await expect(store.transaction(async (tx) => {
