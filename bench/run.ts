@@ -17,7 +17,7 @@
  *   npm run bench -- --rates 2000 --duration 15 --no-memory --no-write
  *   npm run bench -- --profile --only sqlite --rates 4000 --no-memory   (server under --cpu-prof)
  *   npm run bench -- --server /other/checkout/dist/cli/main.js         (measure another build)
- *   npm run bench -- --node-args '--initial-old-space-size=64' ...     (our server under Node/V8 flags)
+ *   npm run bench -- --node-args='--initial-old-space-size=64 --trace-gc' ...  (our server under Node/V8 flags; the `=` is needed)
  *   npm run bench -- --only postgres --rates 4000 --log-level info    (with the one log line per request)
  *   npm run bench -- --only postgres --rates 2000 --large-fraction 0  (no 1 MiB bodies: prices them)
  */
