@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { logicalKey, type AcceptRecord, type AcceptResult } from '../port.js';
-import { guardCheckedOut } from './client-guard.js';
+import { checkIn, guardCheckedOut } from './client-guard.js';
 import { inLockOrder } from './lock-order.js';
 import * as SQL from './sql.js';
 
@@ -45,8 +45,7 @@ export async function warmPool(pool: pg.Pool, sizes: readonly number[]): Promise
     if (failed) throw failed.reason;
     await Promise.all(clients.map((c) => prepareAccept((config) => c.query(config), sizes)));
   } finally {
-    for (const u of unguard) u();
-    for (const c of clients) c.release();
+    clients.forEach((c, i) => checkIn(c, unguard[i]!));
   }
 }
 

@@ -13,7 +13,7 @@ import type {
 } from '../work-port.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
-import { guardCheckedOut } from './client-guard.js';
+import { checkIn, guardCheckedOut } from './client-guard.js';
 import type { AcceptWorkerInit } from './accept-worker.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
@@ -191,11 +191,10 @@ export class PostgresStore implements InboxStore {
       return now;
     } catch (err) {
       failed = err as Error;
-      await client.query('ROLLBACK').catch(() => undefined);
       throw err;
     } finally {
-      unguard();
-      client.release(failed); // as in acceptNotice: it may still be in the transaction
+      // Discarded after a failure, as in acceptNotice: closing it rolls the transaction back.
+      checkIn(client, unguard, failed);
     }
   }
 
@@ -243,14 +242,13 @@ export class PostgresStore implements InboxStore {
       return result;
     } catch (err) {
       failed = err as Error;
-      await client.query('ROLLBACK').catch(() => undefined);
       throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
     } finally {
-      unguard();
-      // Never back to the pool after a failure: a statement that timed out client-side is still
-      // running, and the ROLLBACK queued behind it is dropped by its own timeout, so the connection
-      // stayed in this transaction and the next accept on it returned rows that never committed.
-      client.release(failed);
+      // Never back to the pool after a failure, and no ROLLBACK sent: closing the connection rolls
+      // the transaction back. A statement that timed out client-side is still running, and a
+      // ROLLBACK queued behind it could time out too (a second wait before the 503), leaving the
+      // connection in this transaction: the next accept on it returned rows that never committed.
+      checkIn(client, unguard, failed);
     }
   }
 

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { assertStillLeased, type BatchOutcome, type EventKey, type ProcessedMarker, type Row, type StoreTx } from '../work-port.js';
-import { guardCheckedOut } from './client-guard.js';
+import { checkIn, guardCheckedOut } from './client-guard.js';
 import * as W from './work-sql.js';
 
 /**
@@ -32,7 +32,7 @@ export class PgTx implements StoreTx {
   private finished = false;
   /** The client's connection failed: it is destroyed, not returned to the pool. */
   private broken = false;
-  /** Removes the client's 'error' guard (guardCheckedOut), before release. */
+  /** Removes the client's 'error' guard (guardCheckedOut) when it goes back to the pool (checkIn). */
   private unguard: () => void = () => undefined;
 
   constructor(private readonly pool: pg.Pool) {}
@@ -80,8 +80,7 @@ export class PgTx implements StoreTx {
       this.broken = true;
       throw err;
     } finally {
-      this.unguard();
-      client.release(this.broken);
+      checkIn(client, this.unguard, this.broken);
       this.client = undefined;
     }
   }
