@@ -116,6 +116,14 @@ export class ListenError extends Error {
 }
 
 /** The store could not durably commit (or cannot say whether it did). Always answered with 503. */
+/** The database's schema is older than this build needs (or was never migrated): run `migrate`. */
+export class SchemaOutdatedError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SchemaOutdatedError';
+  }
+}
+
 export class StorageUnavailableError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);

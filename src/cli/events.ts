@@ -1,15 +1,25 @@
+import { existsSync } from 'node:fs';
 import { loadConfigFile } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { TECHNICAL_REASONS } from '../engine/failure.js';
 import { openStore } from '../store/open.js';
 import type { InboxStore } from '../store/port.js';
+import { parseSqliteUrl } from '../store/sqlite/store.js';
+import { CommandError } from './usage-error.js';
 import type { InboxDetail } from '../store/work-port.js';
 
 /** Operator commands over the inbox: list, show, retry one FAILED event, requeue technical failures. */
 export async function withStore<T>(configFile: string, fn: (s: InboxStore, config: Config) => Promise<T>): Promise<T> {
   const config = loadConfigFile(configFile);
+  // Opening a missing SQLite file would create an empty database (a stray file beside the real one).
+  if (config.database.startsWith('sqlite:')) {
+    const { file } = parseSqliteUrl(config.database);
+    if (file !== ':memory:' && !existsSync(file)) throw new CommandError(`no SQLite database at ${file}: check the config's database (or DATABASE_URL), or run webhook-inbox migrate to create it`);
+  }
   const store = openStore(config.database);
   try {
+    // Unreachable, or never migrated: one clear line (SchemaOutdatedError says to run migrate), not "no such table".
+    await store.ping();
     return await fn(store, config);
   } finally {
     await store.close();

@@ -1,12 +1,12 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { ConfigError, ListenError } from '../errors.js';
+import { ConfigError, ListenError, SchemaOutdatedError, StorageUnavailableError } from '../errors.js';
 import { SecretUnavailableError } from '../config/secrets.js';
 import { runServe } from './serve.js';
 import { runMigrate } from './migrate.js';
 import { runCheckConfig } from './check-config.js';
 import { runSendSample } from './send-sample.js';
-import { UsageError } from './usage-error.js';
+import { CommandError, UsageError } from './usage-error.js';
 import { runWork } from './work.js';
 import { runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
 import { DEFAULT_BUSY_PERCENT, runKeysList, runKeysReseal } from './keys.js';
@@ -165,8 +165,12 @@ function topHelp(): string {
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
-  if (name === 'help' && rest[0] !== undefined && COMMANDS[rest[0]]) {
-    const c = COMMANDS[rest[0]]!;
+  if (name === 'help' && rest[0] !== undefined) {
+    const c = COMMANDS[rest[0]];
+    if (!c) {
+      console.error(`webhook-inbox help: unknown command "${rest[0]}"\n\n${topHelp()}`);
+      return 2;
+    }
     console.log(`${c.summary}\n\nUsage: ${c.usage}`);
     return 0;
   }
@@ -214,8 +218,15 @@ async function main(argv: string[]): Promise<number> {
       console.error(`webhook-inbox ${name}: config error: ${err.message}`);
       return 78; // EX_CONFIG
     }
-    if (err instanceof ListenError) {
+    if (err instanceof ListenError || err instanceof CommandError || err instanceof SchemaOutdatedError) {
       console.error(`webhook-inbox ${name}: ${err.message}`);
+      return 1;
+    }
+    if (err instanceof StorageUnavailableError) {
+      // The store's message names the store and, with its cause, the reason (the SQLite thread's
+      // "cannot open …", the driver's "connect ECONNREFUSED …"); a stack would be ours, not the cause's.
+      const cause = err.cause instanceof Error && !err.message.includes(err.cause.message) ? `: ${err.cause.message}` : '';
+      console.error(`webhook-inbox ${name}: database unavailable: ${err.message}${cause}`);
       return 1;
     }
     // The cause says why (the SQLite thread's "cannot open …"); the stack alone does not carry it.

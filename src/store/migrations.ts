@@ -3,6 +3,8 @@
  * reviewer sees at once that the two schemas say the same thing. Applied in order, each in
  * its own transaction, recorded in `schema_migrations`. Never edit a released version: add one.
  */
+import { SchemaOutdatedError } from '../errors.js';
+
 export interface Migration {
   readonly version: number;
   readonly name: string;
@@ -262,6 +264,6 @@ export const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
  */
 export function assertSchemaCurrent(version: number | null): void {
   if (version === null || version < LATEST_VERSION) {
-    throw new Error(`schema at version ${version ?? 'none'}, this build needs ${LATEST_VERSION}: run webhook-inbox migrate (serve does unless --no-migrate)`);
+    throw new SchemaOutdatedError(`schema at version ${version ?? 'none'}, this build needs ${LATEST_VERSION}: run webhook-inbox migrate (serve does unless --no-migrate)`);
   }
 }

@@ -1,12 +1,14 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo } from 'node:net';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
+import Database from 'better-sqlite3';
 import pg from 'pg';
+import { LATEST_VERSION } from '../../src/store/migrations.js';
 import { configDoc } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { PG_ADMIN_URL, pgAvailable } from '../helpers/pg.js';
@@ -63,10 +65,60 @@ describe('webhook-inbox CLI', () => {
     expect(limit.err).toContain('--limit must be an integer');
   });
 
-  it('help COMMAND prints that command\'s usage', () => {
+  it('help COMMAND prints that command\'s usage; help of an unknown command exits 2 and says so (it printed the top help and exited 0)', () => {
     const r = run(['help', 'serve']);
     expect(r.code).toBe(0);
     expect(r.out).toContain('Usage: webhook-inbox serve');
+    const unknown = run(['help', 'serv']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.err).toContain('unknown command "serv"');
+  });
+
+  it('operator commands on a SQLite file that does not exist exit 1 and say so, without creating it (they made an empty database)', () => {
+    const db = join(dir, 'typo.db');
+    const file = join(dir, 'typo.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${db}`)));
+    for (const args of [['events', 'list'], ['events', 'show', '0190a1b2-0000-7000-8000-000000000000'], ['retry', '0190a1b2-0000-7000-8000-000000000000'], ['keys', 'list']]) {
+      const r = run([...args, '--config', file]);
+      expect(r.code, args.join(' ')).toBe(1);
+      expect(r.err, args.join(' ')).toContain(`no SQLite database at ${db}`);
+    }
+    expect(existsSync(db)).toBe(false);
+  });
+
+  it('operator commands on a database that was never migrated, or is behind this build, say to run migrate in one line (it was a "no such table" stack trace)', () => {
+    const db = join(dir, 'unmigrated.db');
+    writeFileSync(db, ''); // an empty file is an empty SQLite database
+    const file = join(dir, 'unmigrated.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${db}`)));
+    for (const args of [['events', 'list'], ['keys', 'list'], ['requeue', '--reason', 'technical']]) {
+      const r = run([...args, '--config', file]);
+      expect(r.code, args.join(' ')).toBe(1);
+      expect(r.err, args.join(' ')).toMatch(/^webhook-inbox \w+: schema at version none, this build needs \d+: run webhook-inbox migrate/);
+      expect(r.err, args.join(' ')).not.toContain('    at ');
+    }
+    expect(run(['migrate', '--config', file]).code).toBe(0);
+    expect(run(['events', 'list', '--config', file]).code).toBe(0);
+    const conn = new Database(db);
+    conn.prepare('DELETE FROM schema_migrations WHERE version = ?').run(LATEST_VERSION);
+    conn.close();
+    const behind = run(['events', 'list', '--config', file]);
+    expect(behind.code).toBe(1);
+    expect(behind.err).toContain(`schema at version ${LATEST_VERSION - 1}, this build needs ${LATEST_VERSION}: run webhook-inbox migrate`);
+  });
+
+  it('serve, migrate and events against a PostgreSQL server that is not there exit 1 with one line naming the reason, no stack trace', async () => {
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise((r) => closed.close(r)); // a port nothing listens on now
+    const file = join(dir, 'pg-absent.yaml');
+    writeFileSync(file, stringify(configDoc(`postgres://app:s3cret@127.0.0.1:${port}/inbox`)));
+    for (const args of [['serve'], ['migrate'], ['events', 'list']]) {
+      const r = run([...args, '--config', file]);
+      expect(r.code, args[0]).toBe(1);
+      expect(r.err, args[0]).toBe(`webhook-inbox ${args[0]}: database unavailable: PostgreSQL: connect ECONNREFUSED 127.0.0.1:${port}\n`);
+    }
   });
 
   it('send-sample: an endpoint the config lacks is a usage error (2), a server that is not there a one-line error (1)', async () => {
@@ -211,14 +263,18 @@ describe('webhook-inbox CLI', () => {
 
   it.each(['serve', 'work'])('%s: a SIGHUP while it starts does not end the process (its default action did), and is acted on once up', async (cmd) => {
     const slow = join(dir, `slow-${cmd}.mjs`);
-    writeFileSync(slow, 'export default async () => { await new Promise((r) => setTimeout(r, 1500)); };\n');
+    const loading = join(dir, `loading-${cmd}`);
+    // The marker says the handlers are loading, so the process is past its start (a fixed delay
+    // could land before Node ran any of our code on a loaded box: a SIGHUP then no one can catch).
+    writeFileSync(slow, `import { writeFileSync } from 'node:fs';\nexport default async () => { writeFileSync(${JSON.stringify(loading)}, ''); await new Promise((r) => setTimeout(r, 1500)); };\n`);
     const file = join(dir, `hup-${cmd}.yaml`);
     writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, `hup-${cmd}.db`)}`)));
     const child = spawn(process.execPath, [CLI, cmd, '--config', file, '--handlers', slow], { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr!.on('data', (c: Buffer) => { stderr += c.toString(); });
     try {
-      await new Promise((r) => setTimeout(r, 700));
+      for (let i = 0; i < 200 && !existsSync(loading); i++) await new Promise((r) => setTimeout(r, 50));
+      expect(existsSync(loading), stderr).toBe(true);
       child.kill('SIGHUP');
       for (let i = 0; i < 100 && !/listening on|workers running/.test(stderr) && child.exitCode === null && child.signalCode === null; i++) await new Promise((r) => setTimeout(r, 50));
       expect(child.signalCode, stderr).toBeNull();

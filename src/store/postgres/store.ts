@@ -163,7 +163,12 @@ export class PostgresStore implements InboxStore {
   }
 
   async migrate(): Promise<number[]> {
-    const client = await this.pool.connect();
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (err) {
+      throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
+    }
     const unguard = guardCheckedOut(client);
     // A migration, or the wait for another server's, may take longer than an accept may: under the
     // pool's query timeout (commitTimeoutMs) a large table's migration failed at every start.
