@@ -51,9 +51,9 @@ export interface ListOptions {
 
 export function runEventsList(configFile: string, o: ListOptions): Promise<number> {
   return withStore(configFile, async (store) => {
-    const rows = await store.listEvents({
-      status: o.status, endpointId: o.endpoint, eventType: o.type, failureReason: o.reason, limit: o.limit ?? 50, before: o.before,
-    });
+    const filter = { status: o.status, endpointId: o.endpoint, eventType: o.type, failureReason: o.reason };
+    const limit = o.limit ?? 50;
+    const rows = await store.listEvents({ ...filter, limit, before: o.before });
     if (o.json) {
       for (const r of rows) console.log(JSON.stringify(detailJson(r)));
       return 0;
@@ -63,7 +63,10 @@ export function runEventsList(configFile: string, o: ListOptions): Promise<numbe
       console.log([r.inboxId, r.status.padEnd(10), String(r.attemptCount).padStart(8), r.endpointId.padEnd(16), r.eventType.padEnd(32),
         iso(r.receivedAtMs).padEnd(24), r.failureReason ?? ''].join('  '));
     }
-    if (rows.length > 0) console.error(`${rows.length} event(s); next page: --before ${rows[rows.length - 1]!.inboxId}`);
+    // The hint only when a next page exists (a full page may be the last one: one more row tells).
+    const last = rows.at(-1)?.inboxId;
+    const more = last !== undefined && rows.length === limit && (await store.listEvents({ ...filter, limit: 1, before: last })).length > 0;
+    console.error(more ? `${rows.length} event(s); next page: --before ${last}` : `${rows.length} event(s); no more`);
     return 0;
   });
 }

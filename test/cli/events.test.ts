@@ -132,7 +132,7 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     expect(await status(PENDING_EVENT)).toBe('PENDING');
   });
 
-  it('events list: a table of every event, newest first, with the next-page hint', async () => {
+  it('events list: a table of every event, newest first, with the next-page hint only when there is a next page', async () => {
     const r = await cli(['events', 'list', '--config', config]);
     expect(r.code, r.err).toBe(0);
     const [header, ...rows] = r.out.trimEnd().split('\n');
@@ -142,7 +142,14 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     expect(row('evt_tech_1')).toEqual([id('evt_tech_1'), 'FAILED', '3', 'stripe', 'payment_intent.succeeded', expect.stringMatching(/^\d{4}-\d\d-\d\dT[\d:.]+Z$/), 'retries_exhausted']);
     expect(row('evt_eu_ok').slice(0, 5)).toEqual([id('evt_eu_ok'), 'PROCESSED', '1', 'stripe-eu', 'customer.created']);
     expect(row(PENDING_EVENT).slice(0, 3)).toEqual([id(PENDING_EVENT), 'PENDING', '0']);
-    expect(r.err).toContain(`${ids.size} event(s); next page: --before ${allNewestFirst().at(-1)}`);
+    expect(r.err).toBe(`${ids.size} event(s); no more\n`);
+    // A full page with more behind it gets the hint; a full page that is the last one does not.
+    const first = await cli(['events', 'list', '--config', config, '--limit', String(ids.size - 1)]);
+    expect(first.err).toBe(`${ids.size - 1} event(s); next page: --before ${allNewestFirst().at(-2)}\n`);
+    const exact = await cli(['events', 'list', '--config', config, '--limit', String(ids.size)]);
+    expect(exact.err).toBe(`${ids.size} event(s); no more\n`);
+    const rest = await cli(['events', 'list', '--config', config, '--before', allNewestFirst().at(-1)!]);
+    expect(rest.err).toBe('0 event(s); no more\n');
   });
 
   it('events list --json: one JSON object per line with the row diagnostics, never the payload', async () => {
