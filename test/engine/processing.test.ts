@@ -260,6 +260,32 @@ describeEachStore('processing engine', (kind) => {
     expect(await countPaid()).toBe(1);
   });
 
+  it('a handler in a separate work process that holds its transaction for 3 s: accepts in serve meanwhile wait and are answered 200 (SQLite: they got 503 past a 2 s busy timeout)', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    let inHandler!: () => void;
+    const handlerQueried = new Promise<void>((r) => (inHandler = r));
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      if (event.providerEventId !== 'evt_slow_holder') return;
+      await ctx.tx.query('SELECT 1 AS x'); // the transaction (SQLite: the write lock) is now held
+      inHandler();
+      await new Promise((r) => setTimeout(r, 3000));
+    });
+    // A lease longer than the handler: its heartbeat waits for the transaction the handler holds.
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, leaseMs: 10_000 }, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const holder = (await send('evt_slow_holder')).json().inbox_id as string;
+      await handlerQueried;
+      const started = performance.now();
+      const during = await Promise.all([send('evt_during_1'), send('evt_during_2')]);
+      expect(during.map((r) => r.status), during.map((r) => r.text).join(' ')).toEqual([200, 200]);
+      if (kind === 'sqlite') expect(performance.now() - started).toBeGreaterThan(1000); // they did wait for the lock
+      await waitFor(async () => (await app!.store.getEvent(holder))?.status === 'PROCESSED', 15_000, 'PROCESSED');
+    } finally {
+      await workers.stop();
+    }
+  });
+
   it('a batch of 100 events whose handlers all query: every event PROCESSED; on PostgreSQL no settle transaction runs more than 64 handlers (its subtransaction cache)', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     const inboxIds: string[] = [];

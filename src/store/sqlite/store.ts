@@ -19,7 +19,7 @@ import type { WorkerInit } from './worker.js';
 /** How often a store with new-work listeners looks for commits by other processes. */
 const OTHER_WRITERS_POLL_MS = 50;
 
-/** `sqlite:./data/inbox.db?busyTimeoutMs=2000&txTimeoutMs=10000` → file + options. */
+/** `sqlite:./data/inbox.db?busyTimeoutMs=6000&txTimeoutMs=10000` → file + options. */
 export function parseSqliteUrl(url: string): WorkerInit {
   const rest = url.slice('sqlite:'.length);
   const q = rest.indexOf('?');
@@ -30,7 +30,18 @@ export function parseSqliteUrl(url: string): WorkerInit {
     return Number.isFinite(v) ? v : fallback;
   };
   if (!file) throw new Error('sqlite URL needs a file path, e.g. sqlite:./data/webhook-inbox.db');
-  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', 2000), txTimeoutMs: num('txTimeoutMs', 10_000), durableEngineCommits: true };
+  const txTimeoutMs = num('txTimeoutMs', 10_000);
+  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', defaultBusyTimeoutMs(txTimeoutMs)), txTimeoutMs, durableEngineCommits: true };
+}
+
+/**
+ * How long a statement waits for another process's write lock. Long enough for a settle
+ * transaction of a `webhook-inbox work` process on the same file: its handlers run for at most
+ * half of txTimeoutMs, then it writes and commits. With 2 s, a handler slower than that made every
+ * accept of `serve` meanwhile fail (503), though the same handler in `serve` itself only delays them.
+ */
+export function defaultBusyTimeoutMs(txTimeoutMs: number): number {
+  return Math.round(txTimeoutMs / 2) + 1000;
 }
 
 /** SQLite adapter: a single writer thread owns the connection; this side only passes messages. */
