@@ -115,7 +115,6 @@ export class ListenError extends Error {
   }
 }
 
-/** The store could not durably commit (or cannot say whether it did). Always answered with 503. */
 /** The database's schema is older than this build needs (or was never migrated): run `migrate`. */
 export class SchemaOutdatedError extends Error {
   constructor(message: string) {
@@ -124,6 +123,7 @@ export class SchemaOutdatedError extends Error {
   }
 }
 
+/** The store could not durably commit (or cannot say whether it did). Always answered with 503. */
 export class StorageUnavailableError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);

@@ -5,8 +5,8 @@ import { TECHNICAL_REASONS } from '../engine/failure.js';
 import { openStore } from '../store/open.js';
 import type { InboxStore } from '../store/port.js';
 import { parseSqliteUrl } from '../store/sqlite/store.js';
-import { CommandError } from './usage-error.js';
 import type { InboxDetail } from '../store/work-port.js';
+import { CommandError } from './usage-error.js';
 
 /** Operator commands over the inbox: list, show, retry one FAILED event, requeue technical failures. */
 export async function withStore<T>(configFile: string, fn: (s: InboxStore, config: Config) => Promise<T>): Promise<T> {
