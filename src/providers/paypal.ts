@@ -19,8 +19,9 @@ import { withDeadline } from '../deadline.js';
  * - There is no shared secret. The endpoint's "secrets" are the webhook ids it trusts (rotation = a
  *   new webhook id); the id is signed, so a delivery meant for another webhook does not verify.
  * - The request names its own key (the cert URL). It is trusted only when it is an https URL on an
- *   allowlisted PayPal API host (exact host, default port, no userinfo, query or fragment) under
- *   `/v1/notifications/certs/` — checked from headers alone, before any network I/O. The certificate is
+ *   allowlisted PayPal API host (exact host, default port, no userinfo, query or fragment) at
+ *   `/v1/notifications/certs/CERT-<8 hex>-<8 hex>-<8 hex>` (the only form PayPal has used) — checked
+ *   from headers alone, before any network I/O, so made-up names cost no download. The certificate is
  *   downloaded over TLS (Node's CA store, no redirects, bounded time and size) and cached per URL.
  *   No chain check: the URL serves the leaf alone (PayPal's Java SDK demands the signing CN of every
  *   certificate in it) and Node ships no intermediates to build a chain with, so TLS to PayPal's
@@ -48,7 +49,9 @@ export interface PaypalSigner {
 
 /** PayPal's REST API hosts that serve webhook signing certificates (live and sandbox; api-m is the newer name). */
 export const DEFAULT_CERT_HOSTS: readonly string[] = ['api.paypal.com', 'api-m.paypal.com', 'api.sandbox.paypal.com', 'api-m.sandbox.paypal.com'];
-const CERT_PATH_RE = /^\/v1\/notifications\/certs\/[A-Za-z0-9._-]{1,128}$/;
+const CERT_PATH_RE = /^\/v1\/notifications\/certs\/[^/]+$/;
+/** PayPal's certificate ids, 2014 to now: CERT-360caa42-35c2ed1e-21e9a5d6, CERT-360caa42-fca2a594-a5cafa77, … */
+const CERT_ID_RE = /^\/v1\/notifications\/certs\/CERT-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{8}$/;
 const CERT_HOST_RE = /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+paypal\.com$/;
 /** The Java SDK's rule (SSLUtil.validateCertificateChain): CN starts with messageverificationcerts, ends with .paypal.com. */
 const SIGNING_CN_RE = /^messageverificationcerts(?:\.[a-z0-9-]+)*\.paypal\.com$/i;
@@ -122,6 +125,8 @@ export function checkCertUrl(raw: string, hosts: readonly string[] = DEFAULT_CER
     && CERT_PATH_RE.test(url.pathname)
     && url.search === '' && url.hash === '' && !raw.includes('?') && !raw.includes('#');
   if (!ok) throw new IngressError('invalid_signature', `${H_CERT} is not a PayPal certificate URL`);
+  // Apart from the check above so the refusal says why: a made-up id must not cost a download.
+  if (!CERT_ID_RE.test(url.pathname)) throw new IngressError('invalid_signature', `${H_CERT} does not name a PayPal certificate id (CERT-xxxxxxxx-xxxxxxxx-xxxxxxxx)`);
   return url;
 }
 

@@ -1,4 +1,4 @@
-import { createPrivateKey, createSign, type KeyObject } from 'node:crypto';
+import { createHash, createPrivateKey, createSign, type KeyObject } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
@@ -69,6 +69,16 @@ export function paypalHeaders(privateKey: KeyObject | string, certUrl: string, h
     'paypal-auth-algo': 'SHA256withRSA',
     'paypal-auth-version': 'v2',
   };
+}
+
+/**
+ * A certificate id in PayPal's form (`CERT-` and three groups of 8 hex digits) for a test label: the
+ * label's SHA-256, so each label names its own id; an id already in that form is kept as it is.
+ */
+export function certId(label: string): string {
+  if (/^CERT-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{8}$/.test(label)) return label;
+  const h = createHash('sha256').update(label).digest('hex');
+  return `CERT-${h.slice(0, 8)}-${h.slice(8, 16)}-${h.slice(16, 24)}`;
 }
 
 export const isoSeconds = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');

@@ -14,7 +14,7 @@ import { expectedFirst, reasonOf, thrownBy, trustedKeys, verifyWithAsync, view }
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { post } from '../helpers/http.js';
 import {
-  forgeSameCrc, isoSeconds, LIVE_SIGNING_CN, makeCert, paypalHeaders, paypalSign, startFakePaypal, type FakePaypal,
+  certId, forgeSameCrc, isoSeconds, LIVE_SIGNING_CN, makeCert, paypalHeaders, paypalSign, startFakePaypal, type FakePaypal,
 } from '../helpers/paypal.js';
 import { describeEachStore } from '../helpers/stores.js';
 
@@ -28,7 +28,8 @@ import { describeEachStore } from '../helpers/stores.js';
  * is written apart from the adapter (zlib's CRC-32, a template string, createSign).
  */
 
-const path = (name: string) => `/v1/notifications/certs/${name}`;
+/** The path of a test certificate: its label as an id in PayPal's form (helpers/paypal.ts certId). */
+const path = (name: string) => `/v1/notifications/certs/${certId(name)}`;
 const certUrl = (name: string, host = 'api.sandbox.paypal.com') => `https://${host}${path(name)}`;
 
 const SIGNING = makeCert();
@@ -339,6 +340,11 @@ describe('paypal: PAYPAL-CERT-URL allowlist — refused before any download', ()
     ['empty query', `https://api.paypal.com${path('CERT-sandbox')}?`, 'invalid_signature'],
     ['fragment', `https://api.paypal.com${path('CERT-sandbox')}#x`, 'invalid_signature'],
     ['file URL', 'file:///etc/passwd', 'invalid_signature'],
+    ['made-up certificate id', 'https://api.paypal.com/v1/notifications/certs/made-up-1', 'invalid_signature'],
+    ['id with two groups', 'https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594', 'invalid_signature'],
+    ['id with a non-hex digit', 'https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-a5cafa7g', 'invalid_signature'],
+    ['id with a suffix', 'https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-a5cafa77.pem', 'invalid_signature'],
+    ['id without the CERT- prefix', 'https://api.paypal.com/v1/notifications/certs/360caa42-fca2a594-a5cafa77', 'invalid_signature'],
     ['backslash', `https://api.paypal.com\\@evil.com${path('CERT-sandbox')}`, 'malformed_signature'],
     ['relative', path('CERT-sandbox'), 'malformed_signature'],
   ]))('%s → %s, nothing fetched', async (_name, reason, url) => {
@@ -352,8 +358,13 @@ describe('paypal: PAYPAL-CERT-URL allowlist — refused before any download', ()
     expect([...fake.hits.values()].reduce((x, y) => x + y, 0)).toBe(hitsBefore);
   });
 
+  it('a made-up certificate id says so: the id is not in PayPal\'s form CERT-xxxxxxxx-xxxxxxxx-xxxxxxxx', () => {
+    expect(thrownBy(() => checkCertUrl('https://api.paypal.com/v1/notifications/certs/made-up-1'), IngressError).detail).toMatch(/CERT-xxxxxxxx-xxxxxxxx-xxxxxxxx/);
+  });
+
   it.each([
     ...DEFAULT_CERT_HOSTS.map((h) => `https://${h}${path('CERT-360caa42-fca2a594-a5cafa77')}`),
+    `https://api.sandbox.paypal.com${path('CERT-360caa42-35c2ed1e-21e9a5d6')}`, // PayPal's 2014 sandbox certificate
     `https://API.SANDBOX.PAYPAL.COM${path('CERT-x')}`,
     `https://api.paypal.com:443${path('CERT-x')}`,
   ])('accepted: %s', (url) => {
@@ -709,5 +720,59 @@ describeEachStore('paypal over HTTP (certificate host on local TLS)', (kind) => 
 
   it('all of the above downloaded the signing certificate once', () => {
     expect(fake.fetches.slice(fetchesAtStart).filter((u) => u === certUrl('CERT-sandbox'))).toHaveLength(1);
+  });
+});
+
+/** Polls `done` until it holds (generous bound: a loaded 2-core box). */
+async function until(done: () => boolean, what: string, ms = 20_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describeEachStore('paypal over HTTP: made-up certificate URLs cannot starve a genuine one', (kind) => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp(kind, {
+      // Short download timeout: the made-up URLs below hang until it.
+      endpoints: [{ id: 'paypal', provider: 'paypal', secrets: [{ version: 'v1', value: WEBHOOK_ID }], options: { certFetcher: fake.fetcherWith({ timeoutMs: 4_000 }) } }],
+    });
+  });
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  const send = (d: Delivery) => post(`${app.url}/webhooks/paypal`, d.body, d.headers);
+  const sendAll = (ds: Delivery[]) => {
+    let answered = 0;
+    const all = Promise.all(ds.map(async (d) => {
+      const r = await send(d);
+      answered++;
+      return r;
+    }));
+    return { all, answered: () => answered };
+  };
+  const hitsOn = (paths: string[]) => paths.reduce((n, p) => n + (fake.hits.get(p) ?? 0), 0);
+
+  it('many made-up certificate ids in flight, then a genuine delivery whose certificate is not cached yet → 200; the made-up ones → 401, none downloaded', async () => {
+    const madeUp = Array.from({ length: 16 }, (_, i) => `/v1/notifications/certs/made-up-${kind}-${i}`);
+    for (const p of madeUp) fake.routes.set(p, { hang: true }); // were they downloaded, they would hold a download slot
+    const flood = sendAll(madeUp.map((p) => deliver({ timeMs: Date.now(), cert: `https://api.paypal.com${p}` })));
+    // In flight: answered (refused), or holding every download slot there is.
+    await until(() => flood.answered() === madeUp.length || hitsOn(madeUp) >= 4, 'the made-up requests to be answered or downloading');
+
+    const genuinePath = path(`genuine-${kind}`);
+    fake.routes.set(genuinePath, { pem: SIGNING.certPem });
+    const r = await send(deliver({ timeMs: Date.now(), cert: certUrl(`genuine-${kind}`) }));
+    expect(r.status, r.text).toBe(200);
+    expect(fake.hits.get(genuinePath)).toBe(1);
+
+    for (const refused of await flood.all) {
+      expect(refused.status, refused.text).toBe(401);
+      expect(refused.json()).toEqual({ error: 'invalid_signature', detail: expect.stringMatching(/CERT-xxxxxxxx-xxxxxxxx-xxxxxxxx/) });
+    }
+    expect(hitsOn(madeUp)).toBe(0);
   });
 });

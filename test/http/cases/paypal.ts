@@ -1,6 +1,6 @@
 import { PROVIDERS } from '../../../src/providers/registry.js';
 import type { CertFetcher } from '../../../src/providers/paypal.js';
-import { isoSeconds, makeCert } from '../../helpers/paypal.js';
+import { certId, isoSeconds, makeCert } from '../../helpers/paypal.js';
 import { fields, rotation, uid, type Case, type Secrets } from './types.js';
 
 /**
@@ -9,7 +9,7 @@ import { fields, rotation, uid, type Case, type Secrets } from './types.js';
  * itself (TLS, cache, failures → 503) is tested in test/providers/paypal.test.ts.
  */
 const SECRETS: Secrets = { v2: 'WHCURRENT2PAYPAL', v1: 'WHPREVIOUS1PAYPAL', v0: 'WHRETIRED0PAYPAL' };
-const CERT_URL = 'https://api.sandbox.paypal.com/v1/notifications/certs/CERT-http-suite';
+const CERT_URL = `https://api.sandbox.paypal.com/v1/notifications/certs/${certId('http-suite')}`;
 const signing = makeCert();
 const certFetcher: CertFetcher = async (url) => {
   if (url.href !== CERT_URL) throw new Error(`unexpected certificate URL ${url.href}`);
