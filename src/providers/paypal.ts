@@ -22,7 +22,8 @@ import { withDeadline } from '../deadline.js';
  *   allowlisted PayPal API host (exact host, default port, no userinfo, query or fragment) at
  *   `/v1/notifications/certs/CERT-<8 hex>-<8 hex>-<8 hex>` (the only form PayPal has used) — checked
  *   from headers alone, before any network I/O, so made-up names cost no download. The certificate is
- *   downloaded over TLS (Node's CA store, no redirects, bounded time and size) and cached per URL.
+ *   downloaded over TLS (Node's CA store, no redirects, bounded time and size) and cached per URL;
+ *   a URL whose certificate has verified a delivery is never kept waiting by URLs that have not.
  *   No chain check: the URL serves the leaf alone (PayPal's Java SDK demands the signing CN of every
  *   certificate in it) and Node ships no intermediates to build a chain with, so TLS to PayPal's
  *   host is the trust anchor (PayPal's Node and Python SDKs check even less); on top,
@@ -65,7 +66,10 @@ export const CERT_TTL_MS = 24 * 60 * 60 * 1000;
 export const CERT_FAILURE_TTL_MS = 10_000;
 const MAX_CACHED_CERTS = 32;
 const MAX_CACHED_FAILURES = 256;
-const MAX_FETCHES_IN_FLIGHT = 4;
+/** Downloads at once for URLs that have not verified a delivery yet (made-up ones among them). */
+const MAX_UNPROVEN_FETCHES = 4;
+/** URLs whose certificate verified a delivery, remembered past the cache (LRU): their downloads never wait. */
+const MAX_PROVEN_URLS = 16;
 /** Transmission ids remembered per endpoint for the one-body-per-transmission rule. */
 export const MAX_REMEMBERED_TRANSMISSIONS = 20_000;
 
@@ -216,12 +220,17 @@ const defaultFetcher = createCertFetcher();
 /**
  * Signing certificates by URL: successes for CERT_TTL_MS (LRU, at most 32), failures for
  * CERT_FAILURE_TTL_MS (kept apart, so a flood of bad URLs cannot evict a good certificate), one
- * download per URL at a time and at most 4 downloads at once.
+ * download per URL at a time. Downloads for URLs not yet proven (see `prove`) are at most 4 at once
+ * and refused beyond that (fail fast: 503, the sender retries); a proven URL's download never waits
+ * for them, so a stream of made-up URLs cannot keep PayPal's own certificate from being fetched again.
  */
 export class CertificateCache {
   private readonly good = new Map<string, { cert: SigningCert; untilMs: number }>();
   private readonly bad = new Map<string, { detail: string; untilMs: number }>();
   private readonly inFlight = new Map<string, Promise<SigningCert>>();
+  /** URLs whose certificate verified a delivery's signature (LRU): only PayPal's key can add one. */
+  private readonly proven = new Set<string>();
+  private unprovenInFlight = 0;
 
   constructor(private readonly fetcher: CertFetcher) {}
 
@@ -242,10 +251,23 @@ export class CertificateCache {
     }
     const pending = this.inFlight.get(k);
     if (pending) return pending;
-    if (this.inFlight.size >= MAX_FETCHES_IN_FLIGHT) return Promise.reject(new IngressError('verification_unavailable', 'too many certificate downloads in progress'));
-    const p = this.load(url, nowMs).finally(() => this.inFlight.delete(k));
+    const proven = this.proven.has(k); // bounded (MAX_PROVEN_URLS), one download each at a time
+    if (!proven && this.unprovenInFlight >= MAX_UNPROVEN_FETCHES) return Promise.reject(new IngressError('verification_unavailable', 'too many certificate downloads in progress'));
+    if (!proven) this.unprovenInFlight++;
+    const p = this.load(url, nowMs).finally(() => {
+      this.inFlight.delete(k);
+      if (!proven) this.unprovenInFlight--;
+    });
     this.inFlight.set(k, p);
     return p;
+  }
+
+  /** The certificate at `url` verified a delivery for a trusted webhook id: its URL is PayPal's. */
+  prove(url: URL): void {
+    const k = url.href;
+    this.proven.delete(k); // most recently used
+    if (this.proven.size >= MAX_PROVEN_URLS) this.proven.delete(this.proven.values().next().value!);
+    this.proven.add(k);
   }
 
   private async load(url: URL, nowMs: number): Promise<SigningCert> {
@@ -380,9 +402,9 @@ export const createPaypal: AdapterFactory = (options, path) => {
           break;
         }
       }
-      if (matched && !ledger.admit(m.transmissionId, body)) {
-        throw new IngressError('invalid_signature', 'this transmission was already received with other bytes');
-      }
+      if (!matched) return null;
+      certs.prove(m.certUrl);
+      if (!ledger.admit(m.transmissionId, body)) throw new IngressError('invalid_signature', 'this transmission was already received with other bytes');
       return matched;
     },
     envelope: jsonEnvelope({ id: 'id', type: 'event_type', objectId: 'resource.id', objectVersion: 'resource.update_time', createdAt: 'create_time' }),

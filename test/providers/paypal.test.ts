@@ -481,7 +481,7 @@ describe('paypal: certificate download, cache and failures', () => {
     expect(f.calls).toHaveLength(2);
   });
 
-  it('at most 4 downloads at once: a flood of unknown certificate URLs cannot fan out', async () => {
+  it('at most 4 downloads at once for URLs that have not verified a delivery: a flood of unknown certificate URLs cannot fan out', async () => {
     const waiting: ((b: Buffer) => void)[] = [];
     const f = counting(() => new Promise<Buffer>((resolve) => waiting.push(resolve)));
     const a = adapterWith(f);
@@ -490,6 +490,23 @@ describe('paypal: certificate download, cache and failures', () => {
     expect(fifth.reason).toBe('verification_unavailable');
     expect(fifth.detail).toMatch(/too many/);
     expect(f.calls).toHaveLength(4);
+    for (const w of waiting) w(SIGNING.certPem);
+    expect(await Promise.all(pending)).toEqual(['v1', 'v1', 'v1', 'v1']);
+  });
+  it('only a URL whose certificate verified a delivery skips that limit; one downloaded but never verified with does not', async () => {
+    const waiting: ((b: Buffer) => void)[] = [];
+    const slow = new Set([1, 2, 3, 4].map((i) => certUrl(`CERT-slow-${i}`)));
+    const f = counting((url) => (slow.has(url.href) ? new Promise<Buffer>((resolve) => waiting.push(resolve)) : viaFake(url)));
+    const a = adapterWith(f);
+    expect(await check(a, deliver())).toBe('v1'); // CERT-sandbox verified a delivery
+    expect(await check(a, deliver({ cert: certUrl('CERT-live') }))).toBeNull(); // CERT-live was downloaded but verified nothing
+    const later = NOW_MS + CERT_TTL_MS; // both past the cache's day: each needs a download again
+    const at = (o: Parameters<typeof deliver>[0] = {}) => check(a, deliver({ timeMs: later, ...o }), undefined, later);
+    const pending = [...slow].map((cert) => at({ cert }));
+    expect(waiting).toHaveLength(4);
+    expect((await rejection(at({ cert: certUrl('CERT-live') }))).detail).toMatch(/too many/);
+    expect(await at()).toBe('v1');
+    expect(f.calls.filter((u) => u === certUrl('CERT-sandbox'))).toHaveLength(2);
     for (const w of waiting) w(SIGNING.certPem);
     expect(await Promise.all(pending)).toEqual(['v1', 'v1', 'v1', 'v1']);
   });
@@ -774,5 +791,32 @@ describeEachStore('paypal over HTTP: made-up certificate URLs cannot starve a ge
       expect(refused.json()).toEqual({ error: 'invalid_signature', detail: expect.stringMatching(/CERT-xxxxxxxx-xxxxxxxx-xxxxxxxx/) });
     }
     expect(hitsOn(madeUp)).toBe(0);
+  });
+
+  it('a certificate URL that verified a delivery is downloaded again (cache expired or evicted) even while made-up PayPal-form ids fill every other download slot', async () => {
+    const provenPath = path(`proven-${kind}`);
+    fake.routes.set(provenPath, { pem: SIGNING.certPem });
+    expect((await send(deliver({ timeMs: Date.now(), cert: certUrl(`proven-${kind}`) }))).status).toBe(200);
+
+    // 32 other certificates that download fine but verify nothing (another key) push it out of the cache.
+    for (let i = 0; i < 32; i++) {
+      fake.routes.set(path(`other-${kind}-${i}`), { pem: OTHER.certPem });
+      const r = await send(deliver({ timeMs: Date.now(), cert: certUrl(`other-${kind}-${i}`) }));
+      expect(r.status, r.text).toBe(401);
+    }
+
+    // Made-up ids in PayPal's form: nothing tells them apart before the download, and they hang.
+    const stalled = Array.from({ length: 4 }, (_, i) => path(`stalled-${kind}-${i}`));
+    for (const p of stalled) fake.routes.set(p, { hang: true });
+    const flood = sendAll(stalled.map((p) => deliver({ timeMs: Date.now(), cert: `https://api.paypal.com${p}` })));
+    await until(() => hitsOn(stalled) === stalled.length, 'the made-up downloads to start');
+    const fifth = await send(deliver({ timeMs: Date.now(), cert: certUrl(`stalled-${kind}-5`) }));
+    expect(fifth.status, fifth.text).toBe(503); // the download slots for unproven URLs are full
+
+    const r = await send(deliver({ timeMs: Date.now(), cert: certUrl(`proven-${kind}`) }));
+    expect(r.status, r.text).toBe(200);
+    expect(fake.hits.get(provenPath)).toBe(2);
+
+    for (const failed of await flood.all) expect(failed.status, failed.text).toBe(503);
   });
 });
