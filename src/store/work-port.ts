@@ -207,8 +207,10 @@ export interface WorkStore {
    * Calls fn when new inbox rows may be due: PostgreSQL LISTEN/NOTIFY (the accept statement
    * notifies `webhook_inbox`), so it works across processes; SQLite: after an accept commits
    * in this process. Best effort — the engine polls as a backstop. Returns an unsubscribe.
+   * `lost`: PostgreSQL's listening connection was lost (an error, a close, or no answer to its
+   * liveness check); it reconnects, then calls fn once. SQLite has no such connection.
    */
-  onNewWork(fn: () => void): () => void;
+  onNewWork(fn: () => void, lost?: (reason: Error) => void): () => void;
   /** Claims up to n due inbox rows (oldest due first) under a lease for `owner`. */
   claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]>;
   /**

@@ -1,4 +1,5 @@
 import { createServer, connect, type Server, type Socket } from 'node:net';
+import { Transform } from 'node:stream';
 
 /**
  * A loopback TCP proxy in front of a real server, so a test can make the database truly
@@ -9,6 +10,8 @@ export class TcpProxy {
   private sockets = new Set<Socket>();
   /** Open connections as [client, upstream] pairs, for freeze(). */
   private pairs = new Set<[Socket, Socket]>();
+  /** Set by silenceAt(); disarmed by the chunk it matches. */
+  private trap: ((clientChunk: Buffer) => boolean) | undefined;
   port = 0;
 
   constructor(private readonly targetPort: number, private readonly targetHost = '127.0.0.1') {}
@@ -23,7 +26,8 @@ export class TcpProxy {
         s.on('close', () => { this.sockets.delete(s); this.pairs.delete(pair); });
         s.on('error', () => { client.destroy(); upstream.destroy(); });
       }
-      client.pipe(upstream).pipe(client);
+      client.pipe(this.gate()).pipe(upstream);
+      upstream.pipe(client);
     });
     await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
     this.port = (this.server.address() as { port: number }).port;
@@ -36,8 +40,8 @@ export class TcpProxy {
    */
   freeze(): void {
     for (const [client, upstream] of this.pairs) {
-      client.unpipe(upstream);
-      upstream.unpipe(client);
+      client.unpipe(); // stops feeding its gate
+      upstream.unpipe();
       // Read and discard, so neither side's writes ever block or fail.
       for (const s of [client, upstream]) {
         s.removeAllListeners('data');
@@ -46,6 +50,28 @@ export class TcpProxy {
       }
     }
     this.pairs.clear();
+  }
+
+  /**
+   * The next chunk a client sends that `match`es, and all it sends after it on that connection,
+   * never reach the server: a link that died mid-conversation (the server never answers that request).
+   */
+  silenceAt(match: (clientChunk: Buffer) => boolean): void {
+    this.trap = match;
+  }
+
+  /** Passes a client's bytes on until silenceAt()'s trap matches one of its chunks. */
+  private gate(): Transform {
+    let silent = false;
+    return new Transform({
+      transform: (chunk: Buffer, _encoding, done) => {
+        if (!silent && this.trap?.(chunk)) {
+          this.trap = undefined;
+          silent = true;
+        }
+        done(null, silent ? undefined : chunk);
+      },
+    });
   }
 
   /** Closes the port and cuts every open connection. */

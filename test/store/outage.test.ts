@@ -15,6 +15,8 @@ import * as SQL from '../../src/store/postgres/sql.js';
 import { freshDatabase } from '../helpers/stores.js';
 import { pgAvailable } from '../helpers/pg.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { waitFor } from '../helpers/engine.js';
+import { PostgresStore } from '../../src/store/postgres/store.js';
 
 const send = (url: string, id: string) => {
   const body = stripeEvent(id);
@@ -160,6 +162,60 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
       process.off('uncaughtException', onUncaught);
       await holder.end();
     }
+  });
+
+  /**
+   * A store whose only use is its new-work listener, connected through a proxy, and another
+   * process's store to accept events whose NOTIFYs it should hear.
+   */
+  async function listenerBehindProxy() {
+    const { db, store: notifying } = await migratedStore();
+    const proxy = new TcpProxy(5432);
+    await proxy.start();
+    cleanups.push(() => proxy.stop());
+    const url = new URL(db.url);
+    url.port = String(proxy.port);
+    const listening = new PostgresStore(url.toString(), { listenLivenessMs: 500 });
+    cleanups.push(() => listening.close());
+    const seen = { wakes: 0, lost: [] as Error[] };
+    const subscribe = () => {
+      const off = listening.onNewWork(() => void seen.wakes++, (reason) => void seen.lost.push(reason));
+      cleanups.push(async () => off());
+    };
+    let n = 0;
+    /** Accepts events until the listener is woken (its LISTEN may still be on its way). */
+    const hearsAccepts = (what: string) => {
+      const before = seen.wakes;
+      return waitFor(async () => {
+        await notifying.acceptBatch([record(`evt_listen_${n++}`)]);
+        await new Promise((r) => setTimeout(r, 100));
+        return seen.wakes > before;
+      }, 15_000, what);
+    };
+    return { proxy, seen, subscribe, hearsAccepts };
+  }
+
+  it('the new-work listener notices its connection gone silent (no FIN, no RST) within its liveness bound, reconnects, and hears NOTIFYs again', async () => {
+    const { proxy, seen, subscribe, hearsAccepts } = await listenerBehindProxy();
+    subscribe();
+    await hearsAccepts('the listener to hear a NOTIFY');
+    proxy.freeze(); // the listener's connection: open, silent both ways
+    // Within 2 × 500 ms it notices and reconnects (through the proxy: new connections pass), which
+    // wakes it once, as NOTIFYs sent meanwhile are lost; TCP keepalive alone would take ~2 h.
+    await hearsAccepts('the listener to be woken after its connection went silent');
+    await hearsAccepts('the reconnected listener to hear a NOTIFY');
+    expect(seen.lost.length).toBeGreaterThan(0);
+    expect(seen.lost[0]!.message).toMatch(/^liveness check failed/);
+  });
+
+  it('the new-work listener gives up on a LISTEN the server never answers and listens on a new connection', async () => {
+    const { proxy, seen, subscribe, hearsAccepts } = await listenerBehindProxy();
+    // The simple-protocol Query message carrying the LISTEN: its connection goes silent there.
+    proxy.silenceAt((chunk) => chunk[0] === 0x51 && chunk.includes('LISTEN'));
+    subscribe();
+    await hearsAccepts('the listener to listen on a new connection');
+    await hearsAccepts('the listener to hear a NOTIFY');
+    expect(seen.lost).toEqual([]); // it never listened on the first: nothing was lost
   });
 
   it('migrate waits for another process\'s migration however long it takes: the query timeout (commitTimeoutMs, for accepts) does not apply to migrations', async () => {

@@ -32,6 +32,8 @@ export interface PostgresOptions {
   readonly durableEngineCommits?: boolean;
   /** Accept batches of at least this many events run on the accept thread (default THREAD_MIN_ROWS; 1 = all of them). */
   readonly acceptThreadMinRows?: number;
+  /** How long the new-work listener waits, silent, before it checks its connection, and then for the answer (default LIVENESS_MS; tests shorten it). */
+  readonly listenLivenessMs?: number;
 }
 
 /** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
@@ -118,7 +120,7 @@ export class PostgresStore implements InboxStore {
   constructor(url: string, opts: PostgresOptions = {}) {
     this.listener = new PgListener({
       connectionString: url, connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000, keepAlive: true, application_name: 'webhook-inbox-listen',
-    }, SQL.NEW_WORK_CHANNEL);
+    }, SQL.NEW_WORK_CHANNEL, opts.listenLivenessMs);
     const poolConfig = {
       connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000,
       query_timeout: opts.queryTimeoutMs ?? 10_000,
@@ -313,8 +315,8 @@ export class PostgresStore implements InboxStore {
     return rows.map((r) => r.inbox_id);
   }
 
-  onNewWork(fn: () => void): () => void {
-    return this.listener.subscribe(fn);
+  onNewWork(fn: () => void, lost?: (reason: Error) => void): () => void {
+    return this.listener.subscribe(fn, lost);
   }
 
   private async rows(q: W.Statement | { text: string }, values: unknown[] = []): Promise<RawRow[]> {
