@@ -88,6 +88,9 @@ export class Engine {
     this.unsubscribe = this.o.store.onNewWork(() => {
       inbox!.wake();
       relay!.wake();
+    }, (reason) => {
+      this.metrics.listenerLost.inc();
+      this.o.log.warn({ err: reason }, 'new-work listener lost its database connection; reconnecting (the workers poll meanwhile)');
     });
     for (const l of this.loops) l.start();
     this.o.log.info({ owner: this.owner, concurrency: this.o.config.workers.concurrency }, 'workers started');

@@ -16,6 +16,7 @@ import { freshDatabase } from '../helpers/stores.js';
 import { pgAvailable } from '../helpers/pg.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { waitFor } from '../helpers/engine.js';
+import { scrape, valueOf } from '../helpers/metric-samples.js';
 import { PostgresStore } from '../../src/store/postgres/store.js';
 
 const send = (url: string, id: string) => {
@@ -216,6 +217,26 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
     await hearsAccepts('the listener to listen on a new connection');
     await hearsAccepts('the listener to hear a NOTIFY');
     expect(seen.lost).toEqual([]); // it never listened on the first: nothing was lost
+  });
+
+  it('workers whose new-work listener loses its connection count it (webhook_listener_lost_total) and log a warning', async () => {
+    const lines: string[] = [];
+    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
+    const app = await startTestApp('postgres', {}, {}, { workers: true, logger: pino({ level: 'info' }, sink) });
+    cleanups.push(() => app.stop());
+    const admin = new pg.Client({ connectionString: app.db.url });
+    await admin.connect();
+    cleanups.push(() => admin.end());
+    // The listener connects when the workers start: end it from the server side once it listens
+    // (a connection lost before its LISTEN was answered is only a failed attempt, not reported).
+    const terminate = `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()
+      AND application_name = 'webhook-inbox-listen' AND state = 'idle' AND query LIKE 'LISTEN %'`;
+    await waitFor(async () => (await admin.query(terminate)).rowCount === 1, 10_000, 'the listener connection');
+    await waitFor(async () => valueOf(await scrape(app.url), 'webhook_listener_lost_total') === 1, 10_000, 'the loss to be counted');
+    const warning = lines.map((l) => JSON.parse(l) as { msg?: string; level?: number; err?: { message?: string } })
+      .find((l) => l.msg?.startsWith('new-work listener lost'));
+    expect(warning?.level).toBe(40);
+    expect(warning?.err?.message).toMatch(/terminating connection/);
   });
 
   it('migrate waits for another process\'s migration however long it takes: the query timeout (commitTimeoutMs, for accepts) does not apply to migrations', async () => {
