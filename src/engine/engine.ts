@@ -13,6 +13,7 @@ import type { HandlerRegistry } from './handlers.js';
 import { InboxWorker, opensBody } from './inbox-worker.js';
 import { FreshBodies } from './fresh-bodies.js';
 import { ClaimLoop } from './loop.js';
+import { ClockSkewWatch } from './clock-skew.js';
 import { OutboxRelay } from './relay.js';
 import { Router } from './routes.js';
 
@@ -54,6 +55,7 @@ export class Engine {
   /** Set with `freshBodies`: the ingress puts, the inbox worker takes. */
   readonly fresh: FreshBodies | undefined;
   private unsubscribe: (() => void) | undefined;
+  private readonly clock: ClockSkewWatch;
 
   constructor(private readonly o: EngineOptions) {
     const { config, store, log } = o;
@@ -81,6 +83,7 @@ export class Engine {
     const relay = new OutboxRelay({ store, router, owner: this.owner, leaseMs: w.leaseMs, retry: RELAY_RETRY, metrics: this.metrics, log });
     const relayLoop = new ClaimLoop(w, (n) => relay.claim(n), (b) => relay.process(b), onError('outbox relay batch'));
     this.loops.push(inboxLoop, effectsLoop, relayLoop);
+    this.clock = new ClockSkewWatch(store, w.leaseMs, this.metrics.clockSkew, log);
   }
 
   start(): void {
@@ -93,12 +96,14 @@ export class Engine {
       this.o.log.warn({ err: reason }, 'new-work listener lost its database connection; reconnecting (the workers poll meanwhile)');
     });
     for (const l of this.loops) l.start();
+    this.clock.start();
     this.o.log.info({ owner: this.owner, concurrency: this.o.config.workers.concurrency }, 'workers started');
   }
 
   /** Claims nothing more, waits for in-flight batches, closes destinations. */
   async stop(): Promise<void> {
     this.unsubscribe?.();
+    this.clock.stop();
     await Promise.all(this.loops.map((l) => l.stop()));
     await closeAll(this.destinations.values());
   }

@@ -13,6 +13,7 @@ export function engineMetrics(registry: Registry) {
     effects: registry.register(new Counter('webhook_effect_attempts_total', 'Effect executions by result and reason.', ['result', 'reason'])),
     relay: registry.register(new Counter('webhook_relay_publishes_total', 'Outbox relay publishes by destination and result.', ['destination', 'result'])),
     relayUnrouted: registry.register(new Counter('webhook_relay_unrouted_total', 'Outbox rows marked published with no publish: their broker route was removed from the config after the event was accepted.', ['endpoint'])),
+    clockSkew: registry.register(new Gauge('webhook_clock_skew_seconds', "This process's clock minus the database server's (PostgreSQL; re-read every minute). Leases are timed by each process's clock: keep it well under a quarter of workers.leaseMs.")),
     listenerLost: registry.register(new Counter('webhook_listener_lost_total', 'Times the PostgreSQL LISTEN connection that wakes the workers was lost (an error, a close, no answer to its liveness check); until it is back, workers find new events at their poll (workers.pollMs).')),
     inboxRows: registry.register(new Gauge('webhook_inbox_rows', 'Inbox rows by status (PENDING, PROCESSING, FAILED; not PROCESSED).', ['status'])),
     oldestUnprocessed: registry.register(new Gauge('webhook_inbox_oldest_unprocessed_age_seconds', 'Age of the oldest PENDING/PROCESSING row, by endpoint and event type.', ['endpoint', 'type'])),

@@ -211,6 +211,11 @@ export interface WorkStore {
    * liveness check); it reconnects, then calls fn once. SQLite has no such connection.
    */
   onNewWork(fn: () => void, lost?: (reason: Error) => void): () => void;
+  /**
+   * The database server's clock (Unix ms), which every process sharing the database sees alike;
+   * null where processes share one host's clock anyway (SQLite).
+   */
+  databaseNowMs(): Promise<number | null>;
   /** Claims up to n due inbox rows (oldest due first) under a lease for `owner`. */
   claimInbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<ClaimedInbox[]>;
   /**

@@ -319,6 +319,11 @@ export class PostgresStore implements InboxStore {
     return this.listener.subscribe(fn, lost);
   }
 
+  async databaseNowMs(): Promise<number> {
+    const { rows } = await this.query<{ ms: number }>({ text: 'SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms' }, this.workPool);
+    return rows[0]!.ms;
+  }
+
   private async rows(q: W.Statement | { text: string }, values: unknown[] = []): Promise<RawRow[]> {
     return (await this.query<RawRow>({ ...q, values }, this.workPool)).rows;
   }

@@ -109,6 +109,10 @@ export class SqliteStore implements InboxStore {
     }
   }
 
+  async databaseNowMs(): Promise<null> {
+    return null; // a SQLite file is on this host: its processes read one clock
+  }
+
   onNewWork(fn: () => void): () => void {
     this.newWork.add(fn);
     this.watchOtherWriters();
