@@ -12,8 +12,10 @@ export interface RelayDeps extends RunnerDeps {
 
 /**
  * The outbox relay: publishes each unpublished `webhook_outbox` row (written in the accept
- * transaction) to the broker destinations its event routes to, then marks it published.
- * A crash between the publish and the mark publishes again — tolerated by design: NATS
+ * transaction) to the broker destinations its event routes to, then marks it published once
+ * every route has it. Each settle records which destinations took the message
+ * (`publishedTo`), so a retry after a partial failure publishes only to the routes still owed.
+ * A crash between the publish and the settle publishes again — tolerated by design: NATS
  * drops it by `Nats-Msg-Id`, RabbitMQ consumers by `message_id` (both = inbox_id).
  * The relay never gives up on a row (a broker outage only delays it); its lag is a metric.
  */
@@ -51,12 +53,18 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
       this.d.metrics.relayUnrouted.inc([row.endpointId]);
       this.d.log.warn({ outboxId: row.outboxId, inboxId: row.inboxId, endpoint: row.endpointId, type: row.eventType }, 'outbox row has no broker route any more; marked published without a publish');
     }
+    // Only the routes still owed: a destination that took the message on an earlier attempt is
+    // not sent it again (RabbitMQ would queue a second copy; JetStream drops one only within its
+    // duplicate window, and retries back off past it).
+    const publishedTo = [...row.publishedTo];
+    const owed = brokers.filter((t) => !publishedTo.includes(t.destination.id));
     // A flag, not the error: a rejection without a reason (undefined) is still a failure.
     let failed = false;
     let error: unknown;
-    await Promise.all(brokers.map(async (t) => {
+    await Promise.all(owed.map(async (t) => {
       try {
         await t.destination.deliver(row);
+        publishedTo.push(t.destination.id);
         this.d.metrics.relay.inc([t.destination.id, 'published']);
       } catch (err) {
         if (!failed) error = err;
@@ -64,10 +72,11 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
         this.d.metrics.relay.inc([t.destination.id, 'failed']);
       }
     }));
-    if (!failed && brokers.length > 0) failpoint('relay.after-publish');
+    if (!failed && owed.length > 0) failpoint('relay.after-publish');
     const now = this.now();
     return {
       outboxId: row.outboxId,
+      publishedTo,
       s: !failed
         ? { published: true, nowMs: now }
         : { published: false, nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, this.d.retry), error: redact(error), nowMs: now },

@@ -253,6 +253,20 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE webhook_payload ADD COLUMN raw_bytes integer CHECK ((encoding IS NULL) = (raw_bytes IS NULL));
     `,
   },
+  {
+    version: 7,
+    name: 'outbox: the broker destinations that already have the event',
+    // A row routed to several brokers was retried whole when one of them failed: the others got
+    // the event again on every retry (RabbitMQ has no de-duplication, JetStream only within its
+    // duplicate window). The relay now records, with each settle, the destination ids that took
+    // it (a JSON array, NULL = none), and a retry publishes only to the routes still owed.
+    sqlite: `
+      ALTER TABLE webhook_outbox ADD COLUMN published_to TEXT;
+    `,
+    postgres: `
+      ALTER TABLE webhook_outbox ADD COLUMN published_to jsonb;
+    `,
+  },
 ];
 
 /** The schema version this build needs. */

@@ -2,7 +2,7 @@ import { bytes } from '../threads.js';
 import type { PayloadEncoding } from '../crypto/payload-cipher.js';
 import type { InboxRow, StoredPayload } from './port.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, InboxDetail, OutboxClaim, OutboxSettlement, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, InboxDetail, OutboxClaim, OutboxSettle, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
 } from './work-port.js';
 
 /**
@@ -92,6 +92,7 @@ export function toOutboxClaim(r: RawRow): OutboxClaim {
     eventType: r.event_type as string,
     receivedAtMs: Number(r.received_at),
     attemptCount: Number(r.attempt_count),
+    publishedTo: r.published_to == null ? [] : (JSON.parse(r.published_to as string) as string[]),
   };
 }
 
@@ -152,7 +153,13 @@ export function eventListLimit(limit: number | undefined): number {
   return Math.min(Math.max(1, Math.floor(limit ?? 50)), 1000);
 }
 
-/** The outbox columns an OutboxSettlement writes (`publishedAt` NULL: not yet, retry at `nextAttemptAtMs`). */
-export function outboxSettlementColumns(s: OutboxSettlement): { publishedAt: number | null; nextAttemptAtMs: number | null; error: string | null } {
-  return s.published ? { publishedAt: s.nowMs, nextAttemptAtMs: null, error: null } : { publishedAt: null, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error };
+/**
+ * The outbox columns a settle writes (`publishedAt` NULL: not yet, retry at `nextAttemptAtMs`;
+ * `publishedTo` a JSON array of destination ids, NULL when none has the message).
+ */
+export function outboxSettlementColumns({ s, publishedTo }: OutboxSettle): { publishedAt: number | null; nextAttemptAtMs: number | null; error: string | null; publishedTo: string | null } {
+  const to = publishedTo.length === 0 ? null : JSON.stringify(publishedTo);
+  return s.published
+    ? { publishedAt: s.nowMs, nextAttemptAtMs: null, error: null, publishedTo: to }
+    : { publishedAt: null, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, publishedTo: to };
 }

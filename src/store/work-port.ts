@@ -143,6 +143,8 @@ export interface OutboxClaim {
   readonly eventType: string;
   readonly receivedAtMs: number;
   readonly attemptCount: number;
+  /** Ids of the broker destinations that have already taken this row's message (earlier attempts). */
+  readonly publishedTo: readonly string[];
 }
 
 export type OutboxSettlement =
@@ -151,6 +153,8 @@ export type OutboxSettlement =
 
 export interface OutboxSettle {
   readonly outboxId: string;
+  /** Every destination that has the message now (the claim's `publishedTo` and this attempt's): stored with the settle. */
+  readonly publishedTo: readonly string[];
   readonly s: OutboxSettlement;
 }
 

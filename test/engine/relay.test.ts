@@ -1,15 +1,17 @@
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';
 import { connect as amqpConnect, type Channel, type ChannelModel } from 'amqplib';
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig, type Config } from '../../src/config/schema.js';
 import type { Destination } from '../../src/destinations/contract.js';
+import { closeAll, openDestinations } from '../../src/destinations/registry.js';
 import { OutboxRelay } from '../../src/engine/relay.js';
 import { Router } from '../../src/engine/routes.js';
-import { engineMetrics } from '../../src/metrics/engine.js';
+import { engineMetrics, type EngineMetrics } from '../../src/metrics/engine.js';
 import { Registry } from '../../src/metrics/registry.js';
 import { openStore } from '../../src/store/open.js';
+import type { WorkStore } from '../../src/store/work-port.js';
 import { record } from '../helpers/records.js';
 import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { AMQP_URL, drainQueue, NATS_URL, natsStreamMessages, uniqueName, type BrokerMessage } from '../helpers/destinations.js';
@@ -209,10 +211,7 @@ it('a broker destination whose publish rejects without a reason (undefined) is a
     const config = parseConfig(configDoc(db.url, { destinations: [{ id: 'bus', type: 'nats', url: NATS_URL, stream: 'unused', subject: 'unused' }], endpoints: [endpoint] }));
     // The Destination contract, delivered as a broker client could reject it: no reason at all.
     const silent: Destination = { id: 'bus', type: 'nats', deliver: () => Promise.reject(undefined), close: async () => undefined };
-    const relay = new OutboxRelay({
-      store, owner: 'relay', leaseMs: 1000, retry: config.retry, metrics: engineMetrics(new Registry()), log: pino({ level: 'silent' }),
-      router: new Router(config.endpoints, new Map([['bus', silent]])), now: () => 1_900_000_000_000, // past the record's receipt (helpers/records.ts)
-    });
+    const relay = relayOver(store, config, new Map([['bus', silent]]));
     const claimed = await relay.claim(10);
     expect(claimed).toHaveLength(1);
     await relay.process(claimed);
@@ -237,10 +236,7 @@ describeEachStore('outbox relay: a row whose broker route was removed after acce
       const lines: Record<string, unknown>[] = [];
       const log = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
       const metrics = engineMetrics(new Registry());
-      const relay = new OutboxRelay({
-        store, owner: 'relay', leaseMs: 1000, retry: config.retry, metrics, log,
-        router: new Router(config.endpoints, new Map()), now: () => 1_900_000_000_000, // past the record's receipt (helpers/records.ts)
-      });
+      const relay = relayOver(store, config, new Map(), { metrics, log });
       const claimed = await relay.claim(10);
       expect(claimed).toHaveLength(1);
       await relay.process(claimed);
@@ -250,6 +246,76 @@ describeEachStore('outbox relay: a row whose broker route was removed after acce
       expect(warned).toHaveLength(1);
       expect(warned[0]).toMatchObject({ inboxId: claimed[0]!.row.inboxId, endpoint: 'stripe', type: claimed[0]!.row.eventType });
     } finally {
+      await store.close();
+      await db.cleanup();
+    }
+  });
+});
+
+/** A relay driven by hand (claim, then process) over `store`; its clock is `now`, by default past the records' receipt (helpers/records.ts). */
+function relayOver(store: WorkStore, config: Config, destinations: Map<string, Destination>, opts: { now?: () => number; log?: Logger; metrics?: EngineMetrics } = {}): OutboxRelay {
+  return new OutboxRelay({
+    store, owner: 'relay', leaseMs: 1000, retry: config.retry, metrics: opts.metrics ?? engineMetrics(new Registry()),
+    log: opts.log ?? pino({ level: 'silent' }), router: new Router(config.endpoints, destinations), now: opts.now ?? (() => 1_900_000_000_000),
+  });
+}
+
+describeEachStore('outbox relay: one event, two broker routes, one of them down', (kind) => {
+  it('retries only the route still owed: the healthy broker holds the event once after several retries; published once both have it', async () => {
+    const db = await freshDatabase(kind);
+    const store = openStore(db.url);
+    const amqp = await amqpConnect(AMQP_URL);
+    const ch = await amqp.createChannel();
+    const nc = await natsConnect({ servers: NATS_URL, timeout: 5000 });
+    const queue = uniqueName('whi_relay_partial_q');
+    const stream = uniqueName('WHI_RELAY_PARTIAL');
+    // NATS is "down" behind a closed proxy port until the end; RabbitMQ has no duplicate window
+    // at all, so every republish to it would be one more message in its queue.
+    const proxy = new TcpProxy(4222);
+    const port = await proxy.start();
+    await proxy.stop();
+    let destinations = new Map<string, Destination>();
+    try {
+      await store.migrate();
+      const event = record('evt_two_routes', undefined, { endpointId: 'stripe' });
+      await store.acceptBatch([event]);
+      const config = parseConfig(configDoc(db.url, {
+        destinations: [
+          { id: 'rabbit', type: 'rabbitmq', url: AMQP_URL, exchange: 'amq.topic', routingKey: `${queue}.{provider}.{type}`, queue, timeoutMs: 3000 },
+          { id: 'nats', type: 'nats', url: `nats://127.0.0.1:${port}`, subject: `${stream.toLowerCase()}.{provider}.{type}`, stream, timeoutMs: 1000 },
+        ],
+        endpoints: [{ ...endpoint, routes: [{ events: ['*'], destination: 'rabbit' }, { events: ['*'], destination: 'nats' }] }],
+      }));
+      destinations = openDestinations(config.destinations).destinations;
+      let now = 1_900_000_000_000;
+      const metrics = engineMetrics(new Registry());
+      const relay = relayOver(store, config, destinations, { now: () => now, metrics });
+      const round = async (): Promise<void> => {
+        const claimed = await relay.claim(10);
+        expect(claimed).toHaveLength(1);
+        await relay.process(claimed);
+        now += 24 * 3600_000; // past any backoff
+      };
+
+      for (let i = 0; i < 4; i++) await round();
+      expect((await ch.checkQueue(queue)).messageCount).toBe(1);
+      expect(metrics.relay.get(['rabbit', 'published'])).toBe(1);
+      expect(metrics.relay.get(['nats', 'failed'])).toBe(4);
+      expect((await store.queueStats()).outboxUnpublished).toBe(1);
+
+      await proxy.start(port);
+      await round();
+      expect((await store.queueStats()).outboxUnpublished).toBe(0);
+      expect(await relay.claim(10)).toHaveLength(0);
+      expect((await drainQueue(ch, queue)).map((m) => m.id)).toEqual([event.inboxId]);
+      expect((await natsStreamMessages(nc, stream)).map((m) => m.id)).toEqual([event.inboxId]);
+    } finally {
+      await closeAll(destinations.values());
+      await proxy.stop();
+      await jetstreamManager(nc).then((m) => m.streams.delete(stream)).catch(() => undefined);
+      await ch.deleteQueue(queue).catch(() => undefined);
+      await nc.close();
+      await amqp.close();
       await store.close();
       await db.cleanup();
     }

@@ -53,7 +53,7 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
       [work, 'read_leased', W.READ_LEASED.text, `('{${NIL}}', 'owner')`],
       [work, 'extend_leases', W.EXTEND_INBOX_LEASES.text, `('{${NIL}}', 'owner', ${now})`],
       [work, 'read_payloads', W.READ_PAYLOADS.text, `('{${NIL}}', 1048576)`],
-      [work, 'settle_outbox', W.SETTLE_OUTBOX_BATCH.text, `('{${NIL}}', '{${now}}', '{NULL}', '{NULL}', 'owner')`],
+      [work, 'settle_outbox', W.SETTLE_OUTBOX_BATCH.text, `('{${NIL}}', '{${now}}', '{NULL}', '{NULL}', 'owner', '{NULL}')`],
       [work, 'requeue_failed', W.REQUEUE_FAILED.text, `('{handler_error}', ${now})`],
     ];
     // First uses, on empty tables (past `auto`'s five custom plans, had a pool used it).

@@ -63,7 +63,7 @@ describeEachStore('work store', (kind) => {
     (await store.transaction((tx) => tx.processed([key]))).some((m) => m.consumer === consumer);
   /** The relay's settle for one row: whether `owner` could settle it. */
   const settleOutbox = async (outboxId: string, owner: string, s: OutboxSettlement) =>
-    (await store.settleOutboxBatch(owner, [{ outboxId, s }])).includes(outboxId);
+    (await store.settleOutboxBatch(owner, [{ outboxId, publishedTo: [], s }])).includes(outboxId);
   const ids = (rows: readonly { inboxId: string }[]) => rows.map((r) => r.inboxId).sort();
   const effect = (inboxId: string, name: string, nowMs: number): NewEffect =>
     ({ effectId: uuidv7(nowMs), inboxId, name, idempotencyKey: `${inboxId}:${name}`, data: JSON.stringify({ name }), nowMs });
@@ -573,7 +573,7 @@ describeEachStore('work store', (kind) => {
       expect(await store.claimOutbox(10, 'relay1', LEASE, T - 1)).toEqual([]);
       expect(await store.claimOutbox(10, 'relay1', LEASE, T)).toEqual([{
         outboxId: r.outboxId, inboxId: r.inboxId, topic: 'stripe.invoice.paid', provider: 'stripe', endpointId: 'ep',
-        providerEventId: 'evt_out', eventType: 'invoice.paid', receivedAtMs: T, attemptCount: 1,
+        providerEventId: 'evt_out', eventType: 'invoice.paid', receivedAtMs: T, attemptCount: 1, publishedTo: [],
       }]);
       expect(await store.claimOutbox(10, 'relay2', LEASE, T)).toEqual([]);
     });
@@ -606,16 +606,17 @@ describeEachStore('work store', (kind) => {
       await store.claimOutbox(2, 'relay1', LEASE, T + 10); // a, b
       await store.claimOutbox(1, 'relay2', LEASE, T + 10); // c
       const settled = await store.settleOutboxBatch('relay1', [
-        { outboxId: a.outboxId, s: { published: true, nowMs: T + 20 } },
-        { outboxId: b.outboxId, s: { published: false, nextAttemptAtMs: T + 7000, error: 'broker down', nowMs: T + 20 } },
-        { outboxId: c.outboxId, s: { published: true, nowMs: T + 20 } },
+        { outboxId: a.outboxId, publishedTo: ['bus'], s: { published: true, nowMs: T + 20 } },
+        // One of b's two routes took it: the next claim says so, and the relay owes only the other.
+        { outboxId: b.outboxId, publishedTo: ['bus'], s: { published: false, nextAttemptAtMs: T + 7000, error: 'queue down', nowMs: T + 20 } },
+        { outboxId: c.outboxId, publishedTo: [], s: { published: true, nowMs: T + 20 } },
       ]);
       expect(settled.sort()).toEqual([a.outboxId, b.outboxId].sort());
       expect(await store.settleOutboxBatch('relay1', [])).toEqual([]);
       expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 2 });
       expect(await store.claimOutbox(10, 'relay3', LEASE, T + 6999)).toEqual([]);
-      expect((await store.claimOutbox(10, 'relay3', LEASE, T + 7000)).map((o) => [o.outboxId, o.attemptCount])).toEqual([[b.outboxId, 2]]);
-      expect(await store.settleOutboxBatch('relay2', [{ outboxId: c.outboxId, s: { published: true, nowMs: T + 30 } }])).toEqual([c.outboxId]);
+      expect((await store.claimOutbox(10, 'relay3', LEASE, T + 7000)).map((o) => [o.outboxId, o.attemptCount, o.publishedTo])).toEqual([[b.outboxId, 2, ['bus']]]);
+      expect(await store.settleOutboxBatch('relay2', [{ outboxId: c.outboxId, publishedTo: [], s: { published: true, nowMs: T + 30 } }])).toEqual([c.outboxId]);
     });
 
     it('an expired outbox lease is taken over; the old owner cannot settle', async () => {

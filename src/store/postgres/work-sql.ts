@@ -95,7 +95,8 @@ export const CLAIM_EFFECTS = named('claim_effects', leasedClaim('webhook_effects
 /** The outbox has no status: unpublished is the state, the lease is `lease_owner` + `next_attempt_at`. */
 export const CLAIM_OUTBOX = named('claim_outbox', leasedClaim('webhook_outbox', 'outbox_id', 'published_at IS NULL', '', `
   SELECT upd.outbox_id::text AS outbox_id, upd.inbox_id::text AS inbox_id, upd.topic, i.provider, i.endpoint_id,
-    i.provider_event_id, i.event_type, ${epochMs('i.received_at')} AS received_at, upd.attempt_count
+    i.provider_event_id, i.event_type, ${epochMs('i.received_at')} AS received_at, upd.attempt_count,
+    upd.published_to::text AS published_to
   FROM upd JOIN due USING (outbox_id) JOIN webhook_inbox i ON i.inbox_id = upd.inbox_id`));
 
 /**
@@ -127,18 +128,19 @@ export function settleEffectValues(s: EffectSettlement): unknown[] {
 
 /**
  * Settles a relay claim's rows in one statement; rows `owner` no longer leases are left alone.
- * A NULL published_at: not yet, retry at next_at. $1… settleOutboxBatchValues, $5 owner.
+ * A NULL published_at: not yet, retry at next_at; published_to: who has it now (JSON text).
+ * $1… settleOutboxBatchValues, $5 owner.
  */
 export const SETTLE_OUTBOX_BATCH = named('settle_outbox_batch', `
   UPDATE webhook_outbox o SET published_at = ${ts('s.published_at')}, next_attempt_at = COALESCE(${ts('s.next_at')}, o.next_attempt_at),
-    lease_owner = NULL, last_error = COALESCE(s.error, o.last_error)
-  FROM unnest($1::uuid[], $2::float8[], $3::float8[], $4::text[]) AS s(outbox_id, published_at, next_at, error)
+    lease_owner = NULL, last_error = COALESCE(s.error, o.last_error), published_to = s.published_to::jsonb
+  FROM unnest($1::uuid[], $2::float8[], $3::float8[], $4::text[], $6::text[]) AS s(outbox_id, published_at, next_at, error, published_to)
   WHERE o.outbox_id = s.outbox_id AND o.lease_owner = $5 AND o.published_at IS NULL
   RETURNING o.outbox_id::text AS outbox_id`);
 
 export function settleOutboxBatchValues(owner: string, settles: readonly OutboxSettle[]): unknown[] {
-  const cols = settles.map((x) => ({ id: x.outboxId, ...outboxSettlementColumns(x.s) }));
-  return [cols.map((c) => c.id), cols.map((c) => c.publishedAt), cols.map((c) => c.nextAttemptAtMs), cols.map((c) => c.error), owner];
+  const cols = settles.map((x) => ({ id: x.outboxId, ...outboxSettlementColumns(x) }));
+  return [cols.map((c) => c.id), cols.map((c) => c.publishedAt), cols.map((c) => c.nextAttemptAtMs), cols.map((c) => c.error), owner, cols.map((c) => c.publishedTo)];
 }
 
 /** The rows of $1 that $2 still leases (a plain read: the lazy transaction has not begun). */

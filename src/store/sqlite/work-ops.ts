@@ -40,7 +40,7 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
   const claimOutbox = claim(W.DUE_OUTBOX, W.LEASE_OUTBOX, W.READ_CLAIMED_OUTBOX);
 
   const settleOutboxBatch = db.transaction((a: { owner: string; settles: OutboxSettle[] }) =>
-    a.settles.filter((x) => st(W.SETTLE_OUTBOX).run({ id: x.outboxId, owner: a.owner, ...outboxSettlementColumns(x.s) }).changes === 1).map((x) => x.outboxId));
+    a.settles.filter((x) => st(W.SETTLE_OUTBOX).run({ id: x.outboxId, owner: a.owner, ...outboxSettlementColumns(x) }).changes === 1).map((x) => x.outboxId));
 
   // The batch protocol: a whole batch's bookkeeping in one message each (no per-event trips).
   // The two reads also run on their own, and finishBatch as its own transaction (SqliteTx).

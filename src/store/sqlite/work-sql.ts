@@ -113,15 +113,15 @@ export const LEASE_OUTBOX = `
   WHERE outbox_id IN ${IDS}`;
 
 export const READ_CLAIMED_OUTBOX = `
-  SELECT o.outbox_id, o.inbox_id, o.topic, o.attempt_count, i.provider, i.endpoint_id, i.provider_event_id,
+  SELECT o.outbox_id, o.inbox_id, o.topic, o.attempt_count, o.published_to, i.provider, i.endpoint_id, i.provider_event_id,
     i.event_type, i.received_at
   FROM json_each(@ids) j JOIN webhook_outbox o ON o.outbox_id = j.value JOIN webhook_inbox i ON i.inbox_id = o.inbox_id
   ORDER BY j.key`;
 
-/** @publishedAt NULL = not yet: retry at @nextAttemptAtMs. */
+/** @publishedAt NULL = not yet: retry at @nextAttemptAtMs. @publishedTo: who has it now (rows.ts outboxSettlementColumns). */
 export const SETTLE_OUTBOX = `
   UPDATE webhook_outbox SET published_at = @publishedAt, next_attempt_at = COALESCE(@nextAttemptAtMs, next_attempt_at),
-    lease_owner = NULL, last_error = COALESCE(@error, last_error)
+    lease_owner = NULL, last_error = COALESCE(@error, last_error), published_to = @publishedTo
   WHERE outbox_id = @id AND lease_owner = @owner AND published_at IS NULL`;
 
 // ── operator queries ───────────────────────────────────────────────────────────────────────
