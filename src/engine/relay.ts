@@ -1,7 +1,7 @@
 import type { OutboxClaim, OutboxSettle } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
-import { redact } from './failure.js';
+import { NeedsDecisionError, redact } from './failure.js';
 import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
 import type { Router } from './routes.js';
@@ -10,6 +10,11 @@ export interface RelayDeps extends RunnerDeps {
   readonly router: Router;
 }
 
+interface Failure { readonly destination: string; readonly error: unknown }
+/** A failure the destination knows is permanent. */
+interface Refusal extends Failure { readonly error: NeedsDecisionError }
+const isRefusal = (f: Failure): f is Refusal => f.error instanceof NeedsDecisionError;
+
 /**
  * The outbox relay: publishes each unpublished `webhook_outbox` row (written in the accept
  * transaction) to the broker destinations its event routes to, then marks it published once
@@ -17,7 +22,8 @@ export interface RelayDeps extends RunnerDeps {
  * (`publishedTo`), so a retry after a partial failure publishes only to the routes still owed.
  * A crash between the publish and the settle publishes again — tolerated by design: NATS
  * drops it by `Nats-Msg-Id`, RabbitMQ consumers by `message_id` (both = inbox_id).
- * The relay never gives up on a row (a broker outage only delays it); its lag is a metric.
+ * The relay never gives up on a row (a broker outage only delays it); its lag is a metric. A row
+ * that every route still owed refuses for good (NeedsDecisionError) is parked for an operator.
  */
 export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
   constructor(d: RelayDeps) {
@@ -58,28 +64,48 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
     // duplicate window, and retries back off past it).
     const publishedTo = [...row.publishedTo];
     const owed = brokers.filter((t) => !publishedTo.includes(t.destination.id));
-    // A flag, not the error: a rejection without a reason (undefined) is still a failure.
-    let failed = false;
-    let error: unknown;
+    // An entry per failure, not the error alone: a rejection without a reason (undefined) is still one.
+    const failures: Failure[] = [];
     await Promise.all(owed.map(async (t) => {
       try {
         await t.destination.deliver(row);
         publishedTo.push(t.destination.id);
         this.d.metrics.relay.inc([t.destination.id, 'published']);
-      } catch (err) {
-        if (!failed) error = err;
-        failed = true;
+      } catch (error) {
+        failures.push({ destination: t.destination.id, error });
         this.d.metrics.relay.inc([t.destination.id, 'failed']);
       }
     }));
-    if (!failed && owed.length > 0) failpoint('relay.after-publish');
     const now = this.now();
+    if (failures.length === 0) {
+      if (owed.length > 0) failpoint('relay.after-publish');
+      return { outboxId: row.outboxId, publishedTo, s: { published: true, nowMs: now } };
+    }
+    // Park only when every failure is one the destination knows is permanent: while some route
+    // may still recover, the row keeps its schedule (a refusing route fails again before it sends).
+    const refusals = failures.filter(isRefusal);
+    if (refusals.length === failures.length) return this.park(row, publishedTo, refusals, now);
     return {
       outboxId: row.outboxId,
       publishedTo,
-      s: !failed
-        ? { published: true, nowMs: now }
-        : { published: false, nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, this.d.retry), error: redact(error), nowMs: now },
+      s: { published: false, nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, this.d.retry), error: redact(failures[0]!.error), nowMs: now },
     };
+  }
+
+  /**
+   * A row every owed destination refused for good: retrying on a schedule would only repeat the
+   * refusal for ever, and dropping it would lose an event someone's money may move on. So it is
+   * parked — unpublished, never due — and said out loud: an error log line, a counter per
+   * destination and reason, the `webhook_outbox_parked` gauge. An operator fixes the cause and
+   * requeues it (`webhook-inbox outbox requeue`); the destinations that have it keep it.
+   */
+  private park(row: OutboxClaim, publishedTo: string[], refusals: Refusal[], nowMs: number): OutboxSettle {
+    const first = refusals[0]!.error;
+    for (const r of refusals) this.d.metrics.relayParked.inc([r.destination, r.error.reason]);
+    this.d.log.error({
+      outboxId: row.outboxId, inboxId: row.inboxId, endpoint: row.endpointId, type: row.eventType, publishedTo,
+      refused: refusals.map((r) => ({ destination: r.destination, reason: r.error.reason, error: redact(r.error) })),
+    }, 'outbox row parked: a destination refused it for good; fix the cause, then webhook-inbox outbox requeue');
+    return { outboxId: row.outboxId, publishedTo, s: { published: false, parked: first.reason, error: redact(first), nowMs } };
   }
 }

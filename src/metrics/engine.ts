@@ -12,13 +12,15 @@ export function engineMetrics(registry: Registry) {
     bodyBytes: registry.register(new Gauge('webhook_worker_body_bytes', 'Stored event body bytes the inbox worker holds now (counted twice: ciphertext and plaintext); bounded by workers.maxInFlightBodyBytes.')),
     effects: registry.register(new Counter('webhook_effect_attempts_total', 'Effect executions by result and reason.', ['result', 'reason'])),
     relay: registry.register(new Counter('webhook_relay_publishes_total', 'Outbox relay publishes by destination and result.', ['destination', 'result'])),
+    relayParked: registry.register(new Counter('webhook_relay_parked_total', 'Outbox rows parked because a destination refused them for good (e.g. routing_key_too_long), by destination and reason; they wait for webhook-inbox outbox requeue.', ['destination', 'reason'])),
     relayUnrouted: registry.register(new Counter('webhook_relay_unrouted_total', 'Outbox rows marked published with no publish: their broker route was removed from the config after the event was accepted.', ['endpoint'])),
     clockSkew: registry.register(new Gauge('webhook_clock_skew_seconds', "This process's clock minus the database server's (PostgreSQL; re-read every minute). Leases are timed by each process's clock: keep it well under a quarter of workers.leaseMs.")),
     listenerLost: registry.register(new Counter('webhook_listener_lost_total', 'Times the PostgreSQL LISTEN connection that wakes the workers was lost (an error, a close, no answer to its liveness check); until it is back, workers find new events at their poll (workers.pollMs).')),
     inboxRows: registry.register(new Gauge('webhook_inbox_rows', 'Inbox rows by status (PENDING, PROCESSING, FAILED; not PROCESSED).', ['status'])),
     oldestUnprocessed: registry.register(new Gauge('webhook_inbox_oldest_unprocessed_age_seconds', 'Age of the oldest PENDING/PROCESSING row, by endpoint and event type.', ['endpoint', 'type'])),
     relayLag: registry.register(new Gauge('webhook_outbox_relay_lag_seconds', 'Age of the oldest unpublished outbox row (0 when none).')),
-    outboxUnpublished: registry.register(new Gauge('webhook_outbox_unpublished', 'Outbox rows not yet published.')),
+    outboxUnpublished: registry.register(new Gauge('webhook_outbox_unpublished', 'Outbox rows not yet published (parked ones included).')),
+    outboxParked: registry.register(new Gauge('webhook_outbox_parked', 'Unpublished outbox rows parked after a destination refused them for good: not retried until an operator requeues them.')),
     effectRows: registry.register(new Gauge('webhook_effects', 'Side-effect rows by status (PENDING, PROCESSING, FAILED; not DONE).', ['status'])),
   };
 }
@@ -42,6 +44,7 @@ export async function refreshQueueGauges(m: EngineMetrics, store: WorkStore, now
   }
   for (const [status, n] of Object.entries(byStatus)) m.inboxRows.set([status], n);
   m.outboxUnpublished.set([], queues.outboxUnpublished);
+  m.outboxParked.set([], queues.outboxParked);
   m.relayLag.set([], queues.outboxOldestMs === null ? 0 : Math.max(0, (nowMs - queues.outboxOldestMs) / 1000));
   // Likewise DONE effects: their rate is webhook_effect_attempts_total{result="success"}.
   for (const [status, n] of Object.entries(queues.effects)) m.effectRows.set([status], n);

@@ -267,6 +267,22 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE webhook_outbox ADD COLUMN published_to jsonb;
     `,
   },
+  {
+    version: 8,
+    name: 'outbox: rows parked after a destination refused them for good',
+    // A publish that can never succeed (a NeedsDecisionError from the destination: a routing key
+    // over 255 bytes, a message over the server's max_payload) was retried for ever. Such a row is
+    // now parked: failure_reason set, next_attempt_at NULL (never due), until an operator requeues
+    // it. The partial index lets /metrics count parked rows and the CLI list them without a scan.
+    sqlite: `
+      ALTER TABLE webhook_outbox ADD COLUMN failure_reason TEXT;
+      CREATE INDEX webhook_outbox_parked ON webhook_outbox (failure_reason) WHERE published_at IS NULL AND failure_reason IS NOT NULL;
+    `,
+    postgres: `
+      ALTER TABLE webhook_outbox ADD COLUMN failure_reason text;
+      CREATE INDEX webhook_outbox_parked ON webhook_outbox (failure_reason) WHERE published_at IS NULL AND failure_reason IS NOT NULL;
+    `,
+  },
 ];
 
 /** The schema version this build needs. */

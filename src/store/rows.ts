@@ -2,7 +2,7 @@ import { bytes } from '../threads.js';
 import type { PayloadEncoding } from '../crypto/payload-cipher.js';
 import type { InboxRow, StoredPayload } from './port.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, InboxDetail, OutboxClaim, OutboxSettle, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
 } from './work-port.js';
 
 /**
@@ -92,7 +92,24 @@ export function toOutboxClaim(r: RawRow): OutboxClaim {
     eventType: r.event_type as string,
     receivedAtMs: Number(r.received_at),
     attemptCount: Number(r.attempt_count),
-    publishedTo: r.published_to == null ? [] : (JSON.parse(r.published_to as string) as string[]),
+    publishedTo: publishedTo(r),
+  };
+}
+
+const publishedTo = (r: RawRow): string[] => (r.published_to == null ? [] : (JSON.parse(r.published_to as string) as string[]));
+
+/** A parked outbox row joined with its inbox row's endpoint and type. */
+export function toParkedOutbox(r: RawRow): ParkedOutbox {
+  return {
+    outboxId: r.outbox_id as string,
+    inboxId: r.inbox_id as string,
+    endpointId: r.endpoint_id as string,
+    eventType: r.event_type as string,
+    createdAtMs: Number(r.created_at),
+    attemptCount: Number(r.attempt_count),
+    publishedTo: publishedTo(r),
+    failureReason: r.failure_reason as string,
+    lastError: r.last_error as string | null,
   };
 }
 
@@ -107,20 +124,23 @@ export function toBacklogStat(r: RawRow): BacklogStat {
   };
 }
 
-/** Rows of `kind` ('outbox' or an effect status), `count`, `oldest` (outbox created_at ms) → queue stats. */
+/** Rows of `kind` ('outbox', 'outbox_parked' or an effect status), `count`, `oldest` (outbox created_at ms) → queue stats. */
 export function toQueueStats(rows: readonly RawRow[]): QueueStats {
   const effects: QueueStats['effects'] = { PENDING: 0, PROCESSING: 0, FAILED: 0 };
   let outboxUnpublished = 0;
   let outboxOldestMs: number | null = null;
+  let outboxParked = 0;
   for (const r of rows) {
     if (r.kind === 'outbox') {
       outboxUnpublished = Number(r.count);
       outboxOldestMs = ms(r.oldest);
+    } else if (r.kind === 'outbox_parked') {
+      outboxParked = Number(r.count);
     } else {
       effects[r.kind as keyof QueueStats['effects']] = Number(r.count);
     }
   }
-  return { outboxUnpublished, outboxOldestMs, effects };
+  return { outboxUnpublished, outboxOldestMs, outboxParked, effects };
 }
 
 // Port → column values, for the settle statements of both stores.
@@ -155,11 +175,14 @@ export function eventListLimit(limit: number | undefined): number {
 
 /**
  * The outbox columns a settle writes (`publishedAt` NULL: not yet, retry at `nextAttemptAtMs`;
- * `publishedTo` a JSON array of destination ids, NULL when none has the message).
+ * a `reason`: parked, next_attempt_at NULL; `publishedTo` a JSON array of destination ids, NULL
+ * when none has the message).
  */
-export function outboxSettlementColumns({ s, publishedTo }: OutboxSettle): { publishedAt: number | null; nextAttemptAtMs: number | null; error: string | null; publishedTo: string | null } {
+export function outboxSettlementColumns({ s, publishedTo }: OutboxSettle): {
+  publishedAt: number | null; nextAttemptAtMs: number | null; error: string | null; reason: string | null; publishedTo: string | null;
+} {
   const to = publishedTo.length === 0 ? null : JSON.stringify(publishedTo);
-  return s.published
-    ? { publishedAt: s.nowMs, nextAttemptAtMs: null, error: null, publishedTo: to }
-    : { publishedAt: null, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, publishedTo: to };
+  if (s.published) return { publishedAt: s.nowMs, nextAttemptAtMs: null, error: null, reason: null, publishedTo: to };
+  if ('parked' in s) return { publishedAt: null, nextAttemptAtMs: null, error: s.error, reason: s.parked, publishedTo: to };
+  return { publishedAt: null, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, reason: null, publishedTo: to };
 }

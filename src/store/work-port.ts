@@ -107,7 +107,9 @@ export type EffectStatus = 'PENDING' | 'PROCESSING' | 'DONE' | 'FAILED';
  * rows grow without bound (their rate is webhook_effect_attempts_total{result="success"}).
  */
 export interface QueueStats {
+  /** Parked rows included: they are not on the bus either. */
   readonly outboxUnpublished: number;
+  readonly outboxParked: number;
   readonly outboxOldestMs: number | null;
   readonly effects: Record<Exclude<EffectStatus, 'DONE'>, number>;
 }
@@ -149,7 +151,23 @@ export interface OutboxClaim {
 
 export type OutboxSettlement =
   | { readonly published: true; readonly nowMs: number }
-  | { readonly published: false; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number };
+  | { readonly published: false; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number }
+  /** Parked: a destination refused it for good; never due again until an operator requeues it. */
+  | { readonly published: false; readonly parked: string; readonly error: string; readonly nowMs: number };
+
+/** An outbox row parked after a destination refused it for good, as an operator lists it. */
+export interface ParkedOutbox {
+  readonly outboxId: string;
+  readonly inboxId: string;
+  readonly endpointId: string;
+  readonly eventType: string;
+  readonly createdAtMs: number;
+  readonly attemptCount: number;
+  /** Destinations that have the message (the others are owed). */
+  readonly publishedTo: readonly string[];
+  readonly failureReason: string;
+  readonly lastError: string | null;
+}
 
 export interface OutboxSettle {
   readonly outboxId: string;
@@ -244,6 +262,13 @@ export interface WorkStore {
    * no longer leases are left alone). Returns the ids it settled.
    */
   settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]>;
+  /** Parked outbox rows, oldest first, at most `limit`. */
+  listParkedOutbox(limit: number): Promise<ParkedOutbox[]>;
+  /**
+   * Parked rows (these ids; null: every one) → due now with a fresh attempt count; the
+   * destinations that already have the message keep it. Returns how many were requeued.
+   */
+  requeueParkedOutbox(outboxIds: readonly string[] | null, nowMs: number): Promise<number>;
 
   listEvents(filter: EventFilter): Promise<InboxDetail[]>;
   getEvent(inboxId: string): Promise<InboxDetail | null>;

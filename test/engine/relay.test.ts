@@ -2,7 +2,7 @@ import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';
 import { connect as amqpConnect, type Channel, type ChannelModel } from 'amqplib';
 import pino, { type Logger } from 'pino';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config/schema.js';
 import type { Destination } from '../../src/destinations/contract.js';
 import { closeAll, openDestinations } from '../../src/destinations/registry.js';
@@ -11,6 +11,7 @@ import { Router } from '../../src/engine/routes.js';
 import { engineMetrics, type EngineMetrics } from '../../src/metrics/engine.js';
 import { Registry } from '../../src/metrics/registry.js';
 import { openStore } from '../../src/store/open.js';
+import type { InboxStore } from '../../src/store/port.js';
 import type { WorkStore } from '../../src/store/work-port.js';
 import { record } from '../helpers/records.js';
 import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
@@ -18,7 +19,7 @@ import { AMQP_URL, drainQueue, NATS_URL, natsStreamMessages, uniqueName, type Br
 import { FAST_WORKERS, scrapeMetrics, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
-import { describeEachStore, freshDatabase } from '../helpers/stores.js';
+import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 
 /**
@@ -260,51 +261,77 @@ function relayOver(store: WorkStore, config: Config, destinations: Map<string, D
   });
 }
 
-describeEachStore('outbox relay: one event, two broker routes, one of them down', (kind) => {
-  it('retries only the route still owed: the healthy broker holds the event once after several retries; published once both have it', async () => {
-    const db = await freshDatabase(kind);
-    const store = openStore(db.url);
-    const amqp = await amqpConnect(AMQP_URL);
-    const ch = await amqp.createChannel();
-    const nc = await natsConnect({ servers: NATS_URL, timeout: 5000 });
-    const queue = uniqueName('whi_relay_partial_q');
-    const stream = uniqueName('WHI_RELAY_PARTIAL');
-    // NATS is "down" behind a closed proxy port until the end; RabbitMQ has no duplicate window
-    // at all, so every republish to it would be one more message in its queue.
+describeEachStore('outbox relay driven by hand: one event, a RabbitMQ and a NATS route', (kind) => {
+  let db: TestDatabase;
+  let store: InboxStore;
+  let amqp: ChannelModel;
+  let ch: Channel;
+  let nc: NatsConnection;
+  let queue: string;
+  let stream: string;
+  let destinations: Map<string, Destination>;
+  // RabbitMQ has no duplicate window at all: every republish to it is one more message in its queue.
+  const rabbit = (routingKey = `${queue}.{provider}.{type}`) =>
+    ({ id: 'rabbit', type: 'rabbitmq', url: AMQP_URL, exchange: 'amq.topic', routingKey, queue, timeoutMs: 3000 });
+  const nats = (url = NATS_URL) => ({ id: 'nats', type: 'nats', url, subject: `${stream.toLowerCase()}.{provider}.{type}`, stream, timeoutMs: 1000 });
+  const bothRoutes = { ...endpoint, routes: [{ events: ['*'], destination: 'rabbit' }, { events: ['*'], destination: 'nats' }] };
+
+  beforeEach(async () => {
+    db = await freshDatabase(kind);
+    store = openStore(db.url);
+    await store.migrate();
+    amqp = await amqpConnect(AMQP_URL);
+    ch = await amqp.createChannel();
+    nc = await natsConnect({ servers: NATS_URL, timeout: 5000 });
+    queue = uniqueName('whi_relay_hand_q');
+    stream = uniqueName('WHI_RELAY_HAND');
+    destinations = new Map();
+  });
+  afterEach(async () => {
+    await closeAll(destinations.values());
+    await jetstreamManager(nc).then((m) => m.streams.delete(stream)).catch(() => undefined);
+    await ch.deleteQueue(queue).catch(() => undefined);
+    await nc.close();
+    await amqp.close();
+    await store.close();
+    await db.cleanup();
+  });
+
+  /** A relay over these destinations (opened here, closed after the test) whose clock the test moves. */
+  function relayWith(destinationConfigs: unknown[], clock: { now: number }, opts: { log?: Logger; metrics?: EngineMetrics } = {}): OutboxRelay {
+    const config = parseConfig(configDoc(db.url, { destinations: destinationConfigs, endpoints: [bothRoutes] }));
+    destinations = openDestinations(config.destinations).destinations;
+    return relayOver(store, config, destinations, { ...opts, now: () => clock.now });
+  }
+
+  /** One relay round over the one row; then the clock moves past any backoff. */
+  async function round(relay: OutboxRelay, clock: { now: number }): Promise<void> {
+    const claimed = await relay.claim(10);
+    expect(claimed).toHaveLength(1);
+    await relay.process(claimed);
+    clock.now += 24 * 3600_000;
+  }
+
+  it('one route down: retries only the route still owed; the healthy broker holds the event once after several retries; published once both have it', async () => {
+    // NATS is "down" behind a closed proxy port until the end.
     const proxy = new TcpProxy(4222);
     const port = await proxy.start();
     await proxy.stop();
-    let destinations = new Map<string, Destination>();
     try {
-      await store.migrate();
       const event = record('evt_two_routes', undefined, { endpointId: 'stripe' });
       await store.acceptBatch([event]);
-      const config = parseConfig(configDoc(db.url, {
-        destinations: [
-          { id: 'rabbit', type: 'rabbitmq', url: AMQP_URL, exchange: 'amq.topic', routingKey: `${queue}.{provider}.{type}`, queue, timeoutMs: 3000 },
-          { id: 'nats', type: 'nats', url: `nats://127.0.0.1:${port}`, subject: `${stream.toLowerCase()}.{provider}.{type}`, stream, timeoutMs: 1000 },
-        ],
-        endpoints: [{ ...endpoint, routes: [{ events: ['*'], destination: 'rabbit' }, { events: ['*'], destination: 'nats' }] }],
-      }));
-      destinations = openDestinations(config.destinations).destinations;
-      let now = 1_900_000_000_000;
+      const clock = { now: 1_900_000_000_000 };
       const metrics = engineMetrics(new Registry());
-      const relay = relayOver(store, config, destinations, { now: () => now, metrics });
-      const round = async (): Promise<void> => {
-        const claimed = await relay.claim(10);
-        expect(claimed).toHaveLength(1);
-        await relay.process(claimed);
-        now += 24 * 3600_000; // past any backoff
-      };
+      const relay = relayWith([rabbit(), nats(`nats://127.0.0.1:${port}`)], clock, { metrics });
 
-      for (let i = 0; i < 4; i++) await round();
+      for (let i = 0; i < 4; i++) await round(relay, clock);
       expect((await ch.checkQueue(queue)).messageCount).toBe(1);
       expect(metrics.relay.get(['rabbit', 'published'])).toBe(1);
       expect(metrics.relay.get(['nats', 'failed'])).toBe(4);
       expect((await store.queueStats()).outboxUnpublished).toBe(1);
 
       await proxy.start(port);
-      await round();
+      await round(relay, clock);
       expect((await store.queueStats()).outboxUnpublished).toBe(0);
       expect(await relay.claim(10)).toHaveLength(0);
       expect((await drainQueue(ch, queue)).map((m) => m.id)).toEqual([event.inboxId]);
@@ -312,12 +339,60 @@ describeEachStore('outbox relay: one event, two broker routes, one of them down'
     } finally {
       await closeAll(destinations.values());
       await proxy.stop();
-      await jetstreamManager(nc).then((m) => m.streams.delete(stream)).catch(() => undefined);
-      await ch.deleteQueue(queue).catch(() => undefined);
-      await nc.close();
-      await amqp.close();
-      await store.close();
-      await db.cleanup();
+    }
+  });
+
+  it('a route that refuses the event for good (routing_key_too_long): the row is parked, said out loud, not retried; requeued after the fix, only that route is published to', async () => {
+    // A 300-byte type expands the RabbitMQ routing key past AMQP's 255 bytes; NATS takes it.
+    const event = record('evt_refused', undefined, { endpointId: 'stripe', eventType: `t${'x'.repeat(299)}` });
+    await store.acceptBatch([event]);
+    const clock = { now: 1_900_000_000_000 };
+    const metrics = engineMetrics(new Registry());
+    const lines: Record<string, unknown>[] = [];
+    const log = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    const relay = relayWith([rabbit(), nats()], clock, { metrics, log });
+
+    await round(relay, clock);
+    expect(await relay.claim(10)).toHaveLength(0); // a day later: still not due
+    expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 1, outboxParked: 1 });
+    expect(metrics.relayParked.get(['rabbit', 'routing_key_too_long'])).toBe(1);
+    const parkedLines = lines.filter((l) => String(l.msg).startsWith('outbox row parked'));
+    expect(parkedLines).toHaveLength(1);
+    expect(parkedLines[0]).toMatchObject({ level: 50, inboxId: event.inboxId, publishedTo: ['nats'], refused: [{ destination: 'rabbit', reason: 'routing_key_too_long' }] });
+    expect(await store.listParkedOutbox(10)).toEqual([expect.objectContaining({
+      outboxId: event.outboxId, inboxId: event.inboxId, publishedTo: ['nats'], failureReason: 'routing_key_too_long', attemptCount: 1,
+      lastError: expect.stringContaining('routing key is longer than 255 bytes'),
+    })]);
+
+    // The operator shortens the template, then requeues the row: only RabbitMQ is still owed.
+    await closeAll(destinations.values());
+    const fixed = relayWith([rabbit(`${queue}.{provider}`), nats()], clock, { metrics, log });
+    expect(await store.requeueParkedOutbox(null, clock.now)).toBe(1);
+    await round(fixed, clock);
+    expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 0, outboxParked: 0 });
+    expect((await drainQueue(ch, queue)).map((m) => m.id)).toEqual([event.inboxId]);
+    expect((await natsStreamMessages(nc, stream)).map((m) => m.id)).toEqual([event.inboxId]);
+  });
+
+  it('a refusal beside a route that may still recover keeps the normal schedule; parked once only refusals are left', async () => {
+    const proxy = new TcpProxy(4222);
+    const port = await proxy.start();
+    await proxy.stop();
+    try {
+      await store.acceptBatch([record('evt_refused_and_down', undefined, { endpointId: 'stripe', eventType: `t${'x'.repeat(299)}` })]);
+      const clock = { now: 1_900_000_000_000 };
+      const relay = relayWith([rabbit(), nats(`nats://127.0.0.1:${port}`)], clock);
+      await round(relay, clock);
+      await round(relay, clock); // due again: NATS may come back
+      expect((await store.queueStats()).outboxParked).toBe(0);
+      await proxy.start(port);
+      await round(relay, clock); // NATS takes it; RabbitMQ still refuses
+      expect(await relay.claim(10)).toHaveLength(0);
+      expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 1, outboxParked: 1 });
+      expect((await store.listParkedOutbox(10)).map((p) => p.publishedTo)).toEqual([['nats']]);
+    } finally {
+      await closeAll(destinations.values());
+      await proxy.stop();
     }
   });
 });

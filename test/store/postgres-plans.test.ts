@@ -53,8 +53,10 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
       [work, 'read_leased', W.READ_LEASED.text, `('{${NIL}}', 'owner')`],
       [work, 'extend_leases', W.EXTEND_INBOX_LEASES.text, `('{${NIL}}', 'owner', ${now})`],
       [work, 'read_payloads', W.READ_PAYLOADS.text, `('{${NIL}}', 1048576)`],
-      [work, 'settle_outbox', W.SETTLE_OUTBOX_BATCH.text, `('{${NIL}}', '{${now}}', '{NULL}', '{NULL}', 'owner', '{NULL}')`],
+      [work, 'settle_outbox', W.SETTLE_OUTBOX_BATCH.text, `('{${NIL}}', '{${now}}', '{NULL}', '{NULL}', 'owner', '{NULL}', '{NULL}')`],
       [work, 'requeue_failed', W.REQUEUE_FAILED.text, `('{handler_error}', ${now})`],
+      [work, 'list_parked_outbox', W.LIST_PARKED_OUTBOX.text, `(100)`],
+      [work, 'requeue_parked_outbox', W.REQUEUE_PARKED_OUTBOX.text, `('{${NIL}}', ${now})`],
     ];
     // First uses, on empty tables (past `auto`'s five custom plans, had a pool used it).
     for (const [c, name, text, args] of statements) {
@@ -109,6 +111,7 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
     expect(plan, plan).not.toMatch(/Seq Scan on webhook_(effects|outbox)\b/);
     expect(plan).toMatch(/webhook_effects_due/);
     expect(plan).toMatch(/webhook_effects_failed/);
+    expect(plan).toMatch(/webhook_outbox_parked/);
     expect((await store.queueStats()).effects).toEqual({ PENDING: GROWN_TO / 50, PROCESSING: 0, FAILED: GROWN_TO / 50 });
   });
 

@@ -22,9 +22,10 @@ describe('SQLite plans', () => {
     expect(plan).not.toContain('SCAN webhook_inbox');
   });
 
-  it('the /metrics queue stats read the unpublished outbox and the effects still to do or FAILED, not every DONE effect', () => {
+  it('the /metrics queue stats read the unpublished (and parked) outbox and the effects still to do or FAILED, not every DONE effect', () => {
     const plan = planOf(QUEUE_STATS);
     expect(plan).toContain('SCAN webhook_outbox USING INDEX webhook_outbox_due');
+    expect(plan).toContain('SEARCH webhook_outbox USING INDEX webhook_outbox_parked (failure_reason>?)');
     expect(plan).toContain('SCAN webhook_effects USING INDEX webhook_effects_due');
     expect(plan).toContain('SCAN webhook_effects USING COVERING INDEX webhook_effects_failed');
     expect(plan).not.toContain('SCAN webhook_effects');

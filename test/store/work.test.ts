@@ -619,6 +619,30 @@ describeEachStore('work store', (kind) => {
       expect(await store.settleOutboxBatch('relay2', [{ outboxId: c.outboxId, publishedTo: [], s: { published: true, nowMs: T + 30 } }])).toEqual([c.outboxId]);
     });
 
+    it('a parked outbox row is never due, is listed, and requeues (by id or all) with its published_to kept', async () => {
+      const [a, b, c] = [at('evt_park1', 0), at('evt_park2', 1), at('evt_park3', 2)];
+      await accept(a, b, c);
+      await store.claimOutbox(3, 'relay1', LEASE, T + 10);
+      await store.settleOutboxBatch('relay1', [
+        { outboxId: a.outboxId, publishedTo: ['nats'], s: { published: false, parked: 'routing_key_too_long', error: 'key too long', nowMs: T + 20 } },
+        { outboxId: b.outboxId, publishedTo: [], s: { published: false, parked: 'routing_key_too_long', error: 'key too long', nowMs: T + 20 } },
+        { outboxId: c.outboxId, publishedTo: [], s: { published: false, nextAttemptAtMs: T + 7000, error: 'broker down', nowMs: T + 20 } },
+      ]);
+      expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 3, outboxParked: 2 });
+      expect((await store.claimOutbox(10, 'relay2', LEASE, T + 100 * LEASE)).map((o) => o.outboxId)).toEqual([c.outboxId]);
+      expect(await settleOutbox(c.outboxId, 'relay2', { published: true, nowMs: T + 100 * LEASE })).toBe(true);
+      expect(await store.listParkedOutbox(10)).toEqual([
+        { outboxId: a.outboxId, inboxId: a.inboxId, endpointId: 'ep', eventType: a.eventType, createdAtMs: T, attemptCount: 1, publishedTo: ['nats'], failureReason: 'routing_key_too_long', lastError: 'key too long' },
+        { outboxId: b.outboxId, inboxId: b.inboxId, endpointId: 'ep', eventType: b.eventType, createdAtMs: T + 1, attemptCount: 1, publishedTo: [], failureReason: 'routing_key_too_long', lastError: 'key too long' },
+      ]);
+      // Only parked rows requeue: c (published, not parked) and an unknown id are left alone.
+      expect(await store.requeueParkedOutbox([a.outboxId, c.outboxId, uuidv7()], T + 200 * LEASE)).toBe(1);
+      expect(await store.requeueParkedOutbox([], T + 200 * LEASE)).toBe(0);
+      expect((await store.claimOutbox(10, 'relay3', LEASE, T + 200 * LEASE)).map((o) => [o.outboxId, o.attemptCount, o.publishedTo])).toEqual([[a.outboxId, 1, ['nats']]]);
+      expect(await store.requeueParkedOutbox(null, T + 300 * LEASE)).toBe(1);
+      expect((await store.listParkedOutbox(10))).toEqual([]);
+    });
+
     it('an expired outbox lease is taken over; the old owner cannot settle', async () => {
       const r = at('evt_out_lease', 0);
       await accept(r);
@@ -636,14 +660,14 @@ describeEachStore('work store', (kind) => {
       const [first] = await store.claimEffects(1, 'e1', LEASE, T + 20);
       await store.settleEffect(first!.effectId, 'e1', { status: 'DONE', nowMs: T + 21 });
       await store.claimEffects(1, 'e1', LEASE, T + 22);
-      expect(await store.queueStats()).toEqual({ outboxUnpublished: 2, outboxOldestMs: T, effects: { PENDING: 1, PROCESSING: 1, FAILED: 0 } });
+      expect(await store.queueStats()).toEqual({ outboxUnpublished: 2, outboxOldestMs: T, outboxParked: 0, effects: { PENDING: 1, PROCESSING: 1, FAILED: 0 } });
       await store.claimOutbox(1, 'relay1', LEASE, T + 30);
       expect(await settleOutbox(a.outboxId, 'relay1', { published: true, nowMs: T + 31 })).toBe(true);
       expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 1, outboxOldestMs: T + 5 });
     });
 
     it('queueStats on an empty store', async () => {
-      expect(await store.queueStats()).toEqual({ outboxUnpublished: 0, outboxOldestMs: null, effects: { PENDING: 0, PROCESSING: 0, FAILED: 0 } });
+      expect(await store.queueStats()).toEqual({ outboxUnpublished: 0, outboxOldestMs: null, outboxParked: 0, effects: { PENDING: 0, PROCESSING: 0, FAILED: 0 } });
     });
   });
 

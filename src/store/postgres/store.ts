@@ -5,10 +5,10 @@ import { assertSchemaCurrent, MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
   eventListLimit, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
-  toOutboxClaim, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
+  toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, PayloadKeyUsage, QueueStats,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
@@ -374,6 +374,16 @@ export class PostgresStore implements InboxStore {
   async settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]> {
     if (settles.length === 0) return [];
     return (await this.rows(W.SETTLE_OUTBOX_BATCH, W.settleOutboxBatchValues(owner, settles))).map((r) => String(r.outbox_id));
+  }
+
+  async listParkedOutbox(limit: number): Promise<ParkedOutbox[]> {
+    return (await this.rows(W.LIST_PARKED_OUTBOX, [limit])).map(toParkedOutbox);
+  }
+
+  async requeueParkedOutbox(outboxIds: readonly string[] | null, nowMs: number): Promise<number> {
+    const ids = outboxIds?.filter((id) => UUID_RE.test(id)) ?? null;
+    if (ids?.length === 0) return 0;
+    return (await this.query({ ...W.REQUEUE_PARKED_OUTBOX, values: [ids, nowMs] }, this.workPool)).rowCount ?? 0;
   }
 
   async listEvents(filter: EventFilter): Promise<InboxDetail[]> {

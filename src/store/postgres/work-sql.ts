@@ -128,20 +128,37 @@ export function settleEffectValues(s: EffectSettlement): unknown[] {
 
 /**
  * Settles a relay claim's rows in one statement; rows `owner` no longer leases are left alone.
- * A NULL published_at: not yet, retry at next_at; published_to: who has it now (JSON text).
- * $1… settleOutboxBatchValues, $5 owner.
+ * A NULL published_at: not yet, retry at next_at, or with a reason parked (never due);
+ * published_to: who has it now (JSON text). $1… settleOutboxBatchValues, $5 owner.
  */
 export const SETTLE_OUTBOX_BATCH = named('settle_outbox_batch', `
-  UPDATE webhook_outbox o SET published_at = ${ts('s.published_at')}, next_attempt_at = COALESCE(${ts('s.next_at')}, o.next_attempt_at),
-    lease_owner = NULL, last_error = COALESCE(s.error, o.last_error), published_to = s.published_to::jsonb
-  FROM unnest($1::uuid[], $2::float8[], $3::float8[], $4::text[], $6::text[]) AS s(outbox_id, published_at, next_at, error, published_to)
+  UPDATE webhook_outbox o SET published_at = ${ts('s.published_at')},
+    next_attempt_at = CASE WHEN s.reason IS NULL THEN COALESCE(${ts('s.next_at')}, o.next_attempt_at) END,
+    lease_owner = NULL, last_error = COALESCE(s.error, o.last_error), failure_reason = s.reason, published_to = s.published_to::jsonb
+  FROM unnest($1::uuid[], $2::float8[], $3::float8[], $4::text[], $6::text[], $7::text[]) AS s(outbox_id, published_at, next_at, error, published_to, reason)
   WHERE o.outbox_id = s.outbox_id AND o.lease_owner = $5 AND o.published_at IS NULL
   RETURNING o.outbox_id::text AS outbox_id`);
 
 export function settleOutboxBatchValues(owner: string, settles: readonly OutboxSettle[]): unknown[] {
   const cols = settles.map((x) => ({ id: x.outboxId, ...outboxSettlementColumns(x) }));
-  return [cols.map((c) => c.id), cols.map((c) => c.publishedAt), cols.map((c) => c.nextAttemptAtMs), cols.map((c) => c.error), owner, cols.map((c) => c.publishedTo)];
+  return [cols.map((c) => c.id), cols.map((c) => c.publishedAt), cols.map((c) => c.nextAttemptAtMs), cols.map((c) => c.error), owner,
+    cols.map((c) => c.publishedTo), cols.map((c) => c.reason)];
 }
+
+/** Matches the partial index webhook_outbox_parked. */
+const parked = (t: string) => `${t}.published_at IS NULL AND ${t}.failure_reason IS NOT NULL`;
+
+/** $1 limit. */
+export const LIST_PARKED_OUTBOX = named('list_parked_outbox', `
+  SELECT o.outbox_id::text AS outbox_id, o.inbox_id::text AS inbox_id, i.endpoint_id, i.event_type, ${epochMs('o.created_at')} AS created_at,
+    o.attempt_count, o.published_to::text AS published_to, o.failure_reason, o.last_error
+  FROM webhook_outbox o JOIN webhook_inbox i ON i.inbox_id = o.inbox_id
+  WHERE ${parked('o')} ORDER BY o.created_at, o.outbox_id LIMIT $1`);
+
+/** Parked → due now, a fresh attempt count; last_error and published_to stay. $1 ids (NULL: every parked row), $2 now ms. */
+export const REQUEUE_PARKED_OUTBOX = named('requeue_parked_outbox', `
+  UPDATE webhook_outbox SET next_attempt_at = ${ts('$2')}, attempt_count = 0, failure_reason = NULL
+  WHERE ${parked('webhook_outbox')} AND ($1::uuid[] IS NULL OR outbox_id = ANY($1::uuid[]))`);
 
 /** The rows of $1 that $2 still leases (a plain read: the lazy transaction has not begun). */
 export const READ_LEASED = named('read_leased', `
@@ -268,10 +285,12 @@ export const BACKLOG = named('backlog', `
   ) b
   GROUP BY endpoint_id, event_type, status ORDER BY endpoint_id, event_type, status`);
 
-/** Rows for rows.ts toQueueStats: the unpublished outbox, and effects still to do or FAILED (not DONE: see migration 5). */
+/** Rows for rows.ts toQueueStats: the unpublished outbox (and how much of it is parked), and effects still to do or FAILED (not DONE: see migration 5). */
 export const QUEUE_STATS = named('queue_stats', `
   SELECT 'outbox' AS kind, count(*)::int AS count, ${epochMs('min(created_at)')} AS oldest
     FROM webhook_outbox WHERE published_at IS NULL
+  UNION ALL
+  SELECT 'outbox_parked', count(*)::int, NULL FROM webhook_outbox WHERE ${parked('webhook_outbox')}
   UNION ALL
   SELECT status, count(*)::int, NULL FROM webhook_effects WHERE status IN ('PENDING', 'PROCESSING') GROUP BY status
   UNION ALL

@@ -6,10 +6,10 @@ import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
-  toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
+  toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, PayloadKeyUsage, QueueStats,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
 import { SqliteTx } from './tx.js';
@@ -164,6 +164,14 @@ export class SqliteStore implements InboxStore {
 
   async settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]> {
     return settles.length === 0 ? [] : this.call('settleOutboxBatch', { owner, settles });
+  }
+
+  async listParkedOutbox(limit: number): Promise<ParkedOutbox[]> {
+    return (await this.call<RawRow[]>('listParkedOutbox', limit)).map(toParkedOutbox);
+  }
+
+  async requeueParkedOutbox(outboxIds: readonly string[] | null, nowMs: number): Promise<number> {
+    return outboxIds?.length === 0 ? 0 : this.call('requeueParkedOutbox', { ids: outboxIds, nowMs });
   }
 
   async listEvents(filter: EventFilter): Promise<InboxDetail[]> {

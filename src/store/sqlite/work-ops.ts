@@ -103,6 +103,9 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
       status: f.status ?? null, endpointId: f.endpointId ?? null, eventType: f.eventType ?? null,
       failureReason: f.failureReason ?? null, before: f.before ?? null, limit: eventListLimit(f.limit),
     }),
+    listParkedOutbox: (limit: number) => st(W.LIST_PARKED_OUTBOX).all({ limit }),
+    requeueParkedOutbox: (a: { ids: string[] | null; nowMs: number }) =>
+      st(W.REQUEUE_PARKED_OUTBOX).run({ ids: a.ids === null ? null : JSON.stringify(a.ids), now: a.nowMs }).changes,
     retryFailed: (a: { id: string; nowMs: number }) => retryFailed.immediate(a),
     requeueFailed: (a: { reasons: string[]; nowMs: number }) =>
       st(W.REQUEUE_FAILED).run({ reasons: JSON.stringify(a.reasons), now: a.nowMs }).changes,

@@ -118,11 +118,28 @@ export const READ_CLAIMED_OUTBOX = `
   FROM json_each(@ids) j JOIN webhook_outbox o ON o.outbox_id = j.value JOIN webhook_inbox i ON i.inbox_id = o.inbox_id
   ORDER BY j.key`;
 
-/** @publishedAt NULL = not yet: retry at @nextAttemptAtMs. @publishedTo: who has it now (rows.ts outboxSettlementColumns). */
+/**
+ * @publishedAt NULL = not yet: retry at @nextAttemptAtMs, or with a @reason parked (never due).
+ * @publishedTo: who has it now. Parameters: rows.ts outboxSettlementColumns.
+ */
 export const SETTLE_OUTBOX = `
-  UPDATE webhook_outbox SET published_at = @publishedAt, next_attempt_at = COALESCE(@nextAttemptAtMs, next_attempt_at),
-    lease_owner = NULL, last_error = COALESCE(@error, last_error), published_to = @publishedTo
+  UPDATE webhook_outbox SET published_at = @publishedAt,
+    next_attempt_at = CASE WHEN @reason IS NULL THEN COALESCE(@nextAttemptAtMs, next_attempt_at) END,
+    lease_owner = NULL, last_error = COALESCE(@error, last_error), failure_reason = @reason, published_to = @publishedTo
   WHERE outbox_id = @id AND lease_owner = @owner AND published_at IS NULL`;
+
+/** Matches the partial index webhook_outbox_parked. */
+const parked = (t: string) => `${t}.published_at IS NULL AND ${t}.failure_reason IS NOT NULL`;
+
+export const LIST_PARKED_OUTBOX = `
+  SELECT o.outbox_id, o.inbox_id, i.endpoint_id, i.event_type, o.created_at, o.attempt_count, o.published_to, o.failure_reason, o.last_error
+  FROM webhook_outbox o JOIN webhook_inbox i ON i.inbox_id = o.inbox_id
+  WHERE ${parked('o')} ORDER BY o.created_at, o.outbox_id LIMIT @limit`;
+
+/** Parked → due now, a fresh attempt count; last_error and published_to stay. @ids NULL: every parked row. */
+export const REQUEUE_PARKED_OUTBOX = `
+  UPDATE webhook_outbox SET next_attempt_at = @now, attempt_count = 0, failure_reason = NULL
+  WHERE ${parked('webhook_outbox')} AND (@ids IS NULL OR outbox_id IN ${IDS})`;
 
 // ── operator queries ───────────────────────────────────────────────────────────────────────
 
@@ -158,9 +175,11 @@ export const BACKLOG = `
   )
   GROUP BY endpoint_id, event_type, status ORDER BY endpoint_id, event_type, status`;
 
-/** Rows for rows.ts toQueueStats: the unpublished outbox, and effects still to do or FAILED (not DONE: see migration 5). */
+/** Rows for rows.ts toQueueStats: the unpublished outbox (and how much of it is parked), and effects still to do or FAILED (not DONE: see migration 5). */
 export const QUEUE_STATS = `
   SELECT 'outbox' AS kind, count(*) AS count, min(created_at) AS oldest FROM webhook_outbox WHERE published_at IS NULL
+  UNION ALL
+  SELECT 'outbox_parked', count(*), NULL FROM webhook_outbox WHERE ${parked('webhook_outbox')}
   UNION ALL
   SELECT status, count(*), NULL FROM webhook_effects WHERE status IN ('PENDING', 'PROCESSING') GROUP BY status
   UNION ALL
