@@ -10,6 +10,7 @@ import { CommandError, UsageError } from './usage-error.js';
 import { runWork } from './work.js';
 import { runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
 import { DEFAULT_BUSY_PERCENT, runKeysList, runKeysReseal } from './keys.js';
+import { runOutboxParked, runOutboxRequeue } from './outbox.js';
 
 interface Command {
   readonly summary: string;
@@ -24,6 +25,7 @@ interface Command {
 
 const CONFIG = { config: { type: 'string', short: 'c' } } as const;
 const STATUSES = ['PENDING', 'PROCESSING', 'PROCESSED', 'FAILED'];
+/** Inbox and outbox ids alike (UUIDs). */
 const INBOX_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** An optional integer option within [min, max]; anything else is a usage error with `message`. */
@@ -124,6 +126,31 @@ const COMMANDS: Record<string, Command> = {
     usage: 'webhook-inbox requeue --config FILE --reason technical',
     options: { ...CONFIG, reason: { type: 'string' } },
     run: (v) => runRequeue(String(v.config), String(v.reason)),
+  },
+  outbox: {
+    summary: 'Broker outbox rows the relay parked (a destination refused them for good): outbox parked | outbox requeue.',
+    usage: 'webhook-inbox outbox parked --config FILE [--limit N] [--json]\n       webhook-inbox outbox requeue --config FILE (--all | OUTBOX_ID…)\n\n' +
+      '  parked   the parked rows, oldest first (default --limit 100, at most 1000): reason, last error,\n' +
+      '           and the destinations that already have the message\n' +
+      '  requeue  after fixing the cause: the given parked rows (or --all) are due now; the relay publishes\n' +
+      '           them only to the destinations that do not have them yet. Exits 1 if an id given was not parked.',
+    options: { ...CONFIG, limit: { type: 'string' }, json: { type: 'boolean' }, all: { type: 'boolean' } },
+    optional: ['limit'],
+    positionals: ['parked|requeue'],
+    run: (v, args) => {
+      if (args[0] === 'parked') {
+        noMoreThan(args, 1);
+        if (v.all) throw new UsageError('--all is for outbox requeue');
+        const limit = intOption(v.limit, 1, 1000, '--limit must be an integer from 1 to 1000') ?? 100;
+        return runOutboxParked(String(v.config), { limit, json: Boolean(v.json) });
+      }
+      if (args[0] !== 'requeue') throw new UsageError(`unknown outbox subcommand "${args[0]}" (parked or requeue)`);
+      const ids = [...new Set(args.slice(1).map((id) => id.toLowerCase()))];
+      if (v.all ? ids.length > 0 : ids.length === 0) throw new UsageError('outbox requeue needs either --all or OUTBOX_IDs (as "outbox parked" prints them)');
+      const bad = ids.find((id) => !INBOX_ID_RE.test(id));
+      if (bad !== undefined) throw new UsageError(`"${bad}" is not an outbox id (a UUID, as "outbox parked" prints it)`);
+      return runOutboxRequeue(String(v.config), v.all ? null : ids);
+    },
   },
   keys: {
     summary: 'Payload key rotation: keys list (payloads per key) | keys reseal (seal old ones under the current key).',
