@@ -1,7 +1,7 @@
 import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient } from '@nats-io/jetstream';
 import { connect, errors as natsErrors, type NatsConnection } from '@nats-io/transport-node';
 import type { DestinationConfig } from '../config/engine.js';
-import { RetryableError } from '../engine/failure.js';
+import { NeedsDecisionError, RetryableError } from '../engine/failure.js';
 import { ConfigError } from '../errors.js';
 import { brokerMessage, expandTemplate, type DeliveryEvent, type Destination } from './contract.js';
 import { capturePattern, closedError, DeadlineExceeded, describe, withTimeout } from './util.js';
@@ -22,6 +22,14 @@ async function answersPing(nc: NatsConnection): Promise<boolean> {
     return false;
   }
 }
+
+/**
+ * The longest subject we send. The server reads a PUB/HPUB line (subject, reply inbox, sizes) of
+ * at most `max_control_line`, 4096 bytes by default and not announced to clients: past it, it
+ * answers "maximum control line exceeded" and drops the connection, failing every publish in flight
+ * on it, and a retry would drop it again. 256 bytes are left for the rest of the line.
+ */
+export const MAX_SUBJECT_BYTES = 4096 - 256;
 
 /** JetStream API error codes this destination looks at. */
 const STREAM_NOT_FOUND = 10059;
@@ -83,6 +91,10 @@ export class NatsDestination implements Destination {
 
   async deliver(event: DeliveryEvent): Promise<void> {
     if (this.closed) throw closedError(this.type, this.id);
+    const subject = natsSubject(this.config.subject, event);
+    if (Buffer.byteLength(subject) > MAX_SUBJECT_BYTES) {
+      throw new NeedsDecisionError('subject_too_long', `nats destination "${this.id}": the subject is longer than ${MAX_SUBJECT_BYTES} bytes (the server drops a connection whose publish line exceeds its max_control_line, 4096 by default)`);
+    }
     const { timeoutMs } = this.config;
     const pending = this.connection();
     const live = await pending;
@@ -92,12 +104,12 @@ export class NatsDestination implements Destination {
         await this.ensureStream(live);
         this.streamReady = true;
       }
-      const ack = await live.js.publish(natsSubject(this.config.subject, event), brokerMessage(event), { msgID: event.inboxId, timeout: timeoutMs });
+      const ack = await live.js.publish(subject, brokerMessage(event), { msgID: event.inboxId, timeout: timeoutMs });
       // Only a stream's acknowledgement means stored: a plain service answering on the subject
       // (no stream captures it) would otherwise pass for one.
       if (typeof ack.stream !== 'string' || ack.stream === '' || typeof ack.seq !== 'number') {
         this.streamReady = false; // ours may have been deleted: check (and add) it again next time
-        throw new RetryableError('no_stream', `nats destination "${this.id}": the answer on ${natsSubject(this.config.subject, event)} is not a JetStream acknowledgement`);
+        throw new RetryableError('no_stream', `nats destination "${this.id}": the answer on ${subject} is not a JetStream acknowledgement`);
       }
     } catch (err) {
       const failure = this.failure(err, live);
@@ -140,10 +152,14 @@ export class NatsDestination implements Destination {
     }
   }
 
-  private failure(err: unknown, live: Live): RetryableError {
+  private failure(err: unknown, live: Live): RetryableError | NeedsDecisionError {
     const where = `nats destination "${this.id}"`;
     if (err instanceof RetryableError) return err;
     if (this.closed) return closedError(this.type, this.id);
+    // The client checks the message against the max_payload the server announced, before sending.
+    if (err instanceof natsErrors.InvalidArgumentError && describe(err).includes('max_payload')) {
+      return new NeedsDecisionError('message_too_large', `${where}: the message is larger than the server's max_payload (${live.nc.info?.max_payload ?? '?'} bytes)`, { cause: err });
+    }
     const name = (err as { name?: string }).name;
     // No responders on the subject: no stream captures it (or JetStream is off).
     if (name === 'JetStreamNotEnabled') {

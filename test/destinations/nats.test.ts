@@ -3,9 +3,9 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { DestinationConfig } from '../../src/config/engine.js';
 import { brokerMessage, type Destination } from '../../src/destinations/contract.js';
-import { natsSubject, sanitizeToken } from '../../src/destinations/nats.js';
+import { MAX_SUBJECT_BYTES, natsSubject, sanitizeToken } from '../../src/destinations/nats.js';
 import { closeAll, createDestination } from '../../src/destinations/registry.js';
-import { RetryableError } from '../../src/engine/failure.js';
+import { NeedsDecisionError, RetryableError } from '../../src/engine/failure.js';
 import { ConfigError } from '../../src/errors.js';
 import { thrownBy } from '../helpers/adapter.js';
 import { closedPort, deliveryEvent, expectSilentLinkDropped, failureOf, uniqueName } from '../helpers/destinations.js';
@@ -106,6 +106,33 @@ describe('nats destination (real JetStream)', () => {
     const ack = await jetstream(nc).publish(`${prefix}.stripe.payment_intent.succeeded`, brokerMessage(e), { msgID: e.inboxId });
     expect(ack.duplicate).toBe(true);
     expect(ack.seq).toBe(1);
+    expect(await messages(stream)).toBe(2);
+  });
+
+  it('a subject past the server\'s control-line limit is refused for good before anything is sent (subject_too_long); the connection stays up', async () => {
+    const { stream, prefix } = scope();
+    const d = destination({ subject: `${prefix}.{provider}.{type}`, stream });
+    await d.deliver(deliveryEvent());
+    // Sent, this would make the server answer "maximum control line exceeded" and drop the connection.
+    const long = deliveryEvent({ eventType: `t${'x'.repeat(MAX_SUBJECT_BYTES)}` });
+    const err = await failureOf(d.deliver(long));
+    expect(err).toBeInstanceOf(NeedsDecisionError);
+    expect(err.reason).toBe('subject_too_long');
+    // The last subject that fits is published, and so is the next event: the link was never dropped.
+    await d.deliver(deliveryEvent({ eventType: 'x'.repeat(MAX_SUBJECT_BYTES - `${prefix}.stripe.`.length) }));
+    await d.deliver(deliveryEvent());
+    expect(await messages(stream)).toBe(3);
+  });
+
+  it('a message over the server\'s max_payload is refused for good (message_too_large), not retried as an outage', async () => {
+    const { stream, prefix } = scope();
+    // No {type} in the subject: only the message (which carries the type) is too large.
+    const d = destination({ subject: `${prefix}.{provider}`, stream });
+    await d.deliver(deliveryEvent());
+    const err = await failureOf(d.deliver(deliveryEvent({ eventType: 'x'.repeat(nc.info!.max_payload) })));
+    expect(err).toBeInstanceOf(NeedsDecisionError);
+    expect(err.reason).toBe('message_too_large');
+    await d.deliver(deliveryEvent());
     expect(await messages(stream)).toBe(2);
   });
 
