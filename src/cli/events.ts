@@ -87,9 +87,18 @@ export function runEventsShow(configFile: string, inboxId: string): Promise<numb
   });
 }
 
+/**
+ * "Now" for a requeued row's next_attempt_at: the database's clock where there is one. Workers
+ * claim by their own clocks, which are watched against the database's (engine/clock-skew.ts);
+ * the operator's host is not, and a clock ahead there made "due now" wait that long.
+ */
+async function dueNowMs(store: InboxStore): Promise<number> {
+  return (await store.databaseNowMs()) ?? Date.now();
+}
+
 export function runRetry(configFile: string, inboxId: string): Promise<number> {
   return withStore(configFile, async (store) => {
-    const r = await store.retryFailed(inboxId, Date.now());
+    const r = await store.retryFailed(inboxId, await dueNowMs(store));
     if (r === 'requeued') {
       console.log(`requeued ${inboxId}: PENDING, due now`);
       return 0;
@@ -112,7 +121,7 @@ export function runRequeue(configFile: string, reasonClass: string): Promise<num
     return Promise.resolve(2);
   }
   return withStore(configFile, async (store) => {
-    const n = await store.requeueFailed(reasons, Date.now());
+    const n = await store.requeueFailed(reasons, await dueNowMs(store));
     console.log(`requeued ${n} FAILED event(s) with reason ${reasons.join(', ')}`);
     return 0;
   });

@@ -10,11 +10,11 @@ export function assertBuilt(): void {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm test" (it builds first) or "npm run build"`);
 }
 
-/** The shipped CLI (dist/), as an operator runs it, without blocking the test's event loop: exit code, stdout, stderr. */
-export function runCli(args: string[], timeoutMs = 30_000): Promise<{ code: number | null; out: string; err: string }> {
+/** The shipped CLI (dist/), as an operator runs it (with `env` added), without blocking the test's event loop: exit code, stdout, stderr. */
+export function runCli(args: string[], timeoutMs = 30_000, env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; out: string; err: string }> {
   assertBuilt();
   return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env: process.env, encoding: 'utf8', timeout: timeoutMs }, (error, out, err) => {
+    execFile(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: timeoutMs }, (error, out, err) => {
       resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, out, err });
     });
   });

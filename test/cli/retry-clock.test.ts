@@ -1,0 +1,79 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { openStore } from '../../src/store/open.js';
+import type { InboxStore } from '../../src/store/port.js';
+import { configDoc } from '../helpers/app.js';
+import { record } from '../helpers/records.js';
+import { runCli } from '../helpers/server-process.js';
+import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
+
+/** How far ahead of the database the operator's host runs in these tests. */
+const AHEAD_MS = 10 * 60_000;
+
+/**
+ * `retry` and `requeue` say "due now". Workers claim a row once its next_attempt_at is past by
+ * their own clock, which is watched against the database's (clock-skew.ts); the operator's host,
+ * often another machine, is not. A CLI whose clock ran ahead made the events it requeued wait
+ * that long.
+ */
+describeEachStore('retry and requeue: due by the database clock, not the operator host', (kind) => {
+  let db: TestDatabase;
+  let store: InboxStore;
+  let dir: string;
+  let config: string;
+  /** Node started with Date.now() AHEAD_MS ahead (the CLI's own clock, nothing else). */
+  let skewed: NodeJS.ProcessEnv;
+
+  /** A row the engine left FAILED with `reason`, as a worker settles it. */
+  async function failedRow(eventId: string, reason: string): Promise<string> {
+    const r = record(eventId, undefined, { receivedAtMs: Date.now() - 60_000 });
+    await store.acceptBatch([r]);
+    const [c] = await store.claimInbox(1, `w-${eventId}`, 30_000, Date.now());
+    expect(c!.inboxId).toBe(r.inboxId);
+    const s = { status: 'FAILED' as const, reason, error: 'Error: ledger timed out', nowMs: Date.now() };
+    expect(await store.transaction((tx) => tx.finishBatch(c!.leaseOwner, { markers: [], effects: [], settlements: [{ inboxId: r.inboxId, s }] }))).toBe(1);
+    return r.inboxId;
+  }
+
+  beforeAll(async () => {
+    db = await freshDatabase(kind);
+    store = openStore(db.url);
+    await store.migrate();
+    dir = mkdtempSync(join(tmpdir(), 'wi-retry-clock-'));
+    config = join(dir, 'cli.yaml');
+    writeFileSync(config, stringify(configDoc(db.url)));
+    const preload = join(dir, 'clock-ahead.mjs');
+    writeFileSync(preload, `const now = Date.now; Date.now = () => now() + ${AHEAD_MS};\n`);
+    skewed = { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${preload}`.trim() };
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await db?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('an operator host whose clock runs ahead still makes the events due now, where the workers claim them', async () => {
+    // One host, one clock (SQLite is a file on the workers' host): there is no other clock to follow.
+    if (kind === 'sqlite') return;
+    const one = await failedRow('evt_retry', 'retries_exhausted');
+    const bulk = await failedRow('evt_requeue', 'retries_exhausted');
+    const r = await runCli(['retry', '--config', config, one], 30_000, skewed);
+    expect(r.code, r.err).toBe(0);
+    const q = await runCli(['requeue', '--config', config, '--reason', 'technical'], 30_000, skewed);
+    expect(q.code, q.err).toBe(0);
+    expect(q.out.trim()).toBe('requeued 1 FAILED event(s) with reason retries_exhausted');
+    const dbNow = (await store.databaseNowMs())!;
+    for (const id of [one, bulk]) {
+      const e = (await store.getEvent(id))!;
+      expect(e.status, id).toBe('PENDING');
+      expect(e.nextAttemptAtMs!, id).toBeLessThanOrEqual(dbNow);
+    }
+    // A worker in step with the database claims both at once.
+    const claimed = await store.claimInbox(10, 'w-after', 30_000, dbNow);
+    expect(claimed.map((c) => c.inboxId).sort()).toEqual([one, bulk].sort());
+  });
+});
