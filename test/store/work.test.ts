@@ -741,6 +741,29 @@ describeEachStore('work store', (kind) => {
       expect(claimed.map((c) => [c.inboxId, c.attemptCount])).toEqual([[r.f2.inboxId, 1]]);
     });
 
+    it('payloadsToReseal pages through every payload under another key once, in payload id order', async () => {
+      const k2 = new PayloadCipher(new Map([['k2', Buffer.alloc(32, 2)]]), 'k2');
+      const records = Array.from({ length: 7 }, (_, i) => {
+        const r = at(`evt_k${i}`, i);
+        // Two already under the current key: not listed.
+        return i % 3 === 1 ? { ...r, payload: k2.seal(Buffer.from('{}'), keyOf(r)) } : r;
+      });
+      await accept(...records);
+      const old = records.filter((r) => r.payload.keyId !== 'k2').map((r) => r.payloadId).sort();
+      const seen: string[] = [];
+      for (let after: string | null = null; ;) {
+        const page = await store.payloadsToReseal('k2', after, 2);
+        if (page.length === 0) break;
+        expect(page.length).toBeLessThanOrEqual(2);
+        seen.push(...page.map((x) => x.payloadId));
+        after = page.at(-1)!.payloadId;
+      }
+      expect(seen).toEqual(old);
+      const first = (await store.payloadsToReseal('k2', null, 1))[0]!;
+      const r = records.find((x) => x.payloadId === first.payloadId)!;
+      expect(first).toEqual({ payloadId: r.payloadId, provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId });
+    });
+
     it('requeueFailed touches only FAILED rows with the given reasons', async () => {
       const r = await scenario();
       expect(await store.requeueFailed([], T + 100)).toBe(0);

@@ -189,11 +189,15 @@ export const QUEUE_STATS = `
 export const PAYLOAD_KEY_USAGE = `
   SELECT key_id, count(*) AS payloads FROM webhook_payload GROUP BY key_id ORDER BY key_id`;
 
-/** Payloads under another key than @keyId, after @after in id order (the primary key: each page starts where the last ended). */
+/**
+ * Payloads under another key than @keyId, after @after in id order (the primary key: each page
+ * starts where the last ended). `> coalesce(@after, '')`, not `@after IS NULL OR …`: SQLite plans
+ * the OR as a scan of the key from its start, every page (test/store/sqlite-plans.test.ts).
+ */
 export const PAYLOADS_TO_RESEAL = `
   SELECT p.payload_id, i.provider, i.endpoint_id, i.provider_event_id
   FROM webhook_payload p JOIN webhook_inbox i ON i.raw_payload_ref = p.payload_id
-  WHERE p.key_id <> @keyId AND (@after IS NULL OR p.payload_id > @after)
+  WHERE p.key_id <> @keyId AND p.payload_id > coalesce(@after, '')
   ORDER BY p.payload_id LIMIT @limit`;
 
 /** One payload's new sealing, only while it still holds the nonce it was read with. */
