@@ -65,6 +65,11 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
       console.error(`the current payload key "${config.payloadKeys.current}" cannot be read: nothing resealed`);
       return 1;
     }
+    const refusal = await currentKeyRefusal(store, cipher);
+    if (refusal) {
+      console.error(`${refusal}: nothing resealed`);
+      return 1;
+    }
     const tally = await resealAll(store, cipher, opts);
     const busyShare = tally.elapsedMs > 0 ? Math.round((100 * (tally.elapsedMs - tally.pausedMs)) / tally.elapsedMs) : 100;
     console.error(`resealed ${tally.resealed} payload(s) under "${cipher.currentKeyId}" in ${(tally.elapsedMs / 1000).toFixed(1)} s, busy ${busyShare} % of it`);
@@ -76,6 +81,33 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     printUsage(await store.payloadKeyUsage(), config, keys);
     return tally.missing.size === 0 && tally.unauthentic.length === 0 ? 0 : 1;
   });
+}
+
+/** The newest events whose payloads tell which key value the servers seal with. */
+const PROBE_EVENTS = 50;
+
+/**
+ * Whether this config's current key is the one the servers seal with: payloads they stored
+ * lately under its id must open with it. A config whose key has that id but another value
+ * (a typo, a stale secret file) would reseal everything into payloads no server can open, and
+ * the workers fail those at once (payload_corrupt). Returns why not to reseal, or null (also
+ * when no recent payload is under that id yet: nothing to compare with).
+ */
+async function currentKeyRefusal(store: InboxStore, cipher: PayloadCipher): Promise<string | null> {
+  const recent = (await store.listEvents({ limit: PROBE_EVENTS })).filter((e) => e.rawPayloadRef !== null);
+  const rows = new Map(recent.map((e) => [e.rawPayloadRef!, e]));
+  const sealedUnderCurrent = (await store.readPayloads([...rows.keys()], MAX_BYTES)).filter((p) => p.keyId === cipher.currentKeyId);
+  const opens = sealedUnderCurrent.some((p) => {
+    try {
+      cipher.open(p, rows.get(p.payloadId)!);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  if (sealedUnderCurrent.length === 0 || opens) return null;
+  return `the current payload key "${cipher.currentKeyId}" in this config does not open the ${sealedUnderCurrent.length} recent payload(s) stored under "${cipher.currentKeyId}": ` +
+    'its value differs from the one the servers seal with (run keys reseal with the config they run)';
 }
 
 export interface ResealOptions {

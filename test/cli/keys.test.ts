@@ -50,6 +50,22 @@ function busyShare(err: string): number {
   return Number(m![1]);
 }
 
+/** Accepts `events` over HTTP with a server on `url` that seals under `payloadKeys.current`; returns event id → inbox id. */
+async function acceptWith(url: string, payloadKeys: Record<string, unknown>, events: [string, Buffer][]): Promise<Map<string, string>> {
+  const app = await startApp(parseConfig(configDoc(url, { payloadKeys }), {}), { logger: pino({ level: 'silent' }), workers: false });
+  const ids = new Map<string, string>();
+  try {
+    for (const [eventId, body] of events) {
+      const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+      expect(r.status, r.text).toBe(200);
+      ids.set(eventId, r.json().inbox_id);
+    }
+  } finally {
+    await app.close();
+  }
+  return ids;
+}
+
 describe('keys --help', () => {
   it('prints both subcommands and exits 0; an unknown subcommand is a usage error', async () => {
     const r = await cli(['keys', '--help']);
@@ -73,19 +89,10 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
   const ids = new Map<string, string>();
   let tampered: string;
 
-  /** Accepts `events` over HTTP with a server on this database that seals under `keys.current`. */
+  /** acceptWith on this database, remembering each body and inbox id. */
   async function accept(payloadKeys: Record<string, unknown>, events: [string, Buffer][]): Promise<void> {
-    const app = await startApp(parseConfig(configDoc(db!.url, { payloadKeys }), {}), { logger: pino({ level: 'silent' }), workers: false });
-    try {
-      for (const [eventId, body] of events) {
-        const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
-        expect(r.status, r.text).toBe(200);
-        sent.set(eventId, body);
-        ids.set(eventId, r.json().inbox_id);
-      }
-    } finally {
-      await app.close();
-    }
+    for (const [eventId, inboxId] of await acceptWith(db!.url, payloadKeys, events)) ids.set(eventId, inboxId);
+    for (const [eventId, body] of events) sent.set(eventId, body);
   }
 
   const payloadOf = async (eventId: string) => (await store.getPayload((await store.getInbox(ids.get(eventId)!))!.rawPayloadRef!))!;
@@ -243,6 +250,59 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
       for (const e of resealed) expect(seen.get(e)!.equals(sent.get(e)!), e).toBe(true);
     } finally {
       await app.close();
+    }
+  });
+});
+
+describeEachStore('keys reseal with a current key whose value is not the servers\'', (kind) => {
+  let db: TestDatabase | undefined;
+  let dir: string;
+  let store: InboxStore;
+  const sent = new Map<string, Buffer>();
+  const ids = new Map<string, string>();
+  /** The servers' k2, and a config that names k2 with another value (a stale or mistyped secret). */
+  const serversKeys = { current: 'k2', keys: { k1: PAYLOAD_KEY, k2: K2 } };
+  const wrongK2 = Buffer.alloc(32, 3).toString('base64');
+
+  async function accept(payloadKeys: Record<string, unknown>, eventIds: string[]): Promise<void> {
+    const events = eventIds.map((e) => [e, stripeEvent(e)] as [string, Buffer]);
+    for (const [eventId, inboxId] of await acceptWith(db!.url, payloadKeys, events)) ids.set(eventId, inboxId);
+    for (const [eventId, body] of events) sent.set(eventId, body);
+  }
+  const payloadOf = async (eventId: string) => (await store.getPayload((await store.getInbox(ids.get(eventId)!))!.rawPayloadRef!))!;
+
+  beforeAll(async () => {
+    db = await freshDatabase(kind);
+    dir = mkdtempSync(join(tmpdir(), 'wi-keys-wrong-'));
+    await accept({ current: 'k1', keys: { k1: PAYLOAD_KEY } }, ['evt_old1', 'evt_old2']);
+    await accept(serversKeys, ['evt_new1']); // the servers now seal under their k2
+    store = openStore(db.url);
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await db?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('refuses (exit 1, nothing changed) rather than reseal into payloads no server can open', async () => {
+    const wrong = join(dir, 'wrong.yaml');
+    writeFileSync(wrong, stringify(configDoc(db!.url, { payloadKeys: { current: 'k2', keys: { k1: PAYLOAD_KEY, k2: wrongK2 } } })));
+    const before = await Promise.all(['evt_old1', 'evt_old2', 'evt_new1'].map(payloadOf));
+    const r = await cli(['keys', 'reseal', '--config', wrong, '--busy', '100']);
+    expect(r.code, r.err).toBe(1);
+    expect(r.err).toContain('the current payload key "k2" in this config does not open the 1 recent payload(s) stored under "k2"');
+    expect(r.err).toContain('nothing resealed');
+    expect(await Promise.all(['evt_old1', 'evt_old2', 'evt_new1'].map(payloadOf))).toEqual(before);
+
+    // With the servers' own config it goes ahead, and the servers' key opens every payload.
+    const right = join(dir, 'right.yaml');
+    writeFileSync(right, stringify(configDoc(db!.url, { payloadKeys: serversKeys })));
+    const ok = await cli(['keys', 'reseal', '--config', right, '--busy', '100']);
+    expect(ok.code, ok.err).toBe(0);
+    expect(ok.err).toContain('resealed 2 payload(s) under "k2"');
+    for (const e of ['evt_old1', 'evt_old2', 'evt_new1']) {
+      expect(onlyK2.open(await payloadOf(e), (await store.getInbox(ids.get(e)!))!).equals(sent.get(e)!), e).toBe(true);
     }
   });
 });
