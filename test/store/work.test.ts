@@ -764,6 +764,24 @@ describeEachStore('work store', (kind) => {
       expect(first).toEqual({ payloadId: r.payloadId, provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId });
     });
 
+    it('a row FAILED by a takeover and retried is left alone by the worker whose lease expired: its heartbeat and its settle change nothing', async () => {
+      const r = at('evt_stale', 0);
+      await accept(r);
+      await store.claimInbox(1, 'stale', 1000, T);
+      await store.claimInbox(1, 'taker', LEASE, T + 1001); // the stale lease expired
+      expect(await settle(r.inboxId, 'taker', failed('retries_exhausted', T + 1002))).toBe(1);
+      expect(await store.retryFailed(r.inboxId, T + 1003)).toBe('requeued');
+      const requeued = await store.getEvent(r.inboxId);
+      expect(requeued).toMatchObject({ status: 'PENDING', attemptCount: 0, nextAttemptAtMs: T + 1003, leaseUntilMs: null, failureReason: null });
+      await store.extendInboxLeases([r.inboxId], 'stale', T + 999_999);
+      expect(await settle(r.inboxId, 'stale', processed(T + 1004))).toBe(0);
+      expect(await store.getEvent(r.inboxId)).toEqual(requeued);
+      // requeue finds nothing to do while the next worker holds it.
+      expect(ids(await store.claimInbox(1, 'next', LEASE, T + 1005))).toEqual([r.inboxId]);
+      expect(await store.requeueFailed(['retries_exhausted'], T + 1006)).toBe(0);
+      expect(await store.retryFailed(r.inboxId, T + 1006)).toBe('not_failed');
+    });
+
     it('requeueFailed touches only FAILED rows with the given reasons', async () => {
       const r = await scenario();
       expect(await store.requeueFailed([], T + 100)).toBe(0);
