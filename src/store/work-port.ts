@@ -298,14 +298,22 @@ export interface WorkStore {
 
 /** A handler transaction's rows changed hands before it committed: it must roll back. */
 export class LeaseLostError extends Error {
-  constructor(lost: number, of: number) {
-    super(`${lost} of ${of} events changed hands (lease expired, another worker claimed them) before this batch committed; its writes are rolled back`);
+  /** Carried by the SQLite writer thread's reply, since the class does not cross threads. */
+  static readonly CODE = 'LEASE_LOST';
+  readonly code = LeaseLostError.CODE;
+
+  constructor(message: string) {
+    super(message);
     this.name = 'LeaseLostError';
+  }
+
+  static of(lost: number, of: number): LeaseLostError {
+    return new LeaseLostError(`${lost} of ${of} events changed hands (lease expired, another worker claimed them) before this batch committed; its writes are rolled back`);
   }
 }
 
 /** Throws LeaseLostError unless every settlement of `outcome` took effect. */
 export function assertStillLeased(settled: number, outcome: BatchOutcome): void {
   const of = outcome.settlements.length;
-  if (settled < of) throw new LeaseLostError(of - settled, of);
+  if (settled < of) throw LeaseLostError.of(of - settled, of);
 }

@@ -4,6 +4,7 @@ import { PayloadCipher, type SealedPayload } from '../../src/crypto/payload-ciph
 import { openStore } from '../../src/store/open.js';
 import { heldBytes, type AcceptRecord, type InboxStore } from '../../src/store/port.js';
 import type { BatchOutcome, EventFilter, EventKey, NewEffect, NewMarker, OutboxSettlement, Settlement, StoreTx } from '../../src/store/work-port.js';
+import { LeaseLostError } from '../../src/store/work-port.js';
 import { cipher, record } from '../helpers/records.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
@@ -190,6 +191,9 @@ describeEachStore('work store', (kind) => {
         return finish(tx, 'old', outcome('old'));
       });
       await expect(stale).rejects.toThrow(/changed hands .* rolled back/);
+      // Of its class on both stores (the SQLite writer thread's reply lost it): the engine stops on it
+      // instead of settling the batch's events again one at a time.
+      await expect(stale).rejects.toBeInstanceOf(LeaseLostError);
       // Without handler writes (one autocommit statement) nothing is written for the lost row either.
       expect(await store.transaction((tx) => finish(tx, 'old', outcome('old')))).toBe(0);
       expect(await isProcessed(keyOf(r), 'handler:ledger')).toBe(false);

@@ -12,6 +12,7 @@ import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
+import { LeaseLostError } from '../work-port.js';
 import { SqliteTx } from './tx.js';
 import type { ClaimArgs, ResealArg } from './work-ops.js';
 import type { WorkerInit } from './worker.js';
@@ -70,7 +71,8 @@ export class SqliteStore implements InboxStore {
     this.writer = new WorkerCalls({
       start: () => startWorker(import.meta.url, 'worker', this.init),
       settle: (m) => {
-        if (!m.ok) throw Object.assign(new Error(m.message), { code: m.code });
+        // The engine tells a lost lease (stop: the batch is someone else's now) from other failures by its class.
+        if (!m.ok) throw m.code === LeaseLostError.CODE ? new LeaseLostError(m.message ?? '') : Object.assign(new Error(m.message), { code: m.code });
         return m.result;
       },
       stopped: (cause) => new StorageUnavailableError('SQLite worker stopped', { cause }),
