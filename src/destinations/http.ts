@@ -1,3 +1,4 @@
+import type { Readable } from 'node:stream';
 import { isJsonBytes } from '../providers/form.js';
 import { Pool, errors as undiciErrors } from 'undici';
 import type { DestinationConfig } from '../config/engine.js';
@@ -15,13 +16,18 @@ const KEEP_ALIVE_MS = 4_000;
 /** A longer answer is not read to the end: its socket is closed instead of reused. */
 const DRAIN_LIMIT = 128 * 1024;
 
+const isSuccess = (status: number): boolean => status >= 200 && status < 300;
+
 const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 
 /**
  * HTTP forward: POSTs the exact verified bytes the provider sent, signed the Standard Webhooks
  * way with the destination's own key, `webhook-id` = `idempotency-key` = the inbox id (stable
- * across retries, so the receiver can drop a second copy). 2xx = delivered; anything else,
- * including 3xx (redirects are never followed) and 4xx, is a retryable `http_<status>`.
+ * across retries, so the receiver can drop a second copy). A 2xx whose answer is complete =
+ * delivered (an answer past DRAIN_LIMIT is cut there on purpose and still counts); a 2xx cut short
+ * is `timeout` / `connection`, as a receiver that failed after its status line may not have kept
+ * the event. Anything else, including 3xx (redirects are never followed) and 4xx, is a retryable
+ * `http_<status>`.
  *
  * At most `maxConnections` requests are open at once (a batch of hundreds of events waits its
  * turn); an event's deadline starts when its request does, so waiting is not a timeout.
@@ -71,7 +77,7 @@ export class HttpDestination implements Destination {
     // One deadline for the whole exchange: connect, headers and body.
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(), this.timeoutMs);
-    let status: number;
+    let status: number | undefined;
     try {
       if (this.closed) throw closedError(this.type, this.id);
       const timestamp = Math.floor(Date.now() / 1000);
@@ -88,23 +94,29 @@ export class HttpDestination implements Destination {
       if (event.verification === 'fetch-required') headers['webhook-inbox-verification'] = 'fetch-required';
       const res = await this.pool.request({ path: this.path, method: 'POST', headers, body, signal: ac.signal });
       status = res.statusCode;
-      // Drain (and discard) the answer so the socket goes back to the pool; never read into errors.
-      await res.body.dump({ limit: DRAIN_LIMIT, signal: ac.signal });
+      // Read (and discard) the answer so the socket goes back to the pool; never read into errors.
+      await discard(res.body, DRAIN_LIMIT);
     } catch (err) {
-      if (ac.signal.aborted || TIMEOUT_CODES.has((err as { code?: string }).code ?? '')) {
-        throw new RetryableError('timeout', `http destination "${this.id}": no complete answer within ${this.timeoutMs} ms`, { cause: err });
-      }
-      if (this.closed || err instanceof undiciErrors.ClientClosedError || err instanceof undiciErrors.ClientDestroyedError) {
-        throw closedError(this.type, this.id);
-      }
-      throw new RetryableError('connection', `http destination "${this.id}": ${describe(err)}`, { cause: err });
+      const timedOut = ac.signal.aborted || TIMEOUT_CODES.has((err as { code?: string }).code ?? '');
+      // A non-2xx answer has failed however its body ended (unless it stalled): its status says why, below.
+      if (timedOut || status === undefined || isSuccess(status)) throw this.failure(err, timedOut, status);
     } finally {
       clearTimeout(timer);
       this.slots.release(1);
     }
-    if (status >= 200 && status < 300) return;
+    if (isSuccess(status)) return;
     const note = status >= 300 && status < 400 ? ' (redirects are not followed)' : '';
     throw new RetryableError(`http_${status}`, `http destination "${this.id}" answered HTTP ${status}${note}`);
+  }
+
+  /** Why an exchange ended without a complete answer (`status`: the one it began with, if any). */
+  private failure(err: unknown, timedOut: boolean, status: number | undefined): RetryableError {
+    if (timedOut) return new RetryableError('timeout', `http destination "${this.id}": no complete answer within ${this.timeoutMs} ms`, { cause: err });
+    if (this.closed || err instanceof undiciErrors.ClientClosedError || err instanceof undiciErrors.ClientDestroyedError) {
+      return closedError(this.type, this.id);
+    }
+    const cut = status === undefined ? '' : `answered HTTP ${status}, but the answer was cut short: `;
+    return new RetryableError('connection', `http destination "${this.id}": ${cut}${describe(err)}`, { cause: err });
   }
 
   async close(): Promise<void> {
@@ -119,5 +131,19 @@ export class HttpDestination implements Destination {
     } finally {
       clearTimeout(timer);
     }
+  }
+}
+
+/**
+ * Reads and discards an answer body to its end, so its socket can be reused; past `limit` bytes
+ * it stops and the body is destroyed (the socket is closed, not reused). Rejects if the body fails
+ * before its end (reset, bad chunking, the request's abort signal): the answer is incomplete.
+ * (undici's `dump` resolves in that case too, so a 2xx cut short looked delivered.)
+ */
+async function discard(body: Readable, limit: number): Promise<void> {
+  let read = 0;
+  for await (const chunk of body) {
+    read += (chunk as Buffer).length;
+    if (read > limit) return; // leaving the loop destroys the body
   }
 }

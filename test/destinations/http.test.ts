@@ -219,6 +219,40 @@ describe('http destination', () => {
     expect(Date.now() - t0).toBeLessThan(1500);
   });
 
+  it('a 2xx whose answer is cut short (the connection reset mid-body) is not delivered: a connection failure, retried', async () => {
+    // A receiver that sent its status line and then failed may not have kept the event; the same
+    // answer stalled is already a timeout. Fixed length and chunked alike.
+    const d = destination();
+    for (const headers of [{ 'content-length': '100' }, {}]) {
+      handler = (_req, res) => {
+        res.writeHead(200, headers);
+        res.write('partial');
+        setTimeout(() => res.socket?.destroy(), 50);
+      };
+      const err = await failureOf(d.deliver(event()));
+      expect(err).toBeInstanceOf(RetryableError);
+      expect(err.reason).toBe('connection');
+      expect(err.message).toContain('answered HTTP 200');
+    }
+    // A non-2xx cut short keeps its status as the reason.
+    handler = (_req, res) => {
+      res.writeHead(503, { 'content-length': '100' });
+      res.write('partial');
+      setTimeout(() => res.socket?.destroy(), 50);
+    };
+    expect((await failureOf(d.deliver(event()))).reason).toBe('http_503');
+  });
+
+  it('a 2xx with an answer past 128 KiB is delivered: the rest is not read, and the next delivery gets a fresh connection', async () => {
+    const d = destination();
+    handler = (_req, res) => res.end(Buffer.alloc(2 * 1024 * 1024, 0x61));
+    await d.deliver(event('id-big'));
+    handler = (_req, res) => res.end('ok');
+    await d.deliver(event('id-next'));
+    expect(received.map((r) => r.headers['idempotency-key'])).toEqual(['id-big', 'id-next']);
+    expect(new Set(received.map((r) => r.socket)).size).toBe(2);
+  });
+
   it('a closed port is a connection failure', async () => {
     const d = destination({ url: `http://127.0.0.1:${await closedPort()}/x` });
     const err = await failureOf(d.deliver(event()));
