@@ -98,6 +98,23 @@ function url(o: Obj, path: string, protocols: readonly string[], env: NodeJS.Pro
   return v;
 }
 
+/**
+ * An HTTP forward's URL. Its user and password are sent as Basic auth, percent-decoded
+ * (destinations/http.ts): a stray "%" could not be, and the destination would only fail at
+ * start with "URI malformed", its events waiting.
+ */
+function forwardUrl(o: Obj, path: string, env: NodeJS.ProcessEnv): string {
+  const v = url(o, path, ['http:', 'https:'], env);
+  const u = new URL(v);
+  try {
+    decodeURIComponent(u.username);
+    decodeURIComponent(u.password);
+  } catch {
+    throw new ConfigError(child(path, 'url'), 'its user or password has a "%" not followed by two hex digits (write a literal "%" as %25)');
+  }
+  return v;
+}
+
 function parseDestination(raw: unknown, path: string, env: NodeJS.ProcessEnv): DestinationConfig {
   const base = asObject(raw, path, ['id', 'type', 'url', 'secret', 'timeoutMs', 'maxConnections', 'subject', 'stream', 'exchange', 'routingKey', 'queue']);
   const id = reqString(base, 'id', path);
@@ -114,7 +131,7 @@ function parseDestination(raw: unknown, path: string, env: NodeJS.ProcessEnv): D
   switch (type as DestinationType) {
     case 'http':
       return {
-        id, type: 'http', url: url(o, path, ['http:', 'https:'], env), secret: parseSecretRef(o.secret, child(path, 'secret')), timeoutMs,
+        id, type: 'http', url: forwardUrl(o, path, env), secret: parseSecretRef(o.secret, child(path, 'secret')), timeoutMs,
         // Requests one process has open to the user's service: a drained backlog must not arrive as hundreds at once.
         maxConnections: optInt(o, 'maxConnections', path, 1, 1024) ?? 32,
       };

@@ -122,6 +122,13 @@ describe('destination URLs by reference (they may carry broker or Basic credenti
     expect(bad('http://app:s3cret@127.0.0.1/')).toBe('destinations[0].url: must use amqp: or amqps:');
     expect(() => parseConfig(dest('rabbitmq', '${ENV:U}'), { U: 'amqp://127.0.0.1' })).toThrow(/^destinations\[0\]\.url: is not a valid reference/);
   });
+
+  it("an HTTP forward's user or password with a stray % (the forward could not decode it for Basic auth) is a config error naming the path, never the value", () => {
+    const bad = (url: string) => { try { parseConfig(dest('http', '${env:U}'), { U: url }); return ''; } catch (err) { return (err as Error).message; } };
+    expect(bad('https://app:50%off@billing.example/hooks')).toBe('destinations[0].url: its user or password has a "%" not followed by two hex digits (write a literal "%" as %25)');
+    expect(bad('https://50%zz:pw@billing.example/hooks')).toMatch(/^destinations\[0\]\.url: its user or password has a "%"/);
+    expect(bad('https://app:50%25off@billing.example/hooks')).toBe('');
+  });
 });
 
 describe('config files', () => {
