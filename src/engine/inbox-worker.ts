@@ -11,6 +11,7 @@ import { withDeadline } from '../deadline.js';
 import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
+import { SettleWaves } from './settle-waves.js';
 import { classify, FAILURE, NeedsDecisionError, redact, RetryableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
@@ -79,7 +80,8 @@ const markerSet = (markers: readonly ProcessedMarker[]) => new Set(markers.map((
 /**
  * Processes claimed inbox rows. Per batch: decrypt and parse each event (lazily), choose its
  * targets (in-process handlers, HTTP forwards; broker routes belong to the outbox relay), deliver
- * the HTTP forwards, then ONE transaction settles the batch: each handler runs in its own SQL
+ * the HTTP forwards, and as events' forwards finish, ONE transaction settles those ready (a wave;
+ * the whole batch when its forwards answer together): each handler runs in its own SQL
  * savepoint (opened only if it queries), so a failing handler's writes roll back alone and never
  * undo another event's; then one finishBatch writes the processed markers, effects and guarded
  * status changes — a handler's mutation, its marker and its event's settle commit together.
@@ -167,9 +169,25 @@ export class InboxWorker {
     }
   }
 
-  /** Forwards, then the settle transaction(s), of events whose bodies are read. */
+  /**
+   * Forwards, then the settle transaction(s), of events whose bodies are read. Each event settles
+   * once its own forwards are done (at once without any), in waves (SettleWaves): a destination
+   * slow to answer holds back only the events routed to it, not the batch around them.
+   */
   private async settleSlice(plans: Plan[], owner: string): Promise<void> {
-    await this.deliverDirect(plans);
+    const waves = new SettleWaves<Plan>((ready) => this.settleReady(ready, owner));
+    let forwardFailure: { error: unknown } | undefined;
+    await this.deliverDirect(plans, (p) => waves.add(p)).catch((error: unknown) => {
+      forwardFailure = { error };
+    });
+    // Every wave is over before the slice's bodies are given back, whatever failed.
+    const settleFailure = await waves.idle();
+    const failure = forwardFailure ?? settleFailure;
+    if (failure) throw failure.error;
+  }
+
+  /** The settle transaction(s) of events whose forwards are done, then their metrics. */
+  private async settleReady(plans: Plan[], owner: string): Promise<void> {
     if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
     let effects = 0;
     const settle = async (some: Plan[]): Promise<Plan[]> => {
@@ -360,22 +378,30 @@ export class InboxWorker {
     }
   }
 
-  /** HTTP forwards run outside the transaction; destinations already served are skipped. */
-  private async deliverDirect(plans: Plan[]): Promise<void> {
+  /**
+   * HTTP forwards run outside the transaction; destinations already served are skipped. Calls
+   * `ready` for each event once its forwards are done (at once for an event without any).
+   */
+  private async deliverDirect(plans: Plan[], ready: (p: Plan) => void): Promise<void> {
     const forwarding = plans.filter((p) => !p.early && p.event && p.direct.length > 0);
+    const forwards = new Set(forwarding);
+    for (const p of plans) if (!forwards.has(p)) ready(p);
     if (forwarding.length === 0) return;
     const done = markerSet(await this.d.store.transaction((tx) => tx.processed(forwarding.map((p) => p.key))));
-    await Promise.all(forwarding.flatMap((p) => p.direct.map(async (t) => {
-      if (done.has(markerKey(p.key, t.consumer))) return;
-      try {
-        const r = p.row;
-        await t.destination.deliver({ inboxId: r.inboxId, provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId,
-          eventType: r.eventType, receivedAtMs: r.receivedAtMs, body: p.event!.raw, verification: r.verification });
-        p.delivered.push(t);
-      } catch (error) {
-        p.failure ??= { error, retry: t.retry };
-      }
-    })));
+    await Promise.all(forwarding.map(async (p) => {
+      await Promise.all(p.direct.map(async (t) => {
+        if (done.has(markerKey(p.key, t.consumer))) return;
+        try {
+          const r = p.row;
+          await t.destination.deliver({ inboxId: r.inboxId, provider: r.provider, endpointId: r.endpointId, providerEventId: r.providerEventId,
+            eventType: r.eventType, receivedAtMs: r.receivedAtMs, body: p.event!.raw, verification: r.verification });
+          p.delivered.push(t);
+        } catch (error) {
+          p.failure ??= { error, retry: t.retry };
+        }
+      }));
+      ready(p);
+    }));
   }
 
   /**

@@ -1,3 +1,5 @@
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import pino from 'pino';
 import { Webhook } from 'standardwebhooks';
 import { afterEach, expect, it } from 'vitest';
@@ -473,6 +475,55 @@ describeEachStore('processing engine', (kind) => {
       await waitFor(() => app!.store.getEvent(id).then((e) => e?.status === 'PROCESSED'), 5000, 'PROCESSED once the key loads');
     } finally {
       await workers.stop();
+    }
+  });
+
+  it('a destination slow to answer holds back only the events routed to it: the batch around them (handlers, a healthy destination) settles meanwhile', async () => {
+    await dest.start();
+    // The slow service holds every request until the test lets it answer.
+    const held: ServerResponse[] = [];
+    let answering = false;
+    const answer = () => {
+      answering = true;
+      for (const res of held.splice(0)) res.end('ok');
+    };
+    const slow = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => (answering ? res.end('ok') : held.push(res)));
+    });
+    await new Promise<void>((r) => slow.listen(0, '127.0.0.1', r));
+    try {
+      const routes = [{ events: ['payment_intent.*'], destination: 'slow' }, { events: ['invoice.*'], destination: 'orders-api' }];
+      const doc = {
+        ...FAST_WORKERS,
+        destinations: [
+          { id: 'slow', type: 'http', url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}/hooks`, secret: FORWARD_SECRET, timeoutMs: 60_000, maxConnections: 1 },
+          { id: 'orders-api', type: 'http', url: dest.url, secret: FORWARD_SECRET, timeoutMs: 5000 },
+        ],
+        endpoints: [endpoint({ routes })],
+      };
+      app = await startTestApp(kind, doc, {}, { workers: false });
+      // Accepted first, so one claim takes them all: one batch.
+      const toSlow = [(await send('evt_slow_1')).json().inbox_id, (await send('evt_slow_2')).json().inbox_id] as string[];
+      const handled = (await send('evt_handled', 'charge.refunded')).json().inbox_id as string;
+      const forwarded = (await send('evt_fast', 'invoice.paid')).json().inbox_id as string;
+      const handlers = new HandlerRegistry().on('charge.refunded', () => undefined);
+      const workers = await startWorkers(parseConfig(configDoc(app.db.url, doc)), { handlers, logger: pino({ level: 'silent' }), migrate: false });
+      try {
+        await waitFor(() => held.length === 1, 10_000, 'the slow destination holding a request');
+        const status = async (id: string) => (await app!.store.getEvent(id))?.status;
+        await waitFor(async () => (await status(handled)) === 'PROCESSED' && (await status(forwarded)) === 'PROCESSED', 10_000, 'the events beside the slow forwards PROCESSED');
+        expect(await Promise.all(toSlow.map(status))).toEqual(['PROCESSING', 'PROCESSING']);
+        expect(dest.keys()).toEqual(new Set([forwarded]));
+        answer();
+        await waitFor(async () => (await Promise.all(toSlow.map(status))).every((s) => s === 'PROCESSED'), 10_000, 'the slow forwards PROCESSED');
+      } finally {
+        answer(); // a failed wait must not leave the workers' stop waiting for held requests
+        await workers.stop();
+      }
+    } finally {
+      slow.closeAllConnections();
+      await new Promise<void>((r) => slow.close(() => r()));
     }
   });
 
