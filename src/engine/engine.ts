@@ -79,7 +79,7 @@ export class Engine {
       owner: this.owner, leaseMs: w.leaseMs, defaultRetry: config.retry, metrics: this.metrics, log, onEffects: () => effectsLoop.wake(), fresh: this.fresh,
       bodies: new Budget(w.maxInFlightBodyBytes, (held) => this.metrics.bodyBytes.set([], held)),
     });
-    const inboxLoop = new ClaimLoop(w, (n) => inbox.claim(n), (b) => inbox.process(b), onError('inbox batch'));
+    const inboxLoop = new ClaimLoop(w, (n) => inbox.claim(n), (b, settled) => inbox.process(b, settled), onError('inbox batch'));
     const relay = new OutboxRelay({ store, router, owner: this.owner, leaseMs: w.leaseMs, retry: RELAY_RETRY, metrics: this.metrics, log });
     const relayLoop = new ClaimLoop(w, (n) => relay.claim(n), (b) => relay.process(b), onError('outbox relay batch'));
     this.loops.push(inboxLoop, effectsLoop, relayLoop);

@@ -139,7 +139,8 @@ export class InboxWorker {
     return this.d.store.claimInbox(n, `${this.d.owner}/${++this.claims}`, this.d.leaseMs, this.now());
   }
 
-  async process(rows: ClaimedInbox[]): Promise<void> {
+  /** `settled(n)`: n of these rows are settled before the batch ends (ClaimLoop frees their places). */
+  async process(rows: ClaimedInbox[], settled: (n: number) => void = () => undefined): Promise<void> {
     const ids = rows.map((r) => r.inboxId);
     const owner = rows[0]!.leaseOwner;
     const heartbeat = setInterval(() => {
@@ -155,7 +156,7 @@ export class InboxWorker {
           const { slice, heldBytes } = await this.readSlice(rest);
           rest = rest.slice(slice.length);
           try {
-            await this.settleSlice(slice, owner);
+            await this.settleSlice(slice, owner, settled);
           } finally {
             this.releaseBodies(slice, heldBytes);
           }
@@ -174,8 +175,9 @@ export class InboxWorker {
    * once its own forwards are done (at once without any), in waves (SettleWaves): a destination
    * slow to answer holds back only the events routed to it, not the batch around them.
    */
-  private async settleSlice(plans: Plan[], owner: string): Promise<void> {
-    const waves = new SettleWaves<Plan>((ready) => this.settleReady(ready, owner));
+  private async settleSlice(plans: Plan[], owner: string, settled: (n: number) => void): Promise<void> {
+    // A wave that failed is over too: its events are retried when their leases expire.
+    const waves = new SettleWaves<Plan>((ready) => this.settleReady(ready, owner).finally(() => settled(ready.length)));
     let forwardFailure: { error: unknown } | undefined;
     await this.deliverDirect(plans, (p) => waves.add(p)).catch((error: unknown) => {
       forwardFailure = { error };

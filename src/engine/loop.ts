@@ -37,7 +37,8 @@ export class ClaimLoop<T> {
   constructor(
     private readonly opts: LoopOptions,
     private readonly claim: (n: number) => Promise<T[]>,
-    private readonly process: (batch: T[]) => Promise<void>,
+    /** `settled(n)`: n items of the batch are done before it ends; their places are free at once. */
+    private readonly process: (batch: T[], settled: (n: number) => void) => Promise<void>,
     private readonly onError: (err: unknown) => void,
   ) {}
 
@@ -82,9 +83,21 @@ export class ClaimLoop<T> {
         this.claiming = false;
       }
       if (batch.length > 0) {
-        this.inFlight += batch.length;
-        void this.process(batch).catch(this.onError).finally(() => {
-          this.inFlight -= batch.length;
+        let open = batch.length;
+        this.inFlight += open;
+        // Items a batch settles early (the inbox worker's, beside a slow HTTP forward) give their
+        // places back at once; a loop that was full claims again.
+        const settled = (n: number) => {
+          const k = Math.min(n, open);
+          if (k <= 0) return;
+          const wasFull = this.inFlight >= this.opts.concurrency;
+          open -= k;
+          this.inFlight -= k;
+          if (wasFull) this.sleeper.wake();
+        };
+        void this.process(batch, settled).catch(this.onError).finally(() => {
+          this.inFlight -= open;
+          open = 0;
           this.sleeper.wake();
           this.checkIdle();
         });

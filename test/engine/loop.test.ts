@@ -97,3 +97,38 @@ describe('ClaimLoop gathering (workers.gatherMs)', () => {
     }
   });
 });
+
+it('ClaimLoop: items a batch reports settled before it ends give their places back at once; stop() still waits for the batch', async () => {
+  const queue = [1, 2, 3, 4, 5];
+  const claimed: number[][] = [];
+  let finish!: () => void;
+  const held = new Promise<void>((r) => (finish = r));
+  const loop = new ClaimLoop<number>(
+    { concurrency: 2, batchSize: 2, pollMs: 60_000, gatherMs: 0 },
+    async (n) => {
+      const batch = queue.splice(0, n);
+      if (batch.length > 0) claimed.push(batch);
+      return batch;
+    },
+    async (batch, settled) => {
+      if (batch.includes(1)) {
+        settled(1); // item 2 is done; item 1 waits (a slow forward)
+        await held;
+      } else {
+        settled(batch.length + 5); // more than the batch: only its own count
+      }
+    },
+    (err) => {
+      throw err;
+    },
+  );
+  loop.start();
+  // The loop is full after [1, 2]; the early settle of one item lets it claim one at a time beside item 1.
+  await vi.waitFor(() => expect(claimed).toEqual([[1, 2], [3], [4], [5]]), { timeout: 2000, interval: 10 });
+  let stopped = false;
+  const stopping = loop.stop().then(() => (stopped = true));
+  await sleep(50);
+  expect(stopped).toBe(false);
+  finish();
+  await stopping;
+});

@@ -478,7 +478,7 @@ describeEachStore('processing engine', (kind) => {
     }
   });
 
-  it('a destination slow to answer holds back only the events routed to it: the batch around them (handlers, a healthy destination) settles meanwhile', async () => {
+  it('a destination slow to answer holds back only the events routed to it: the batch around them (handlers, a healthy destination) settles meanwhile, and their places go to new events', async () => {
     await dest.start();
     // The slow service holds every request until the test lets it answer.
     const held: ServerResponse[] = [];
@@ -494,8 +494,10 @@ describeEachStore('processing engine', (kind) => {
     await new Promise<void>((r) => slow.listen(0, '127.0.0.1', r));
     try {
       const routes = [{ events: ['payment_intent.*'], destination: 'slow' }, { events: ['invoice.*'], destination: 'orders-api' }];
+      // One batch fills workers.concurrency: a new event is claimed only once the settled ones give their places back.
       const doc = {
         ...FAST_WORKERS,
+        workers: { ...FAST_WORKERS.workers, concurrency: 4, batchSize: 4 },
         destinations: [
           { id: 'slow', type: 'http', url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}/hooks`, secret: FORWARD_SECRET, timeoutMs: 60_000, maxConnections: 1 },
           { id: 'orders-api', type: 'http', url: dest.url, secret: FORWARD_SECRET, timeoutMs: 5000 },
@@ -515,6 +517,8 @@ describeEachStore('processing engine', (kind) => {
         await waitFor(async () => (await status(handled)) === 'PROCESSED' && (await status(forwarded)) === 'PROCESSED', 10_000, 'the events beside the slow forwards PROCESSED');
         expect(await Promise.all(toSlow.map(status))).toEqual(['PROCESSING', 'PROCESSING']);
         expect(dest.keys()).toEqual(new Set([forwarded]));
+        const later = (await send('evt_handled_later', 'charge.refunded')).json().inbox_id as string;
+        await waitFor(async () => (await status(later)) === 'PROCESSED', 10_000, 'a new event PROCESSED while the slow forwards are held');
         answer();
         await waitFor(async () => (await Promise.all(toSlow.map(status))).every((s) => s === 'PROCESSED'), 10_000, 'the slow forwards PROCESSED');
       } finally {
