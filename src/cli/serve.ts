@@ -30,9 +30,13 @@ export async function runServe(configFile: string, opts: { migrate: boolean; dem
     lines.push('', 'Send a correctly signed sample event (in another terminal):',
       `  npx webhook-inbox send-sample --config ${configFile} --endpoint ${first.id}${moved ? ` --url ${app.url}` : ''}`);
   }
+  // The stop signals are listened for before the line that says we are up: a supervisor (or a
+  // test) that signals on reading it found no listener yet when this process was descheduled
+  // right after the write, and the signal's default action killed it, skipping the graceful close.
+  const stop = untilStopSignal();
   console.error(lines.join('\n'));
 
-  await untilStopSignal();
+  await stop;
   console.error('webhook-inbox: shutting down (finishing in-flight requests)');
   await app.close();
   return 0;

@@ -16,8 +16,10 @@ export async function runWork(configFile: string, handlersModule: string | undef
   const handlers = await loadHandlers(handlersModule);
   const w = await startWorkers(config, { handlers });
   started(w);
+  // Listening before saying so: whoever reads the line may signal at once (see serve.ts).
+  const stop = untilStopSignal();
   console.error(`webhook-inbox workers running (${w.store.kind}, owner ${w.engine.owner}, ${handlers.size} handler(s))`);
-  await untilStopSignal();
+  await stop;
   console.error('webhook-inbox: stopping workers (finishing batches in flight)');
   await w.stop();
   return 0;

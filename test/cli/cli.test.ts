@@ -283,8 +283,8 @@ describe('webhook-inbox CLI', () => {
     } finally {
       child.kill('SIGTERM');
     }
-    const [code] = child.exitCode !== null || child.signalCode !== null ? [child.exitCode] : await once(child, 'exit');
-    expect(code).toBe(0);
+    const [code, signal] = child.exitCode !== null || child.signalCode !== null ? [child.exitCode, child.signalCode] : await once(child, 'exit');
+    expect({ code, signal }, stderr).toEqual({ code: 0, signal: null });
   });
 
   it.runIf(PG_UP)('serve and work exit, not hang, when the migration fails (PostgreSQL: a role that may not create tables)', async () => {
