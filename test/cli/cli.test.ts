@@ -107,6 +107,23 @@ describe('webhook-inbox CLI', () => {
     expect(behind.err).toContain(`schema at version ${LATEST_VERSION - 1}, this build needs ${LATEST_VERSION}: run webhook-inbox migrate`);
   });
 
+  it('an operator command on a SQLite file another process holds write-locked exits 1 with one line saying so (it was a stack trace)', () => {
+    const db = join(dir, 'locked.db');
+    const file = join(dir, 'locked.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${db}?busyTimeoutMs=100`)));
+    expect(run(['migrate', '--config', file]).code).toBe(0);
+    const holder = new Database(db);
+    holder.prepare('BEGIN IMMEDIATE').run();
+    try {
+      const r = run(['requeue', '--reason', 'technical', '--config', file]);
+      expect(r.code).toBe(1);
+      expect(r.err).toBe('webhook-inbox requeue: database unavailable: SQLite: database is locked (another process held its write lock past busyTimeoutMs)\n');
+    } finally {
+      holder.prepare('ROLLBACK').run();
+      holder.close();
+    }
+  });
+
   it('serve, migrate and events against a PostgreSQL server that is not there exit 1 with one line naming the reason, no stack trace', async () => {
     const closed = createServer();
     await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));

@@ -45,6 +45,17 @@ export function defaultBusyTimeoutMs(txTimeoutMs: number): number {
   return Math.round(txTimeoutMs / 2) + 1000;
 }
 
+/**
+ * A failed op from the writer thread's reply. Another process holding the write lock past
+ * busyTimeoutMs is the store being unavailable for now (retry later), as the callers treat it.
+ */
+function failure(message: string, code: string | undefined): Error {
+  if (code === 'SQLITE_BUSY' || code?.startsWith('SQLITE_BUSY_')) {
+    return new StorageUnavailableError(`SQLite: ${message} (another process held its write lock past busyTimeoutMs)`);
+  }
+  return Object.assign(new Error(message), { code });
+}
+
 /** SQLite adapter: a single writer thread owns the connection; this side only passes messages. */
 export class SqliteStore implements InboxStore {
   readonly kind = 'sqlite' as const;
@@ -72,7 +83,7 @@ export class SqliteStore implements InboxStore {
       start: () => startWorker(import.meta.url, 'worker', this.init),
       settle: (m) => {
         // The engine tells a lost lease (stop: the batch is someone else's now) from other failures by its class.
-        if (!m.ok) throw m.code === LeaseLostError.CODE ? new LeaseLostError(m.message ?? '') : Object.assign(new Error(m.message), { code: m.code });
+        if (!m.ok) throw m.code === LeaseLostError.CODE ? new LeaseLostError(m.message ?? '') : failure(m.message ?? '', m.code);
         return m.result;
       },
       stopped: (cause) => new StorageUnavailableError('SQLite worker stopped', { cause }),
