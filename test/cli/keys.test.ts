@@ -66,6 +66,23 @@ async function acceptWith(url: string, payloadKeys: Record<string, unknown>, eve
   return ids;
 }
 
+/** Events accepted with acceptWith into one database: the bodies sent, their inbox ids, their stored payloads. */
+class Accepted {
+  /** event id → the exact body sent */
+  readonly sent = new Map<string, Buffer>();
+  /** event id → inbox id */
+  readonly ids = new Map<string, string>();
+
+  constructor(private readonly url: () => string, private readonly store: () => InboxStore) {}
+
+  async accept(payloadKeys: Record<string, unknown>, events: [string, Buffer][]): Promise<void> {
+    for (const [eventId, inboxId] of await acceptWith(this.url(), payloadKeys, events)) this.ids.set(eventId, inboxId);
+    for (const [eventId, body] of events) this.sent.set(eventId, body);
+  }
+
+  readonly payloadOf = async (eventId: string) => (await this.store().getPayload((await this.store().getInbox(this.ids.get(eventId)!))!.rawPayloadRef!))!;
+}
+
 describe('keys --help', () => {
   it('prints both subcommands and exits 0; an unknown subcommand is a usage error', async () => {
     const r = await cli(['keys', '--help']);
@@ -83,19 +100,10 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
   let dir: string;
   let rotated: string;
   let store: InboxStore;
-  /** event id → the exact body sent */
-  const sent = new Map<string, Buffer>();
-  /** event id → inbox id */
-  const ids = new Map<string, string>();
+  const accepted = new Accepted(() => db!.url, () => store);
+  const { sent, ids, payloadOf } = accepted;
+  const accept = (payloadKeys: Record<string, unknown>, events: [string, Buffer][]) => accepted.accept(payloadKeys, events);
   let tampered: string;
-
-  /** acceptWith on this database, remembering each body and inbox id. */
-  async function accept(payloadKeys: Record<string, unknown>, events: [string, Buffer][]): Promise<void> {
-    for (const [eventId, inboxId] of await acceptWith(db!.url, payloadKeys, events)) ids.set(eventId, inboxId);
-    for (const [eventId, body] of events) sent.set(eventId, body);
-  }
-
-  const payloadOf = async (eventId: string) => (await store.getPayload((await store.getInbox(ids.get(eventId)!))!.rawPayloadRef!))!;
 
   beforeAll(async () => {
     db = await freshDatabase(kind);
@@ -258,18 +266,13 @@ describeEachStore('keys reseal with a current key whose value is not the servers
   let db: TestDatabase | undefined;
   let dir: string;
   let store: InboxStore;
-  const sent = new Map<string, Buffer>();
-  const ids = new Map<string, string>();
+  const accepted = new Accepted(() => db!.url, () => store);
+  const { sent, ids, payloadOf } = accepted;
+  const accept = (payloadKeys: Record<string, unknown>, eventIds: string[]) => accepted.accept(payloadKeys, eventIds.map((e) => [e, stripeEvent(e)]));
   /** The servers' k2, and a config that names k2 with another value (a stale or mistyped secret). */
   const serversKeys = { current: 'k2', keys: { k1: PAYLOAD_KEY, k2: K2 } };
   const wrongK2 = Buffer.alloc(32, 3).toString('base64');
 
-  async function accept(payloadKeys: Record<string, unknown>, eventIds: string[]): Promise<void> {
-    const events = eventIds.map((e) => [e, stripeEvent(e)] as [string, Buffer]);
-    for (const [eventId, inboxId] of await acceptWith(db!.url, payloadKeys, events)) ids.set(eventId, inboxId);
-    for (const [eventId, body] of events) sent.set(eventId, body);
-  }
-  const payloadOf = async (eventId: string) => (await store.getPayload((await store.getInbox(ids.get(eventId)!))!.rawPayloadRef!))!;
 
   beforeAll(async () => {
     db = await freshDatabase(kind);
