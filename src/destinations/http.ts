@@ -78,6 +78,7 @@ export class HttpDestination implements Destination {
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(), this.timeoutMs);
     let status: number | undefined;
+    let retryAfter: string | string[] | undefined;
     try {
       if (this.closed) throw closedError(this.type, this.id);
       const timestamp = Math.floor(Date.now() / 1000);
@@ -94,6 +95,7 @@ export class HttpDestination implements Destination {
       if (event.verification === 'fetch-required') headers['webhook-inbox-verification'] = 'fetch-required';
       const res = await this.pool.request({ path: this.path, method: 'POST', headers, body, signal: ac.signal });
       status = res.statusCode;
+      retryAfter = res.headers['retry-after'];
       // Read (and discard) the answer so the socket goes back to the pool; never read into errors.
       await discard(res.body, DRAIN_LIMIT);
     } catch (err) {
@@ -106,7 +108,9 @@ export class HttpDestination implements Destination {
     }
     if (isSuccess(status)) return;
     const note = status >= 300 && status < 400 ? ' (redirects are not followed)' : '';
-    throw new RetryableError(`http_${status}`, `http destination "${this.id}" answered HTTP ${status}${note}`);
+    const retryAfterMs = status === 429 || status === 503 ? retryAfterDelayMs(retryAfter, Date.now()) : undefined;
+    const wait = retryAfterMs === undefined ? '' : ` (Retry-After: ${Math.round(retryAfterMs / 1000)} s)`;
+    throw new RetryableError(`http_${status}`, `http destination "${this.id}" answered HTTP ${status}${note}${wait}`, { retryAfterMs });
   }
 
   /** Why an exchange ended without a complete answer (`status`: the one it began with, if any). */
@@ -132,6 +136,18 @@ export class HttpDestination implements Destination {
       clearTimeout(timer);
     }
   }
+}
+
+/**
+ * A `Retry-After` value (RFC 9110 §10.2.3: delay-seconds or an HTTP-date) as ms from `nowMs`;
+ * undefined when absent, repeated or malformed (the backoff alone then applies).
+ */
+export function retryAfterDelayMs(value: string | string[] | undefined, nowMs: number): number | undefined {
+  if (typeof value !== 'string') return undefined;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Number(v) * 1000;
+  const at = /[a-z]/i.test(v) ? Date.parse(v) : NaN;
+  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
 }
 
 /**

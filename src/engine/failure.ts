@@ -6,8 +6,11 @@
  */
 export class RetryableError extends Error {
   override readonly name = 'RetryableError';
-  constructor(readonly reason: string, message: string, options?: ErrorOptions) {
+  /** Not before this long (a destination's `Retry-After`); the retry policy's cap still bounds it. */
+  readonly retryAfterMs: number | undefined;
+  constructor(readonly reason: string, message: string, options?: ErrorOptions & { retryAfterMs?: number }) {
     super(message, options);
+    this.retryAfterMs = options?.retryAfterMs;
   }
 }
 
@@ -33,6 +36,8 @@ export const TECHNICAL_REASONS: readonly string[] = [FAILURE.retriesExhausted];
 export interface Classified {
   readonly retryable: boolean;
   readonly reason: string;
+  /** The failure asked for at least this long before the next attempt (RetryableError.retryAfterMs). */
+  readonly retryAfterMs?: number;
   /** One line, bounded, for `last_error`. */
   readonly message: string;
 }
@@ -47,7 +52,7 @@ const MAX_ERROR_CHARS = 500;
 export function classify(err: unknown): Classified {
   const message = redact(err);
   if (err instanceof NeedsDecisionError) return { retryable: false, reason: err.reason, message };
-  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message };
+  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message, retryAfterMs: err.retryAfterMs };
   return { retryable: true, reason: 'error', message };
 }
 

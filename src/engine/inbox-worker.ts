@@ -561,7 +561,9 @@ export class InboxWorker {
     const c = classify(f.error);
     if (!c.retryable) return { status: 'FAILED', reason: c.reason, error: c.message, nowMs: now };
     if (row.attemptCount >= f.retry.maxAttempts) return { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now };
-    return { status: 'PENDING', nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, f.retry), error: c.message, nowMs: now };
+    // A destination's Retry-After is a floor under the backoff, within the policy's cap.
+    const delayMs = Math.max(backoffDelayMs(row.attemptCount, f.retry), Math.min(c.retryAfterMs ?? 0, f.retry.capMs));
+    return { status: 'PENDING', nextAttemptAtMs: now + delayMs, error: c.message, nowMs: now };
   }
 
   private record(plans: Plan[]): void {

@@ -6,6 +6,7 @@ import type { DestinationConfig } from '../../src/config/engine.js';
 import { parseSecretRef, SecretUnavailableError } from '../../src/config/secrets.js';
 import type { DeliveryEvent, Destination } from '../../src/destinations/contract.js';
 import { closeAll, createDestination } from '../../src/destinations/registry.js';
+import { retryAfterDelayMs } from '../../src/destinations/http.js';
 import { NeedsDecisionError, RetryableError } from '../../src/engine/failure.js';
 import { ConfigError } from '../../src/errors.js';
 import { thrownBy } from '../helpers/adapter.js';
@@ -285,5 +286,16 @@ describe('http destination', () => {
     expect(err).toBeInstanceOf(ConfigError);
     expect(err.message).toContain('destinations[0].secret');
     expect(err.message).not.toContain('SUPERSECRET');
+  });
+});
+
+describe('Retry-After', () => {
+  it('reads delay-seconds and an HTTP-date; anything else (absent, repeated, malformed) is no floor', () => {
+    const now = Date.parse('2026-12-03T04:00:00Z');
+    expect(retryAfterDelayMs('120', now)).toBe(120_000);
+    expect(retryAfterDelayMs(' 0 ', now)).toBe(0);
+    expect(retryAfterDelayMs('Thu, 03 Dec 2026 05:00:00 GMT', now)).toBe(3_600_000);
+    expect(retryAfterDelayMs('Thu, 03 Dec 2026 03:00:00 GMT', now)).toBe(0); // already past
+    for (const bad of [undefined, ['60', '60'], '', '-5', '1.5', '60s', 'soon', '2026-12-03']) expect(retryAfterDelayMs(bad, now), String(bad)).toBeUndefined();
   });
 });

@@ -28,6 +28,7 @@ describeEachStore('processing engine', (kind) => {
     await dest.stop();
     dest.received.length = 0;
     dest.status = () => 200;
+    dest.headers = () => ({});
   });
 
   const send = (id: string, type = 'payment_intent.succeeded', extra = '') => {
@@ -286,6 +287,48 @@ describeEachStore('processing engine', (kind) => {
     } finally {
       await workers.stop();
     }
+  });
+
+  it('a forward answered 429 with Retry-After, or a handler throwing RetryableError with retryAfterMs, is not retried sooner than it asks (a floor under the backoff, within retry.capMs); without it the backoff alone applies', async () => {
+    await dest.start();
+    dest.status = () => 429;
+    // Two destinations on one server: the one at /busy asks for 600 s, the one at /plain says nothing.
+    dest.headers = (req): Record<string, string> => (req.url === '/busy' ? { 'retry-after': '600' } : {});
+    const base = `http://127.0.0.1:${dest.port}`;
+    app = await startTestApp(kind, {
+      workers: { pollMs: 50, leaseMs: 2000 },
+      retry: { baseMs: 10, capMs: 3_600_000, maxAttempts: 5 },
+      destinations: [
+        { id: 'busy-api', type: 'http', url: `${base}/busy`, secret: FORWARD_SECRET, timeoutMs: 2000 },
+        { id: 'plain-api', type: 'http', url: `${base}/plain`, secret: FORWARD_SECRET, timeoutMs: 2000 },
+      ],
+      endpoints: [endpoint({ routes: [{ events: ['payment_intent.*'], destination: 'busy-api' }, { events: ['customer.*'], destination: 'plain-api' }] })],
+    }, {}, {
+      workers: true,
+      // A handler asks the same way.
+      handlers: new HandlerRegistry().on('charge.*', () => {
+        throw new RetryableError('ledger_busy', 'the ledger asked us to come back later', { retryAfterMs: 600_000 });
+      }),
+    });
+    const waitingId = (await send('evt_retry_after', 'payment_intent.succeeded')).json().inbox_id as string;
+    const plain = (await send('evt_no_retry_after', 'customer.created')).json().inbox_id as string;
+    const handled = (await send('evt_handler_later', 'charge.captured')).json().inbox_id as string;
+    const sentAt = Date.now();
+    const waiting = await waitFor(async () => {
+      const e = await app!.store.getEvent(waitingId);
+      return e?.status === 'PENDING' && e.attemptCount === 1 ? e : null;
+    }, 10_000, 'the first attempt settled');
+    expect(waiting.nextAttemptAtMs! - sentAt).toBeGreaterThan(590_000);
+    expect(waiting.lastError).toContain('HTTP 429 (Retry-After: 600 s)');
+    const later = await waitFor(async () => {
+      const e = await app!.store.getEvent(handled);
+      return e?.status === 'PENDING' && e.attemptCount === 1 ? e : null;
+    }, 10_000, 'the handler failed once');
+    expect(later.nextAttemptAtMs! - sentAt).toBeGreaterThan(590_000);
+    // The other one, with no Retry-After, is retried on its (10 ms-based) backoff: a few attempts soon.
+    await waitFor(async () => ((await app!.store.getEvent(plain))?.attemptCount ?? 0) >= 3, 10_000, 'quick retries');
+    expect((await app.store.getEvent(waitingId))!.attemptCount).toBe(1);
+    expect((await app.store.getEvent(handled))!.attemptCount).toBe(1);
   });
 
   it('a batch of 100 events whose handlers all query: every event PROCESSED; on PostgreSQL no settle transaction runs more than 64 handlers (its subtransaction cache)', async () => {

@@ -36,6 +36,8 @@ export interface ReceivedForward {
 export class DestinationServer {
   readonly received: ReceivedForward[] = [];
   status: (req: IncomingMessage) => number = () => 200;
+  /** Headers of each answer (e.g. Retry-After). */
+  headers: (req: IncomingMessage) => Record<string, string> = () => ({});
   private server: Server | undefined;
   port = 0;
 
@@ -53,7 +55,7 @@ export class DestinationServer {
           verified = false;
         }
         this.received.push({ idempotencyKey: String(req.headers['idempotency-key']), body, verified, headers: req.headers });
-        res.writeHead(this.status(req)).end();
+        res.writeHead(this.status(req), this.headers(req)).end();
       });
     });
     await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
