@@ -26,7 +26,7 @@ export async function withStore<T>(configFile: string, fn: (s: InboxStore, confi
   }
 }
 
-const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString());
+export const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString());
 
 function detailJson(e: InboxDetail) {
   return {
@@ -92,7 +92,7 @@ export function runEventsShow(configFile: string, inboxId: string): Promise<numb
  * claim by their own clocks, which are watched against the database's (engine/clock-skew.ts);
  * the operator's host is not, and a clock ahead there made "due now" wait that long.
  */
-async function dueNowMs(store: InboxStore): Promise<number> {
+export async function dueNowMs(store: InboxStore): Promise<number> {
   return (await store.databaseNowMs()) ?? Date.now();
 }
 

@@ -1,12 +1,10 @@
-import type { ParkedOutbox } from '../store/work-port.js';
-import { withStore } from './events.js';
-
 /**
  * Operator commands over the broker outbox: list the rows the relay parked because a destination
  * refused them for good, and requeue them once the cause is fixed (the relay then publishes only
  * to the destinations that do not have the message yet).
  */
-const iso = (ms: number) => new Date(ms).toISOString();
+import type { ParkedOutbox } from '../store/work-port.js';
+import { dueNowMs, iso, withStore } from './events.js';
 
 function parkedJson(p: ParkedOutbox) {
   return {
@@ -34,7 +32,7 @@ export function runOutboxParked(configFile: string, o: { limit: number; json: bo
 /** `outboxIds` null: every parked row. */
 export function runOutboxRequeue(configFile: string, outboxIds: readonly string[] | null): Promise<number> {
   return withStore(configFile, async (store) => {
-    const n = await store.requeueParkedOutbox(outboxIds, Date.now());
+    const n = await store.requeueParkedOutbox(outboxIds, await dueNowMs(store));
     console.log(`requeued ${n} parked outbox row(s): due now`);
     // Named ids that were not parked (unknown, published, or still on the normal schedule).
     if (outboxIds !== null && n < outboxIds.length) {

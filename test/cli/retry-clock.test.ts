@@ -76,4 +76,19 @@ describeEachStore('retry and requeue: due by the database clock, not the operato
     const claimed = await store.claimInbox(10, 'w-after', 30_000, dbNow);
     expect(claimed.map((c) => c.inboxId).sort()).toEqual([one, bulk].sort());
   });
+
+  it('outbox requeue from an operator host whose clock runs ahead makes parked rows due now, where the relay claims them', async () => {
+    if (kind === 'sqlite') return;
+    const r = record('evt_parked', undefined, { receivedAtMs: Date.now() - 60_000 });
+    await store.acceptBatch([r]);
+    // Every due outbox row (the earlier test's too): the others stay leased, so not due below.
+    const c = (await store.claimOutbox(100, 'relay-1', 30_000, Date.now())).find((o) => o.inboxId === r.inboxId);
+    const parked = { published: false as const, parked: 'routing_key_too_long', error: 'NeedsDecisionError: too long', nowMs: Date.now() };
+    expect(await store.settleOutboxBatch('relay-1', [{ outboxId: c!.outboxId, publishedTo: [], s: parked }])).toEqual([c!.outboxId]);
+    const q = await runCli(['outbox', 'requeue', '--config', config, '--all'], 30_000, skewed);
+    expect(q.code, q.err).toBe(0);
+    expect(q.out.trim()).toBe('requeued 1 parked outbox row(s): due now');
+    const dbNow = (await store.databaseNowMs())!;
+    expect((await store.claimOutbox(10, 'relay-2', 30_000, dbNow)).map((o) => o.outboxId)).toEqual([c!.outboxId]);
+  });
 });
