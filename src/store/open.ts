@@ -6,8 +6,6 @@ export interface OpenOptions {
   readonly queryTimeoutMs?: number;
   /** false: the engine's commits do not wait for the disk (workers.durableCommits); accepts always do. */
   readonly durableEngineCommits?: boolean;
-  /** PostgreSQL: accept batches of at least this many events run on the accept thread (tests set 1). */
-  readonly acceptThreadMinRows?: number;
 }
 
 /** Opens the store a `database` URL names: `sqlite:PATH` or `postgres://…`. */

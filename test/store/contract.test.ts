@@ -1,15 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MIGRATIONS } from '../../src/store/migrations.js';
 import { openStore, type OpenOptions } from '../../src/store/open.js';
-import { pgAvailable } from '../helpers/pg.js';
 import type { InboxStore } from '../../src/store/port.js';
 import { cipher, record } from '../helpers/records.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
-/** The storage port contract; the same assertions for both adapters (PostgreSQL: on both accept paths). */
+/** The storage port contract; the same assertions for both adapters. */
 describeEachStore('store contract', (kind) => contract(kind));
-describe.runIf(await pgAvailable())('store contract [postgres, every batch on the accept thread]', () => contract('postgres', { acceptThreadMinRows: 1 }));
 
 function contract(kind: 'sqlite' | 'postgres', opts: OpenOptions = {}): void {
   let db: TestDatabase;

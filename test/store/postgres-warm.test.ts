@@ -27,36 +27,35 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
     await db?.cleanup();
   });
 
-  /** Connections of this store: its main accept pool plus the accept thread's (the engine's are named apart). */
+  /** Connections of this store's accept pool (the engine's are named apart). */
   const acceptConnections = async () =>
     Number((await admin.query("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'webhook-inbox'")).rows[0].n);
 
-  it('opens all eight accept connections and prepares each batch size on them, inserting nothing; they stay open through a quiet spell', async () => {
+  it('opens all four accept connections and prepares each batch size on them, inserting nothing; they stay open through a quiet spell', async () => {
     expect(await acceptConnections()).toBe(1); // the one migrate used
     await store.warm(256);
-    expect(await acceptConnections()).toBe(8); // 4 here, 4 on the accept thread
+    expect(await acceptConnections()).toBe(4);
 
-    // The thread's connections are not reachable from here, but each one's last statement is: the
-    // winner lookup that ends a connection's warm-up, after every batch size's statement.
+    // Each connection's last statement is the winner lookup that ends its warm-up, after every batch size's statement.
     const { rows: last } = await admin.query<{ query: string }>(
       "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'webhook-inbox'",
     );
-    expect(last.map((r) => r.query.trim())).toEqual(Array(8).fill(SQL.SELECT_WINNERS.trim()));
+    expect(last.map((r) => r.query.trim())).toEqual(Array(4).fill(SQL.SELECT_WINNERS.trim()));
     expect(await store.countRows()).toEqual({ inbox: 0, outbox: 0, payload: 0 });
 
-    // Every main-pool connection already holds the statements of the batches it runs (1–15 events).
+    // Every connection already holds the statements of every batch size up to maxBatch.
     const clients = await Promise.all(Array.from({ length: 4 }, () => store.pool.connect()));
     try {
       expect(store.pool.totalCount).toBe(4); // the same four, none opened now
       for (const c of clients) {
         const { rows } = await c.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name');
-        expect(rows.map((r) => r.name).sort()).toEqual(['wi_accept_1', 'wi_accept_12', 'wi_accept_16', 'wi_accept_2', 'wi_accept_3', 'wi_accept_4', 'wi_accept_6', 'wi_accept_8', 'wi_winners']);
+        expect(rows.map((r) => r.name).sort()).toEqual([...SQL.acceptSizes(1, 256).map((n) => `wi_accept_${n}`), 'wi_winners'].sort());
       }
     } finally {
       for (const c of clients) c.release();
     }
 
-    // Batches on both paths (5 events here, 20 on the thread) and a duplicate behave as without warm-up.
+    // Batches of 5 and 21 events, one a duplicate, behave as without warm-up.
     const small = Array.from({ length: 5 }, (_, i) => record(`evt_small_${i}`));
     const large = Array.from({ length: 20 }, (_, i) => record(`evt_large_${i}`));
     expect((await store.acceptBatch(small)).every((r) => !r.duplicate)).toBe(true);
@@ -65,7 +64,7 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
 
     // pg-pool closes connections idle for 10 s unless the pool is at its minimum: these stay.
     await new Promise((r) => setTimeout(r, 10_600));
-    expect(await acceptConnections()).toBe(8);
+    expect(await acceptConnections()).toBe(4);
   });
   it('accept (and durable engine) connections commit with synchronous_commit on even when the database says off', async () => {
     const name = new URL(db.url).pathname.slice(1);
@@ -89,7 +88,7 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
    * a connection string's parameters override the config object's, so such a URL used to replace
    * the store's own startup options whole: the accept connections then committed with the
    * database's synchronous_commit = off, and a 2xx was not durable. Read where it matters: on the
-   * connection that inserts each accepted row (a trigger records its setting), on both accept paths.
+   * connection that inserts each accepted row (a trigger records its setting), for small and larger batches.
    */
   it('accept connections commit with synchronous_commit on even when the database URL carries its own options', async () => {
     const name = new URL(db.url).pathname.slice(1);
@@ -103,12 +102,12 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
       CREATE TRIGGER sync_probe AFTER INSERT ON webhook_inbox FOR EACH ROW EXECUTE FUNCTION sync_probe();`);
     const url = new URL(db.url);
     url.searchParams.set('options', '-c statement_timeout=12345 -c synchronous_commit=off');
-    const withOptions = new PostgresStore(url.toString(), { acceptThreadMinRows: 4 });
+    const withOptions = new PostgresStore(url.toString());
     try {
-      await withOptions.acceptBatch([record('evt_here')]); // a small batch: the main accept pool
-      await withOptions.acceptBatch(Array.from({ length: 4 }, (_, i) => record(`evt_thread_${i}`))); // the accept thread's pool
+      await withOptions.acceptBatch([record('evt_here')]);
+      await withOptions.acceptBatch(Array.from({ length: 4 }, (_, i) => record(`evt_batch_${i}`)));
       const { rows } = await admin.query<{ event_id: string; sync: string; timeout: string }>('SELECT * FROM sync_probe ORDER BY event_id');
-      expect(rows).toEqual(['evt_here', 'evt_thread_0', 'evt_thread_1', 'evt_thread_2', 'evt_thread_3'].map((event_id) => ({
+      expect(rows).toEqual(['evt_batch_0', 'evt_batch_1', 'evt_batch_2', 'evt_batch_3', 'evt_here'].map((event_id) => ({
         event_id, sync: 'on', timeout: '12345ms', // ours wins; the URL's other option still applies
       })));
       const pools = withOptions as unknown as { pool: pg.Pool; workPool: pg.Pool };

@@ -11,10 +11,8 @@ import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
-import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
 import { checkIn, guardCheckedOut } from './client-guard.js';
-import type { AcceptWorkerInit } from './accept-worker.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
 import * as SQL from './sql.js';
@@ -30,24 +28,12 @@ export interface PostgresOptions {
   readonly connectTimeoutMs?: number;
   /** false: the engine's connections commit with synchronous_commit = off (accepts never do). */
   readonly durableEngineCommits?: boolean;
-  /** Accept batches of at least this many events run on the accept thread (default THREAD_MIN_ROWS; 1 = all of them). */
-  readonly acceptThreadMinRows?: number;
   /** How long the new-work listener waits, silent, before it checks its connection, and then for the answer (default LIVENESS_MS; tests shorten it). */
   readonly listenLivenessMs?: number;
 }
 
 /** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/**
- * Batches of this many events go to the accept thread; smaller ones run here. Small batches mean
- * moderate load, where the event loop has time and the two thread hops would only add CPU (all
- * batches on the thread: 609 vs 491 µs per request at 1,000 req/s, batches of ~1.5) and the
- * thread's memory (~30 MiB) would be spent for nothing; large ones mean the event loop is the
- * bottleneck (at 4,000 req/s batches hold ~70 events). A few 1 MiB events (a byte-capped batch)
- * stay here too: their Bind copy is a fraction of a millisecond.
- */
-const THREAD_MIN_ROWS = 16;
 
 /**
  * How each pool plans (test/store/postgres-plans.test.ts holds both to their indexes).
@@ -91,9 +77,12 @@ export function withStartupOptions(url: string, ours: string): { connectionStrin
   return { connectionString: rest ? `${url.slice(0, q)}?${rest}` : url.slice(0, q), options: own.trim() ? `${own} ${ours}` : ours };
 }
 
-type AcceptReply = { readonly id: number; readonly ok: boolean; readonly results?: AcceptResult[]; readonly inserted?: boolean; readonly message?: string };
-
-/** PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch; batches of THREAD_MIN_ROWS+ run on the accept thread. */
+/**
+ * PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch, on the event
+ * loop. (A separate accept thread for batches of 16+ events, kept until 2026-12-03, made the
+ * tail worse: at 2,000 req/s p99 ran 18-65 ms with it against 19-28 ms without, in 12 of 14
+ * alternating pairs, and no better at the top rates: bench/RESULTS.md.)
+ */
 export class PostgresStore implements InboxStore {
   readonly kind = 'postgres' as const;
   /**
@@ -103,10 +92,8 @@ export class PostgresStore implements InboxStore {
    * 2026-12-01).
    */
   readonly groupCommitDefaults = { maxInFlight: 4, maxWaitMs: 0 };
-  /** Small accept batches, notices, NOTIFYs, readiness and reads. Large batches use the accept thread's own connections. */
+  /** Accept batches, notices, NOTIFYs, readiness and reads. */
   readonly pool: pg.Pool;
-  /** The accept thread (accept-worker.ts), started by the first large batch. */
-  private readonly acceptLane: WorkerCalls<AcceptReply>;
   /**
    * The processing engine's own connections (claims, settles, handler transactions), so a
    * busy engine never makes an accept wait for a connection: 2xx latency stays the ingress's.
@@ -115,7 +102,6 @@ export class PostgresStore implements InboxStore {
   private readonly listener: PgListener;
   private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
   private closed = false;
-  private readonly threadMinRows: number;
 
   constructor(url: string, opts: PostgresOptions = {}) {
     this.listener = new PgListener({
@@ -128,21 +114,9 @@ export class PostgresStore implements InboxStore {
       application_name: 'webhook-inbox',
       ...withStartupOptions(url, `${ACCEPT_PLANS} ${DURABLE}`),
     };
-    // The accept thread's pool is this one's twin: either may run a batch. Its connections stay
-    // open while idle (min = max), and with them their prepared statements (warm).
+    // The accept connections stay open while idle (min = max), and with them their prepared statements (warm).
     const size = opts.poolSize ?? 4;
-    const acceptPool = { ...poolConfig, max: size, min: size };
-    this.pool = new pg.Pool(acceptPool);
-    this.threadMinRows = opts.acceptThreadMinRows ?? THREAD_MIN_ROWS;
-    const init: AcceptWorkerInit = { pool: acceptPool };
-    this.acceptLane = new WorkerCalls<AcceptReply>({
-      start: () => startWorker(import.meta.url, 'accept-worker', init),
-      settle: (r) => {
-        if (!r.ok) throw new StorageUnavailableError(`PostgreSQL: ${r.message}`);
-        return r;
-      },
-      stopped: (cause) => new StorageUnavailableError(`PostgreSQL accept thread stopped (${cause.message}); the batch's outcome is unknown`),
-    });
+    this.pool = new pg.Pool({ ...poolConfig, max: size, min: size });
     this.workPool = new pg.Pool({
       ...poolConfig,
       max: opts.workPoolSize ?? 4,
@@ -259,29 +233,21 @@ export class PostgresStore implements InboxStore {
     }
   }
 
-  /** Events with distinct keys, in one statement: on the accept thread if the batch is large, else here. */
+  /** Events with distinct keys, in one statement. */
   private async acceptEvents(records: AcceptRecord[]): Promise<AcceptResult[]> {
-    if (this.closed) throw new StorageUnavailableError('store is closed'); // and must not start a new thread
-    const { results, inserted } = records.length >= this.threadMinRows
-      ? await this.acceptLane.call<{ results: AcceptResult[]; inserted: boolean }>({ op: 'accept', records }, movableCiphertexts(records))
-      : await insertUnique((config) => this.query(config), records);
+    if (this.closed) throw new StorageUnavailableError('store is closed');
+    const { results, inserted } = await insertUnique((config) => this.query(config), records);
     if (inserted) this.notifier.poke();
     return results;
   }
 
   /**
-   * Opens every accept connection (here and on the accept thread, which starts now) and prepares
-   * on each the statements of the batch sizes it will run, up to `maxBatch`: a restart under load
-   * otherwise queued its first second of requests behind a thread start, connections and first
-   * executions (bench/RESULTS.md, 2026-12-01 "cold start").
+   * Opens every accept connection and prepares on each the statements of the batch sizes it may
+   * run, up to `maxBatch`: a restart under load otherwise queued its first second of requests
+   * behind connections and first executions (bench/RESULTS.md, 2026-12-01 "cold start").
    */
   async warm(maxBatch: number): Promise<void> {
-    const small = this.threadMinRows > 1 ? SQL.acceptSizes(1, Math.min(maxBatch, this.threadMinRows - 1)) : [];
-    const large = maxBatch >= this.threadMinRows ? SQL.acceptSizes(this.threadMinRows, maxBatch) : [];
-    await Promise.all([
-      small.length > 0 ? warmPool(this.pool, small) : undefined,
-      large.length > 0 ? this.acceptLane.call({ op: 'warm', sizes: large }) : undefined,
-    ]);
+    await warmPool(this.pool, SQL.acceptSizes(1, maxBatch));
   }
 
   async ping(): Promise<void> {
@@ -439,12 +405,6 @@ export class PostgresStore implements InboxStore {
     this.closed = true;
     this.notifier.close();
     await this.listener.close();
-    await Promise.all([this.pool.end(), this.workPool.end(), this.closeAcceptLane()]);
-  }
-
-  /** Lets the accept thread close its connections, then ends it (a thread never started is left alone). */
-  private async closeAcceptLane(): Promise<void> {
-    if (this.acceptLane.started) await this.acceptLane.call({ op: 'close' }).catch(() => undefined);
-    await this.acceptLane.close();
+    await Promise.all([this.pool.end(), this.workPool.end()]);
   }
 }
