@@ -80,8 +80,8 @@ export function withStartupOptions(url: string, ours: string): { connectionStrin
 /**
  * PostgreSQL adapter. Accept = one statement (one implicit transaction) per batch, on the event
  * loop. (A separate accept thread for batches of 16+ events, kept until 2026-12-03, made the
- * tail worse: at 2,000 req/s p99 ran 18-65 ms with it against 19-28 ms without, in 12 of 14
- * alternating pairs, and no better at the top rates: bench/RESULTS.md.)
+ * tail worse on two busy cores: at 2,000 req/s p99 15.9-64.9 ms with it against 12.0-50.7 without,
+ * 12 of 14 alternating pairs favouring without, and no better at 4,000: bench/RESULTS.md.)
  */
 export class PostgresStore implements InboxStore {
   readonly kind = 'postgres' as const;
