@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MIGRATIONS } from '../../src/store/migrations.js';
-import { openStore, type OpenOptions } from '../../src/store/open.js';
+import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
 import { cipher, record } from '../helpers/records.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
@@ -9,12 +9,12 @@ import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/
 /** The storage port contract; the same assertions for both adapters. */
 describeEachStore('store contract', (kind) => contract(kind));
 
-function contract(kind: 'sqlite' | 'postgres', opts: OpenOptions = {}): void {
+function contract(kind: 'sqlite' | 'postgres'): void {
   let db: TestDatabase;
   let store: InboxStore;
   beforeAll(async () => {
     db = await freshDatabase(kind);
-    store = openStore(db.url, opts);
+    store = openStore(db.url);
     expect(await store.migrate()).toEqual(MIGRATIONS.map((m) => m.version));
   });
   afterAll(async () => {
@@ -137,7 +137,7 @@ function contract(kind: 'sqlite' | 'postgres', opts: OpenOptions = {}): void {
   });
 
   it('a second store instance on the same database sees the same rows (and the unique key across processes)', async () => {
-    const other = openStore(db.url, opts);
+    const other = openStore(db.url);
     try {
       const first = record('evt_cross');
       await store.acceptBatch([first]);
