@@ -8,7 +8,7 @@
  * scenarios of bench/engine.ts on both stores: `drain` (a seeded backlog drained by one
  * `webhook-inbox work` process) and `e2e` (accept → PROCESSED under 2,000 req/s, workers in `serve`).
  *
- *   npm run bench                         full run (~12 min)
+ *   npm run bench                         full run (~14 min)
  *   npm run bench -- --quick              2,000 and 4,000 req/s, 5 s steps, short flood (~1.5 min)
  *   npm run bench -- --only sqlite,plain  a subset of targets (plain, express, sqlite, postgres, drain, e2e)
  *   npm run bench -- --only drain,e2e --stores sqlite --backlog 50000 --e2e-duration 10
@@ -33,7 +33,7 @@ import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js
 import { killAll, launch, RUN_DIR, type Running } from './children.js';
 import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
 import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
-import { ACHIEVED_MIN, maxSustained as sustainedOf, P99_LIMIT_MS, passes, timesVerdict, type Sustained } from './verdict.js';
+import { ACHIEVED_MIN, everyStepPasses, maxSustained as sustainedOf, P99_LIMIT_MS, passes, timesVerdict, type Sustained } from './verdict.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
 import { f0, f1, ms, readMetrics, table } from './format.js';
@@ -62,6 +62,7 @@ const { values: args } = parseArgs({
     'no-ladder': { type: 'boolean' },
     'keep-going': { type: 'boolean' },
     refine: { type: 'string' },
+    'repeat-a': { type: 'string' },
     'no-extend': { type: 'boolean' },
     'no-write': { type: 'boolean' },
     profile: { type: 'boolean' },
@@ -102,6 +103,11 @@ export const opts = {
   ladder: !args['no-ladder'],
   keepGoing: Boolean(args['keep-going']),
   refine: num(args.refine, quick ? 0 : 2),
+  /**
+   * Extra steps at scenario (a)'s rate for our targets, after their ladder: a p99 at 2,000 req/s
+   * swings with the box from step to step, so one step cannot say whether the target holds.
+   */
+  repeatA: num(args['repeat-a'], quick ? 0 : 3),
   extend: !quick && !args['no-extend'],
   write: !args['no-write'],
   profile: Boolean(args.profile),
@@ -485,6 +491,8 @@ async function main(): Promise<void> {
 
   const tag = `${started.getTime().toString(36)}`;
   const ladder = new Map<TargetName, StepRecord<RateResult>[]>();
+  /** Our targets' extra steps at A_RATE (--repeat-a), kept out of the ladder's max-rate verdict. */
+  const repeatsA = new Map<TargetName, StepRecord<RateResult>[]>();
   const floods: StepRecord<FloodResult>[] = [];
   let seed = 1;
 
@@ -493,14 +501,18 @@ async function main(): Promise<void> {
     for (const t of targets) {
       const steps: StepRecord<RateResult>[] = [];
       ladder.set(t, steps);
-      const step = async (rate: number) => {
+      const measure = async (rate: number) => {
         const rec = await runStep<RateResult>(t, {
           mode: 'rate', path: PATH, secret: STRIPE_SECRET, rate, warmupS: opts.warmupS, durationS: opts.durationS, drainS: opts.drainS,
           connections: opts.connections, dupFraction: opts.dupFraction, largeFraction: opts.largeFraction, seed: seed++, tag: `${tag}_${t}_${rate}`,
           ...(opts.timelineDir ? { timelineFile: join(opts.timelineDir, `${t}-${rate}.csv`) } : {}),
         });
-        steps.push(rec);
         console.log(table(RATE_HEAD, [rateRow(rec)]).split('\n')[2]);
+        return rec;
+      };
+      const step = async (rate: number) => {
+        const rec = await measure(rate);
+        steps.push(rec);
         return passes(rec.result);
       };
       let lastPass = 0;
@@ -525,6 +537,11 @@ async function main(): Promise<void> {
         else firstFail = mid;
       }
       steps.sort((a, b) => a.result.offered - b.result.offered);
+      if (t === 'sqlite' || t === 'postgres') {
+        const repeats: StepRecord<RateResult>[] = [];
+        repeatsA.set(t, repeats);
+        for (let i = 0; i < opts.repeatA; i++) repeats.push(await measure(A_RATE));
+      }
     }
   }
   if (opts.memory && targets.length) {
@@ -541,13 +558,20 @@ async function main(): Promise<void> {
 
   const engine = scenarios.length && stores.length ? await runEngineBench(scenarios, stores) : undefined;
 
-  const report = renderReport(machine, started, targets, ladder, floods, engine);
+  const report = renderReport(machine, started, targets, ladder, repeatsA, floods, engine);
   console.log(`\n${report.summary}`);
   if (opts.write) {
     if (!existsSync(RESULTS)) writeFileSync(RESULTS, '# webhook-inbox benchmark results\n\nEach `npm run bench` appends a section; method in bench/README.md.\n');
     appendFileSync(RESULTS, `\n${report.markdown}\n`);
     console.log(`\nappended to ${RESULTS}`);
   }
+}
+
+/** Scenario (a) over the ladder's step and the repeats: 'met' only if each met it; with repeats, how many and their p99s. */
+function verdictA(steps: RateResult[]): string {
+  const v = everyStepPasses(steps, A_P99_TARGET_MS);
+  const word = v.met ? 'met' : 'MISSED';
+  return steps.length < 2 ? word : `${word} (${v.passed}/${v.of}: p99 ${steps.map((r) => ms(r.latency.p99)).join(', ')})`;
 }
 
 /** A target's max sustained rate (bench/verdict.ts). */
@@ -574,6 +598,7 @@ function renderReport(
   started: Date,
   targets: TargetName[],
   ladder: Map<TargetName, StepRecord<RateResult>[]>,
+  repeatsA: Map<TargetName, StepRecord<RateResult>[]>,
   floods: StepRecord<FloodResult>[],
   engine: EngineReport | undefined,
 ): { markdown: string; summary: string } {
@@ -600,6 +625,13 @@ function renderReport(
     for (const t of targets) for (const s of ladder.get(t) ?? []) rows.push(rateRow(s));
     out.push(table(RATE_HEAD, rows));
     out.push('');
+    const repeated = targets.flatMap((t) => repeatsA.get(t) ?? []);
+    if (repeated.length) {
+      out.push(`Scenario (a) again: ${opts.repeatA} more steps at ${f0(A_RATE)} req/s per store after its ladder (each on a fresh server and database, as every step; not counted in the max rate):`);
+      out.push('');
+      out.push(table(RATE_HEAD, repeated.map(rateRow)));
+      out.push('');
+    }
     out.push('CPU % is of one core. "main thr" = the server\'s event-loop thread; "main thr wait" = the share of the window it was runnable but waiting for a core (/proc schedstat: the cores were busy with other threads or processes, its own helpers included); "top other thr" = its busiest other thread (the SQLite writer on SQLite). ' +
       '"other CPU" = whole-box CPU not explained by server, PostgreSQL and loadgen (interference). "send lag" = how late the loadgen handed requests to the client (connection cap or loadgen lag; counted in latency). "disk flushes/s" = the whole machine\'s flush requests reaching its disks (/proc/diskstats) over the window: the evidence that a store\'s commits (ours, Express\'s) were fsync-durable; near 0 on a durable target means they were not.');
     const meanBody = [...ladder.values()].flat().map((s) => s.result.meanBodyBytes);
@@ -651,8 +683,8 @@ function renderReport(
         LABELS[t],
         sustained(m),
         a ? `${ms(a.latency.p50)} / ${ms(a.latency.p99)}` : '–',
-        // Sustained at 2,000/s (every request acked, achieved ≥ 97 %) with p99 ≤ 50 ms, not the p99 alone.
-        ours && a ? (passes(a, A_P99_TARGET_MS) ? 'met' : 'MISSED') : '',
+        // Sustained at 2,000/s (every request acked, achieved ≥ 97 %) with p99 ≤ 50 ms, not the p99 alone; in every step at that rate.
+        ours && a ? verdictA([a, ...(repeatsA.get(t) ?? []).map((s) => s.result)]) : '',
         vsExpress,
         vsPlain,
         ours ? latRatio(t, 'express') : '',

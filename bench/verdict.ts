@@ -48,3 +48,12 @@ export function timesVerdict(ours: Sustained, ref: Sustained, k: number): 'met' 
   if (ours.failedAt <= k * ref.rate) return 'MISSED';
   return 'undecided';
 }
+
+/**
+ * Scenario (a) measured more than once in a run (`--repeat-a`): met only if every step met it, so
+ * one lucky step on a quiet moment cannot stand for the run. `passed` of `of` steps met.
+ */
+export function everyStepPasses(steps: readonly Step[], p99LimitMs: number): { met: boolean; passed: number; of: number } {
+  const passed = steps.filter((s) => passes(s, p99LimitMs)).length;
+  return { met: steps.length > 0 && passed === steps.length, passed, of: steps.length };
+}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { maxSustained, passes, timesVerdict } from '../../bench/verdict.js';
+import { everyStepPasses, maxSustained, passes, timesVerdict } from '../../bench/verdict.js';
 
 /** A 10 s step at 2,000 req/s: 20,000 measured requests. */
 const step = (over: { ok?: number; p99?: number; achieved?: number } = {}) => ({
@@ -27,6 +27,15 @@ describe('bench step verdict', () => {
     expect(passes(step({ p99: 501 }))).toBe(false);
     expect(passes(step({ p99: 51 }), 50)).toBe(false);
     expect(passes(step({ achieved: 1900 }))).toBe(false);
+  });
+});
+
+describe('bench scenario (a) over repeated steps', () => {
+  it('is met only if every step met it, and says how many did', () => {
+    expect(everyStepPasses([step({ p99: 20 }), step({ p99: 49 })], 50)).toEqual({ met: true, passed: 2, of: 2 });
+    expect(everyStepPasses([step({ p99: 20 }), step({ p99: 61 }), step({ p99: 30 })], 50)).toEqual({ met: false, passed: 2, of: 3 });
+    expect(everyStepPasses([step({ p99: 20 }), step({ ok: 19_999 })], 50)).toEqual({ met: false, passed: 1, of: 2 });
+    expect(everyStepPasses([], 50)).toEqual({ met: false, passed: 0, of: 0 });
   });
 });
 
