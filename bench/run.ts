@@ -537,7 +537,8 @@ async function main(): Promise<void> {
         else firstFail = mid;
       }
       steps.sort((a, b) => a.result.offered - b.result.offered);
-      if (t === 'sqlite' || t === 'postgres') {
+      // Only where the ladder measured scenario (a)'s rate (a ladder of other rates has no verdict to repeat).
+      if ((t === 'sqlite' || t === 'postgres') && steps.some((s) => s.result.offered === A_RATE)) {
         const repeats: StepRecord<RateResult>[] = [];
         repeatsA.set(t, repeats);
         for (let i = 0; i < opts.repeatA; i++) repeats.push(await measure(A_RATE));
