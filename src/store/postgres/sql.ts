@@ -17,11 +17,10 @@ export function acceptSize(n: number): number {
   return SIZES.find((s) => s >= n) ?? n;
 }
 
-/** The fixed statement sizes that batches of `from` to `to` records run. */
-export function acceptSizes(from: number, to: number): number[] {
-  const first = acceptSize(from);
-  const last = acceptSize(to);
-  return SIZES.filter((s) => s >= first && s <= last);
+/** The fixed statement sizes that batches of 1 to `maxBatch` records run. */
+export function acceptSizesUpTo(maxBatch: number): number[] {
+  const last = acceptSize(maxBatch);
+  return SIZES.filter((s) => s <= last);
 }
 
 /**

@@ -247,7 +247,7 @@ export class PostgresStore implements InboxStore {
    * behind connections and first executions (bench/RESULTS.md, 2026-12-01 "cold start").
    */
   async warm(maxBatch: number): Promise<void> {
-    await warmPool(this.pool, SQL.acceptSizes(1, maxBatch));
+    await warmPool(this.pool, SQL.acceptSizesUpTo(maxBatch));
   }
 
   async ping(): Promise<void> {
