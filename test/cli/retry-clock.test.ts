@@ -1,14 +1,15 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
 import { configDoc } from '../helpers/app.js';
 import { record } from '../helpers/records.js';
+import { pgAvailable } from '../helpers/pg.js';
 import { runCli } from '../helpers/server-process.js';
-import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
+import { freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
 /** How far ahead of the database the operator's host runs in these tests. */
 const AHEAD_MS = 10 * 60_000;
@@ -17,9 +18,10 @@ const AHEAD_MS = 10 * 60_000;
  * `retry` and `requeue` say "due now". Workers claim a row once its next_attempt_at is past by
  * their own clock, which is watched against the database's (clock-skew.ts); the operator's host,
  * often another machine, is not. A CLI whose clock ran ahead made the events it requeued wait
- * that long.
+ * that long. PostgreSQL only: SQLite is a file on the workers' host, one host with one clock, so
+ * there is no other clock to follow.
  */
-describeEachStore('retry and requeue: due by the database clock, not the operator host', (kind) => {
+describe.runIf(await pgAvailable())('retry and requeue: due by the database clock, not the operator host [postgres]', () => {
   let db: TestDatabase;
   let store: InboxStore;
   let dir: string;
@@ -39,7 +41,7 @@ describeEachStore('retry and requeue: due by the database clock, not the operato
   }
 
   beforeAll(async () => {
-    db = await freshDatabase(kind);
+    db = await freshDatabase('postgres');
     store = openStore(db.url);
     await store.migrate();
     dir = mkdtempSync(join(tmpdir(), 'wi-retry-clock-'));
@@ -57,8 +59,6 @@ describeEachStore('retry and requeue: due by the database clock, not the operato
   });
 
   it('an operator host whose clock runs ahead still makes the events due now, where the workers claim them', async () => {
-    // One host, one clock (SQLite is a file on the workers' host): there is no other clock to follow.
-    if (kind === 'sqlite') return;
     const one = await failedRow('evt_retry', 'retries_exhausted');
     const bulk = await failedRow('evt_requeue', 'retries_exhausted');
     const r = await runCli(['retry', '--config', config, one], 30_000, skewed);
@@ -78,7 +78,6 @@ describeEachStore('retry and requeue: due by the database clock, not the operato
   });
 
   it('outbox requeue from an operator host whose clock runs ahead makes parked rows due now, where the relay claims them', async () => {
-    if (kind === 'sqlite') return;
     const r = record('evt_parked', undefined, { receivedAtMs: Date.now() - 60_000 });
     await store.acceptBatch([r]);
     // Every due outbox row (the earlier test's too): the others stay leased, so not due below.
