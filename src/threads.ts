@@ -92,11 +92,6 @@ export class WorkerCalls<Reply extends { readonly id: number }> {
     readonly stopped: (cause: Error) => Error;
   }) {}
 
-  /** Whether the thread is running (a call has started it and it has not died or been closed). */
-  get started(): boolean {
-    return this.worker !== undefined;
-  }
-
   /** Throws at once, having transferred nothing, if `msg` does not clone (DataCloneError). */
   call<T>(msg: object, transfer: readonly ArrayBuffer[] = []): Promise<T> {
     const id = this.nextId++;
