@@ -8,7 +8,7 @@ import { configDoc, PAYLOAD_KEY } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
-import { spawnServer, type ServerProcess } from '../helpers/server-process.js';
+import { exited, spawnServer, type ServerProcess } from '../helpers/server-process.js';
 
 interface Answer {
   readonly status: number;
@@ -42,9 +42,9 @@ describeEachStore('two serve processes on one database', (kind) => {
   }, 60_000);
   afterAll(async () => {
     for (const s of [a, b]) {
-      if (!s || s.child.exitCode !== null) continue;
+      if (!s) continue;
       s.child.kill('SIGTERM');
-      await new Promise((r) => s.child.once('exit', r));
+      await exited(s);
     }
     await db?.cleanup();
     rmSync(dir, { recursive: true, force: true });
