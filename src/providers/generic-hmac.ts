@@ -2,7 +2,7 @@ import { hmac, matchHmac, decodeDigest, decodeBase64, decodeHex, type HmacAlgori
 import { ConfigError, IngressError } from '../errors.js';
 import { asObject, child, optBool, optEnum, optInt, optString, optStringArray, reqString } from '../config/read.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
-import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+import { envelope, jsonFields, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
 
 /**
  * A configurable HMAC adapter for providers without a dedicated one:
@@ -105,6 +105,8 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
     return key;
   }
 
+  const readPaths = pathReader([idPath, typePath, objectIdPath, objectVersionPath, createdAtPath]);
+
   const adapter: ProviderAdapter = {
     name: 'generic-hmac',
     contentTypes,
@@ -141,14 +143,14 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
       return matchHmac(algorithm, signedParts(m, body), m.candidates, keys, nowMs);
     },
     envelope(body, req, meta) {
-      const e = parseJsonObject(body);
+      const at = readPaths(body);
       const m = meta as GenericSignature;
       return envelope({
-        eventId: idHeader ? requireEventId(m.id, `${idHeader} header`) : requireEventId(pathValue(e, idPath!), idPath!),
-        eventType: typeHeader ? requireEventType(m.type ?? req.single(typeHeader, 'ambiguous_header'), `${typeHeader} header`) : requireEventType(pathValue(e, typePath!), typePath!),
-        objectId: objectIdPath ? idString(pathValue(e, objectIdPath)) : null,
-        objectVersion: objectVersionPath ? idString(pathValue(e, objectVersionPath)) : null,
-        providerCreatedAtMs: createdAtPath ? toEpochMs(pathValue(e, createdAtPath)) : null,
+        eventId: idHeader ? requireEventId(m.id, `${idHeader} header`) : requireEventId(at(idPath), idPath!),
+        eventType: typeHeader ? requireEventType(m.type ?? req.single(typeHeader, 'ambiguous_header'), `${typeHeader} header`) : requireEventType(at(typePath), typePath!),
+        objectId: objectIdPath ? idString(at(objectIdPath)) : null,
+        objectVersion: objectVersionPath ? idString(at(objectVersionPath)) : null,
+        providerCreatedAtMs: createdAtPath ? toEpochMs(at(createdAtPath)) : null,
       });
     },
     sign(body, secret, opts) {
@@ -181,3 +183,31 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
   };
   return adapter;
 };
+
+/**
+ * Reads the configured JSON paths of a verified body. Paths through objects only (the usual
+ * case) go through the scanner (json-scan.ts): no tree is built, and an integer id past ±2^53
+ * keeps its exact digits. A path that indexes an array (`items.0.id`) needs the parsed tree,
+ * where such an id would be rounded: it is then refused as not a usable id (400), never stored
+ * under a neighbour's key.
+ */
+function pathReader(configured: readonly (string | undefined)[]): (body: Buffer) => (path: string | undefined) => unknown {
+  const paths = [...new Set(configured.filter((p): p is string => p !== undefined))];
+  let scan: ((body: Buffer) => unknown[]) | undefined;
+  try {
+    scan = jsonFields(paths);
+  } catch {
+    scan = undefined; // an array index or `length` segment: JSON.parse below
+  }
+  if (scan) {
+    const read = scan;
+    return (body) => {
+      const values = read(body);
+      return (path) => (path === undefined ? undefined : values[paths.indexOf(path)]);
+    };
+  }
+  return (body) => {
+    const e = parseJsonObject(body);
+    return (path) => (path === undefined ? undefined : pathValue(e, path));
+  };
+}

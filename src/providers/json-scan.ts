@@ -12,6 +12,9 @@
  * takes its last value, a path through a scalar or an array gives `undefined`, and a path that
  * ends at an object or array gives the `NON_SCALAR` marker (no caller wants a subtree). Paths go
  * through objects only: array-index segments are refused when the paths are compiled.
+ * One deliberate difference: an integer literal beyond ±2^53 (a 64-bit id) is returned as a
+ * `bigint` holding its exact digits, where `JSON.parse` would round it to the nearest double, so
+ * two ids that differ only past the 16th digit never become one key.
  *
  * Structural bytes (`{ } [ ] , : "` and `\`) are ASCII, and no byte of a multi-byte UTF-8
  * character is below 0x80, so working on bytes never mistakes text for structure; invalid UTF-8
@@ -21,7 +24,7 @@
 /** What a path resolves to when it ends at an object or an array. */
 export const NON_SCALAR: unique symbol = Symbol('non-scalar JSON value');
 
-export type ScannedValue = string | number | boolean | null | typeof NON_SCALAR | undefined;
+export type ScannedValue = string | number | bigint | boolean | null | typeof NON_SCALAR | undefined;
 
 /** Paths prepared once (per adapter), so a scan compares bytes, not strings. */
 export interface CompiledPaths {
@@ -176,6 +179,12 @@ function scanNumber(buf: Uint8Array, i: number, n: number): number {
   return i;
 }
 
+/** A number's value; an integer literal past the safe range keeps its exact digits (a bigint). */
+function numberValue(literal: string): number | bigint {
+  const v = Number(literal);
+  return Number.isSafeInteger(v) || !/^-?\d+$/.test(literal) ? v : BigInt(literal);
+}
+
 const TRUE = Buffer.from('true');
 const FALSE = Buffer.from('false');
 const NULL = Buffer.from('null');
@@ -266,7 +275,7 @@ export function scanJsonObject(body: Buffer, paths: CompiledPaths): ScannedValue
       } else if (b === MINUS || (b >= ZERO && b <= NINE)) {
         const e = scanNumber(buf, i, n);
         if (e < 0) return 'invalid';
-        if (capture !== 0) v = Number(body.toString('latin1', i, e));
+        if (capture !== 0) v = numberValue(body.toString('latin1', i, e));
         i = e;
       } else if (b === 0x74 && literalAt(buf, i, n, TRUE)) {
         v = true;

@@ -30,9 +30,14 @@ export function pathValue(obj: unknown, path: string): unknown {
 
 const MAX_ID_LENGTH = 512;
 
-/** A usable identifier: a non-empty string (or an integer, as some providers send) of sane length. */
+/**
+ * A usable identifier: a non-empty string (or an integer, as some providers send) of sane length.
+ * An integer as its decimal text: a number only while it is exact (±2^53); a longer one only as
+ * the scanner's bigint (json-scan.ts), which kept its digits, never as a rounded double.
+ */
 export function idString(v: unknown): string | null {
   if (typeof v === 'number' && Number.isSafeInteger(v)) return String(v);
+  if (typeof v === 'bigint') return idString(v.toString());
   if (typeof v !== 'string' || v.length === 0 || v.length > MAX_ID_LENGTH) return null;
   return v;
 }

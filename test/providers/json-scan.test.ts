@@ -44,6 +44,17 @@ describe('json-scan: validates like JSON.parse, keeps only the paths', () => {
     expect(scan(body)).toEqual(reference(Buffer.from(body), PATHS));
   });
 
+  it('keeps an integer past ±2^53 exact (a bigint of its digits); other numbers as JSON.parse reads them', () => {
+    const body = '{"id":9007199254740993,"type":-123456789012345678901234567890,"created":9007199254740991,"data":{"object":1.5e20}}';
+    expect(scan(body)).toEqual([9007199254740993n, -123456789012345678901234567890n, undefined, 9007199254740991, 1.5e20]);
+    // JSON.parse would have made the first the same number as its neighbour.
+    expect(JSON.parse('{"id":9007199254740993}').id).toBe(9007199254740992);
+    expect(scan('{"id":-9007199254740991}')).toEqual([-9007199254740991, undefined, undefined, undefined, undefined]);
+    expect(scan('{"id":9007199254740992}')).toEqual([9007199254740992n, undefined, undefined, undefined, undefined]);
+    // Not integer literals: read as numbers (rounded), as before.
+    expect(scan('{"id":9007199254740993.0,"type":1e400}')).toEqual([9007199254740992, Infinity, undefined, undefined, undefined]);
+  });
+
   it.each([
     ['empty', ''],
     ['whitespace only', ' \n'],
@@ -151,7 +162,9 @@ describe('json-scan: validates like JSON.parse, keeps only the paths', () => {
       if (want === 'invalid') invalid++;
       if (want === 'not_object') notObject++;
       const got = scanJsonObject(bytes, compiled);
-      if (JSON.stringify(got, (_, v: unknown) => (v === NON_SCALAR ? '<object>' : v === undefined ? '<undefined>' : v)) !== JSON.stringify(want, (_, v: unknown) => (v === NON_SCALAR ? '<object>' : v === undefined ? '<undefined>' : v))) {
+      // A bigint (an integer literal past ±2^53, kept exact) must be what JSON.parse rounds to the same double.
+      const plain = (_: string, v: unknown) => (v === NON_SCALAR ? '<object>' : v === undefined ? '<undefined>' : typeof v === 'bigint' ? Number(v) : v);
+      if (JSON.stringify(got, plain) !== JSON.stringify(want, plain)) {
         expect({ body: bytes.toString('latin1'), got }).toEqual({ body: bytes.toString('latin1'), got: want });
       }
     }
