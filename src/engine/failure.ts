@@ -61,9 +61,24 @@ export function redact(err: unknown): string {
   const name = typeof e?.name === 'string' ? e.name : 'Error';
   const tag = typeof e?.code === 'string' ? e.code : typeof e?.reason === 'string' ? e.reason : undefined;
   const code = tag ? ` [${tag}]` : '';
-  const msg = typeof e?.message === 'string' ? e.message : printable(err);
+  const msg = withoutEchoedData(typeof e?.message === 'string' ? e.message : printable(err), tag);
   const line = `${name}${code}: ${msg}`.replace(/\s+/g, ' ');
   return line.length > MAX_ERROR_CHARS ? `${line.slice(0, MAX_ERROR_CHARS - 1)}…` : line;
+}
+
+/**
+ * Two kinds of error quote the data they refused, which in a handler is usually a body field
+ * (a card number, an e-mail): PostgreSQL's data exceptions (SQLSTATE class 22:
+ * `invalid input syntax for type integer: "…"`, `value "…" is out of range`, `invalid byte
+ * sequence for encoding "UTF8": 0x…`), and V8's JSON.parse (`Unexpected token 'T', "The card…"
+ * is not valid JSON`). The quoted part goes; the kind of error, the type and the position stay.
+ * Everything between the first and last quote, as PostgreSQL does not escape quotes inside a value.
+ */
+function withoutEchoedData(msg: string, code: string | undefined): string {
+  let m = msg;
+  if (code !== undefined && /^22[0-9A-Z]{3}$/.test(code)) m = m.replace(/"[\s\S]*"/, '"…"').replace(/0x[0-9a-f]{2}(?: 0x[0-9a-f]{2})*/gi, '0x…');
+  // V8 cuts a long one short with "..." on either side: `"CARD 4242 "... is not valid JSON`.
+  return m.replace(/(?:\.\.\.)?"[\s\S]*"(?:\.\.\.)? is not valid JSON/, '"…" is not valid JSON');
 }
 
 /** String(v), or a placeholder for a thrown value that has no string form (a null-prototype object). */

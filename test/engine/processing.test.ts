@@ -141,6 +141,26 @@ describeEachStore('processing engine', (kind) => {
     expect(app.engine.metrics.attempts.get(['failed', 'retries_exhausted'])).toBe(1);
   });
 
+  it('errors that quote the data they refused keep it out of last_error: a body field in a PostgreSQL data exception, in a failed JSON.parse', async () => {
+    const MARKER = 'CARD 4242 4242 4242 4242';
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      const pad = (event.payload as { pad: string }).pad; // the body field holding the marker
+      if (event.providerEventId === 'evt_echo_sql' && kind === 'postgres') await ctx.tx.query('SELECT $1::int AS n', [pad]);
+      JSON.parse(pad);
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    const ids = ['evt_echo_sql', 'evt_echo_json'];
+    const inboxIds = await Promise.all(ids.map(async (id) => (await send(id, 'payment_intent.succeeded', MARKER)).json().inbox_id as string));
+    const tried = await Promise.all(inboxIds.map((inboxId) => waitFor(() => app!.store.getEvent(inboxId).then((e) => (e?.lastError ? e : null)), 10_000, 'a failed attempt')));
+    for (const e of tried) {
+      expect(e.lastError).not.toContain('4242');
+      expect(e.lastError).not.toContain('CARD');
+    }
+    // What went wrong is still said: the error, its code or position, without the value.
+    expect(tried[1]!.lastError).toBe('SyntaxError: Unexpected token \'C\', "…" is not valid JSON');
+    if (kind === 'postgres') expect(tried[0]!.lastError).toBe('error [22P02]: invalid input syntax for type integer: "…"');
+  });
+
   it("a handler's retry is counted under its own reason (a typed error, a timeout), not as a bare \"error\"", async () => {
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', () => {
       throw new RetryableError('ledger_busy', 'ledger is busy');
