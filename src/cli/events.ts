@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { loadConfigFile } from '../config/load.js';
 import type { Config } from '../config/schema.js';
-import { TECHNICAL_REASONS } from '../engine/failure.js';
+import { FAILURE, TECHNICAL_REASONS } from '../engine/failure.js';
 import { openStore } from '../store/open.js';
 import type { InboxStore } from '../store/port.js';
 import { parseSqliteUrl } from '../store/sqlite/store.js';
@@ -112,7 +112,12 @@ export function runRetry(configFile: string, inboxId: string): Promise<number> {
   });
 }
 
-export const REQUEUE_CLASSES: Record<string, readonly string[]> = { technical: TECHNICAL_REASONS };
+/**
+ * `technical`: attempts that failed and may pass later. `abandoned`: attempts that never finished
+ * (a crash or a hang, maybe caused by the event itself): requeued only when asked for by name,
+ * once the cause is known to be fixed.
+ */
+export const REQUEUE_CLASSES: Record<string, readonly string[]> = { technical: TECHNICAL_REASONS, abandoned: [FAILURE.attemptsAbandoned] };
 
 export function runRequeue(configFile: string, reasonClass: string): Promise<number> {
   const reasons = Object.hasOwn(REQUEUE_CLASSES, reasonClass) ? REQUEUE_CLASSES[reasonClass] : undefined;

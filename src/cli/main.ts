@@ -122,8 +122,11 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   requeue: {
-    summary: 'Bulk-retry FAILED events of one failure class (only "technical": retries exhausted).',
-    usage: 'webhook-inbox requeue --config FILE --reason technical',
+    summary: 'Bulk-retry FAILED events of one failure class: "technical" (retries exhausted) or "abandoned" (attempts that never finished).',
+    usage: 'webhook-inbox requeue --config FILE --reason technical|abandoned\n\n' +
+      '  technical  FAILED retries_exhausted: every attempt failed (an outage, a timeout); fix the cause, requeue\n' +
+      '  abandoned  FAILED attempts_abandoned: the last attempt never finished (its worker crashed or hung,\n' +
+      '             perhaps because of the event itself); requeue once that cause is fixed',
     options: { ...CONFIG, reason: { type: 'string' } },
     run: (v) => runRequeue(String(v.config), String(v.reason)),
   },

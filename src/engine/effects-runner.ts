@@ -2,7 +2,7 @@ import { withDeadline } from '../deadline.js';
 import type { EffectRow, EffectSettlement } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
-import { classify, FAILURE, RetryableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, RetryableError } from './failure.js';
 import type { HandlerRegistry } from './handlers.js';
 import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
@@ -46,8 +46,8 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
     }
     // An executor that crashed its process or outlived its lease still spent an attempt.
     if (row.attemptCount > this.d.retry.maxAttempts) {
-      const error = `attempt ${row.attemptCount} exceeds maxAttempts ${this.d.retry.maxAttempts} (earlier attempts did not finish)`;
-      return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error, nowMs: this.now() } };
+      const error = abandonedMessage(row.attemptCount, this.d.retry.maxAttempts);
+      return { result: 'failed', reason: FAILURE.attemptsAbandoned, settlement: { status: 'FAILED', reason: FAILURE.attemptsAbandoned, error, nowMs: this.now() } };
     }
     try {
       // Bounded as a handler is: by then the lease is gone, and a hung call must not hold its

@@ -24,6 +24,13 @@ export class NeedsDecisionError extends Error {
 /** Failure reasons the engine itself assigns. */
 export const FAILURE = {
   retriesExhausted: 'retries_exhausted',
+  /**
+   * The attempts ran out on an attempt that never finished: its worker crashed, hung past its
+   * lease or lost it. Often the event itself takes the worker down (a handler that exhausts
+   * memory), so it is kept apart from retries_exhausted: a bulk `requeue --reason technical`
+   * must not send a crasher back among the others.
+   */
+  attemptsAbandoned: 'attempts_abandoned',
   unsupportedType: 'unsupported_type',
   schemaError: 'schema_error',
   payloadUnavailable: 'payload_unavailable',
@@ -32,6 +39,11 @@ export const FAILURE = {
 
 /** Reasons `requeue --reason technical` may send back: the ones a later attempt can fix. */
 export const TECHNICAL_REASONS: readonly string[] = [FAILURE.retriesExhausted];
+
+/** The message of an attempts_abandoned failure. */
+export function abandonedMessage(attempt: number, maxAttempts: number): string {
+  return `attempt ${attempt} exceeds maxAttempts ${maxAttempts}: the last attempt never finished (its worker crashed, hung past its lease or lost it)`;
+}
 
 export interface Classified {
   readonly retryable: boolean;

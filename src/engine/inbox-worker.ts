@@ -12,7 +12,7 @@ import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
-import { classify, FAILURE, NeedsDecisionError, redact, RetryableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, NeedsDecisionError, redact, RetryableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
@@ -239,7 +239,7 @@ export class InboxWorker {
     // tried as often as its most patient target allows: a route may allow more than its endpoint.
     const allowed = Math.max(retry.maxAttempts, ...routes.direct.map((t) => t.retry.maxAttempts));
     if (row.attemptCount > allowed) {
-      p.early = { error: new NeedsDecisionError(FAILURE.retriesExhausted, `attempt ${row.attemptCount} exceeds maxAttempts ${allowed} (earlier attempts did not finish)`), retry };
+      p.early = { error: new NeedsDecisionError(FAILURE.attemptsAbandoned, abandonedMessage(row.attemptCount, allowed)), retry };
       return p;
     }
     const handlers = this.d.handlers.match(row.provider, row.endpointId, row.eventType);

@@ -8,6 +8,7 @@ import { startWorkers } from '../../src/workers.js';
 import { chunkByHandlers } from '../../src/engine/inbox-worker.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { NeedsDecisionError, RetryableError } from '../../src/engine/failure.js';
+import { REQUEUE_CLASSES } from '../../src/cli/events.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -591,6 +592,38 @@ describeEachStore('processing engine', (kind) => {
     } finally {
       slow.closeAllConnections();
       await new Promise<void>((r) => slow.close(() => r()));
+    }
+  });
+
+  it('attempts that never finished (crashed or hung workers) end FAILED attempts_abandoned, apart from retries_exhausted: requeue technical leaves them, requeue abandoned sends them back', async () => {
+    let runs = 0;
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', () => {
+      runs++;
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    const id = (await send('evt_crasher')).json().inbox_id as string;
+    // Three workers claim it and die before settling (maxAttempts 3): each lease lapses unsettled.
+    for (let i = 1; i <= 3; i++) {
+      const claimed = await app.store.claimInbox(1, `crashed-worker-${i}`, 1, Date.now());
+      expect(claimed.map((c) => [c.inboxId, c.attemptCount])).toEqual([[id, i]]);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, endpoints: [endpoint()] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const failed = await waitFor(() => app!.store.getEvent(id).then((e) => (e?.status === 'FAILED' ? e : null)), 10_000, 'FAILED');
+      expect(failed).toMatchObject({ failureReason: 'attempts_abandoned', attemptCount: 4 });
+      expect(failed.lastError).toContain('attempt 4 exceeds maxAttempts 3: the last attempt never finished');
+      expect(runs).toBe(0); // not tried a fourth time
+      // The operator's routine bulk requeue of technical failures does not send a crasher back…
+      expect(await app.store.requeueFailed(REQUEUE_CLASSES.technical!, Date.now())).toBe(0);
+      expect((await app.store.getEvent(id))!.status).toBe('FAILED');
+      // …asking for the abandoned ones by name does, and the (fixed) worker processes it.
+      expect(await app.store.requeueFailed(REQUEUE_CLASSES.abandoned!, Date.now())).toBe(1);
+      await waitFor(() => app!.store.getEvent(id).then((e) => e?.status === 'PROCESSED'), 10_000, 'PROCESSED');
+      expect(runs).toBe(1);
+    } finally {
+      await workers.stop();
     }
   });
 
