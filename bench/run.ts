@@ -102,7 +102,12 @@ export const opts = {
   memory: !args['no-memory'],
   ladder: !args['no-ladder'],
   keepGoing: Boolean(args['keep-going']),
-  refine: num(args.refine, quick ? 0 : 2),
+  /**
+   * Bisection steps after a ladder's first failure (each stops early at 100 req/s apart). Four
+   * bring a 1,000-wide bracket to 100 (1,500, 1,300, 1,200, 1,100): with two, Express's bracket
+   * stayed 1,000-1,300 and the ≥3× verdict on PostgreSQL straddled 3× run after run.
+   */
+  refine: num(args.refine, quick ? 0 : 4),
   /**
    * Extra steps at scenario (a)'s rate for our targets, after their ladder: a p99 at 2,000 req/s
    * swings with the box from step to step, so one step cannot say whether the target holds.
