@@ -96,14 +96,22 @@ export class PgListener {
     });
     try {
       await client.connect();
-      await client.query(`LISTEN ${pg.escapeIdentifier(this.channel)}`);
+      // Listening from the moment the answer is read (the driver calls back as it reads it), not
+      // from the await's later turn: an error read in the same chunk (the backend terminated
+      // right after answering) is then reported as a lost listener, not as a failed attempt.
+      await new Promise<void>((resolve, reject) => {
+        client.query(`LISTEN ${pg.escapeIdentifier(this.channel)}`, (err) => {
+          if (err) return reject(err);
+          listening = true;
+          resolve();
+        });
+      });
     } catch (err) {
       drop(err as Error);
       return;
     }
     if (this.closed) return void client.end().catch(() => undefined);
-    if (dropped) return; // lost as its LISTEN was answered: the reconnect is already scheduled
-    listening = true;
+    if (dropped) return; // lost once its LISTEN was answered: reported, and the reconnect is already scheduled
     this.backoffMs = MIN_BACKOFF_MS;
     heardAt = performance.now();
     void checkLiveness();
