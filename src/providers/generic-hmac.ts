@@ -193,16 +193,10 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
  */
 function pathReader(configured: readonly (string | undefined)[]): (body: Buffer) => (path: string | undefined) => unknown {
   const paths = [...new Set(configured.filter((p): p is string => p !== undefined))];
-  let scan: ((body: Buffer) => unknown[]) | undefined;
-  try {
-    scan = jsonFields(paths);
-  } catch {
-    scan = undefined; // an array index or `length` segment: JSON.parse below
-  }
+  const scan = scannerFor(paths);
   if (scan) {
-    const read = scan;
     return (body) => {
-      const values = read(body);
+      const values = scan(body);
       return (path) => (path === undefined ? undefined : values[paths.indexOf(path)]);
     };
   }
@@ -210,4 +204,13 @@ function pathReader(configured: readonly (string | undefined)[]): (body: Buffer)
     const e = parseJsonObject(body);
     return (path) => (path === undefined ? undefined : pathValue(e, path));
   };
+}
+
+/** The scanner for `paths`, or undefined where one indexes an array or reads `length` (compilePaths refuses those). */
+function scannerFor(paths: readonly string[]): ((body: Buffer) => unknown[]) | undefined {
+  try {
+    return jsonFields(paths);
+  } catch {
+    return undefined;
+  }
 }
