@@ -12,6 +12,10 @@ export class TcpProxy {
   private pairs = new Set<[Socket, Socket]>();
   /** Set by silenceAt(); disarmed by the chunk it matches. */
   private trap: ((clientChunk: Buffer) => boolean) | undefined;
+  /** Set by cutAfterAnswer(); applies to every connection made after it. */
+  private cut: { readonly ask: (clientChunk: Buffer) => boolean; readonly answered: (serverChunk: Buffer) => boolean; readonly tail: Buffer } | undefined;
+  /** Connections cutAfterAnswer() has cut. */
+  cuts = 0;
   port = 0;
 
   constructor(private readonly targetPort: number, private readonly targetHost = '127.0.0.1') {}
@@ -26,8 +30,12 @@ export class TcpProxy {
         s.on('close', () => { this.sockets.delete(s); this.pairs.delete(pair); });
         s.on('error', () => { client.destroy(); upstream.destroy(); });
       }
+      let asked = false;
+      client.on('data', (chunk: Buffer) => {
+        if (!asked && this.cut?.ask(chunk)) asked = true;
+      });
       client.pipe(this.gate()).pipe(upstream);
-      upstream.pipe(client);
+      upstream.pipe(this.answers(() => asked, upstream)).pipe(client);
     });
     await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
     this.port = (this.server.address() as { port: number }).port;
@@ -58,6 +66,36 @@ export class TcpProxy {
    */
   silenceAt(match: (clientChunk: Buffer) => boolean): void {
     this.trap = match;
+  }
+
+  /**
+   * On every connection from now on: once the client sends a chunk that `ask` matches, what the
+   * server answers is held until a chunk `answered` matches, then handed over in one chunk with
+   * `tail` after it, and the connection is closed. The client reads the answer and what follows
+   * in one turn of its event loop: a server that answered and failed at once while the client
+   * was busy.
+   */
+  cutAfterAnswer(ask: (clientChunk: Buffer) => boolean, answered: (serverChunk: Buffer) => boolean, tail: Buffer): void {
+    this.cut = { ask, answered, tail };
+  }
+
+  /** Passes the server's bytes on, but for cutAfterAnswer()'s hold-and-cut once the client has asked. */
+  private answers(asked: () => boolean, upstream: Socket): Transform {
+    const held: Buffer[] = [];
+    const t = new Transform({
+      transform: (chunk: Buffer, _encoding, done) => {
+        const cut = this.cut;
+        if (!cut || !asked()) return done(null, chunk);
+        held.push(chunk);
+        if (!cut.answered(chunk)) return done();
+        this.cuts++;
+        done(null, Buffer.concat([...held, cut.tail]));
+        upstream.unpipe(t);
+        upstream.destroy();
+        t.end();
+      },
+    });
+    return t;
   }
 
   /** Passes a client's bytes on until silenceAt()'s trap matches one of its chunks. */
