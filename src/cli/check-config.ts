@@ -8,7 +8,7 @@ export async function runCheckConfig(configFile: string): Promise<number> {
   const config = loadConfigFile(configFile);
   const keyring = new KeyRing(config);
   // Destination secrets are the keyring's (reported once, with the others).
-  const opened = openDestinations(config.destinations, process.env, (id) => keyring.destinationKey(id));
+  const opened = openDestinations(config.destinations, process.env, { keys: (id) => keyring.destinationKey(id) });
   await closeAll(opened.destinations.values());
   const problems = [...keyring.problems, ...opened.problems, ...allRetired(config, Date.now())];
   if (problems.length > 0) {

@@ -1,11 +1,16 @@
 import { ConfigError } from '../errors.js';
+import { CIRCUIT_DEFAULTS, type CircuitOptions } from '../destinations/circuit.js';
 import type { DestinationType } from '../destinations/contract.js';
 import { asArray, asObject, child, optBool, optInt, optString, optStringArray, reqString, type Obj } from './read.js';
 import { parseSecretRef, resolveSecret, SecretUnavailableError, type SecretRef } from './secrets.js';
 
 /** Destinations are an explicit allowlist: nothing else is ever called or published to. */
 export type DestinationConfig =
-  | { readonly id: string; readonly type: 'http'; readonly url: string; readonly secret: SecretRef; readonly timeoutMs: number; readonly maxConnections: number }
+  | {
+    readonly id: string; readonly type: 'http'; readonly url: string; readonly secret: SecretRef; readonly timeoutMs: number; readonly maxConnections: number;
+    /** null = off (`circuitBreaker: false`): every delivery waits out its own timeout. */
+    readonly circuitBreaker: CircuitOptions | null;
+  }
   | { readonly id: string; readonly type: 'nats'; readonly url: string; readonly subject: string; readonly stream: string | undefined; readonly timeoutMs: number }
   | { readonly id: string; readonly type: 'rabbitmq'; readonly url: string; readonly exchange: string; readonly routingKey: string; readonly queue: string | undefined; readonly timeoutMs: number };
 
@@ -116,13 +121,13 @@ function forwardUrl(o: Obj, path: string, env: NodeJS.ProcessEnv): string {
 }
 
 function parseDestination(raw: unknown, path: string, env: NodeJS.ProcessEnv): DestinationConfig {
-  const base = asObject(raw, path, ['id', 'type', 'url', 'secret', 'timeoutMs', 'maxConnections', 'subject', 'stream', 'exchange', 'routingKey', 'queue']);
+  const base = asObject(raw, path, ['id', 'type', 'url', 'secret', 'timeoutMs', 'maxConnections', 'circuitBreaker', 'subject', 'stream', 'exchange', 'routingKey', 'queue']);
   const id = reqString(base, 'id', path);
   if (!ID_RE.test(id)) throw new ConfigError(child(path, 'id'), 'must be 1-64 characters of A-Z a-z 0-9 _ . -');
   const type = reqString(base, 'type', path);
   if (!(TYPES as readonly string[]).includes(type)) throw new ConfigError(child(path, 'type'), `must be one of: ${TYPES.join(', ')}`);
   const allowed: Record<DestinationType, string[]> = {
-    http: ['id', 'type', 'url', 'secret', 'timeoutMs', 'maxConnections'],
+    http: ['id', 'type', 'url', 'secret', 'timeoutMs', 'maxConnections', 'circuitBreaker'],
     nats: ['id', 'type', 'url', 'subject', 'stream', 'timeoutMs'],
     rabbitmq: ['id', 'type', 'url', 'exchange', 'routingKey', 'queue', 'timeoutMs'],
   };
@@ -134,6 +139,7 @@ function parseDestination(raw: unknown, path: string, env: NodeJS.ProcessEnv): D
         id, type: 'http', url: forwardUrl(o, path, env), secret: parseSecretRef(o.secret, child(path, 'secret')), timeoutMs,
         // Requests one process has open to the user's service: a drained backlog must not arrive as hundreds at once.
         maxConnections: optInt(o, 'maxConnections', path, 1, 1024) ?? 32,
+        circuitBreaker: circuitBreaker(o.circuitBreaker, child(path, 'circuitBreaker')),
       };
     case 'nats':
       return { id, type: 'nats', url: url(o, path, ['nats:', 'tls:'], env), subject: template(o, 'subject', path, 'webhooks.{provider}.{type}'), stream: optString(o, 'stream', path), timeoutMs };
@@ -143,6 +149,19 @@ function parseDestination(raw: unknown, path: string, env: NodeJS.ProcessEnv): D
         routingKey: template(o, 'routingKey', path, 'webhooks.{provider}.{type}'), queue: optString(o, 'queue', path), timeoutMs,
       };
   }
+}
+
+/** `false` = off; absent = the defaults; an object overrides them. */
+function circuitBreaker(v: unknown, path: string): CircuitOptions | null {
+  if (v === false) return null;
+  if (v !== undefined && v !== true && (v === null || typeof v !== 'object' || Array.isArray(v))) {
+    throw new ConfigError(path, 'must be false (off), true (the defaults) or an object with failures, cooldownMs');
+  }
+  const o = asObject(typeof v === 'object' ? v : {}, path, ['failures', 'cooldownMs']);
+  return {
+    failures: optInt(o, 'failures', path, 1, 1000) ?? CIRCUIT_DEFAULTS.failures,
+    cooldownMs: optInt(o, 'cooldownMs', path, 100, 3_600_000) ?? CIRCUIT_DEFAULTS.cooldownMs,
+  };
 }
 
 export function parseDestinations(v: unknown, env: NodeJS.ProcessEnv): DestinationConfig[] {

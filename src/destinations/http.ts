@@ -5,8 +5,12 @@ import type { DestinationConfig } from '../config/engine.js';
 import { Budget } from '../engine/budget.js';
 import { FAILURE, NeedsDecisionError, RetryableError } from '../engine/failure.js';
 import { signStandard } from '../providers/standard-webhooks.js';
+import { Circuit } from './circuit.js';
 import type { DeliveryEvent, Destination } from './contract.js';
 import { closedError, describe } from './util.js';
+
+/** Told when a destination's circuit opens (after `failures` timeouts in a row) or closes. */
+export type CircuitListener = (destination: string, open: boolean, failures: number) => void;
 
 export type HttpDestinationConfig = Extract<DestinationConfig, { type: 'http' }>;
 
@@ -30,7 +34,9 @@ const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEO
  * `http_<status>`.
  *
  * At most `maxConnections` requests are open at once (a batch of hundreds of events waits its
- * turn); an event's deadline starts when its request does, so waiting is not a timeout.
+ * turn); an event's deadline starts when its request does, so waiting is not a timeout. A service
+ * that stops answering (timeouts) opens the destination's circuit (circuit.ts): its deliveries
+ * then fail at once (`destination_down`) instead of holding the workers' places for a timeout each.
  *
  * `key` gives the decoded signing key at each delivery (registry.ts: the KeyRing's, so a reloaded
  * secret signs the next delivery), or throws a RetryableError while there is none.
@@ -43,12 +49,15 @@ export class HttpDestination implements Destination {
   private readonly authorization: string | undefined;
   private readonly timeoutMs: number;
   private readonly slots: Budget;
+  private readonly circuit: Circuit | undefined;
   private closed = false;
 
-  constructor(config: HttpDestinationConfig, private readonly key: () => Buffer) {
+  constructor(config: HttpDestinationConfig, private readonly key: () => Buffer, onCircuit?: CircuitListener) {
     this.id = config.id;
     this.timeoutMs = config.timeoutMs;
     this.slots = new Budget(config.maxConnections);
+    this.circuit = config.circuitBreaker === null ? undefined
+      : new Circuit(config.circuitBreaker, (open, failures) => onCircuit?.(this.id, open, failures), config.timeoutMs);
     const u = new URL(config.url);
     this.path = `${u.pathname}${u.search}`;
     // Credentials in the URL become Basic auth; they never reach an error message.
@@ -71,14 +80,23 @@ export class HttpDestination implements Destination {
       throw new NeedsDecisionError(FAILURE.payloadUnavailable, `http destination "${this.id}": the raw payload of ${event.inboxId} is no longer stored`);
     }
     const key = this.key();
+    let probe = this.admit();
     // Signed once a connection slot is ours: a delivery queued behind slow ones must not arrive
     // with a timestamp the receiver already finds stale.
     await this.slots.reserve(1);
+    // The circuit may have opened while this one waited (behind the requests that opened it).
+    try {
+      probe ||= this.admit();
+    } catch (err) {
+      this.slots.release(1);
+      throw err;
+    }
     // One deadline for the whole exchange: connect, headers and body.
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(), this.timeoutMs);
     let status: number | undefined;
     let retryAfter: string | string[] | undefined;
+    let failure: RetryableError | undefined;
     try {
       if (this.closed) throw closedError(this.type, this.id);
       const timestamp = Math.floor(Date.now() / 1000);
@@ -101,16 +119,28 @@ export class HttpDestination implements Destination {
     } catch (err) {
       const timedOut = ac.signal.aborted || TIMEOUT_CODES.has((err as { code?: string }).code ?? '');
       // A non-2xx answer has failed however its body ended (unless it stalled): its status says why, below.
-      if (timedOut || status === undefined || isSuccess(status)) throw this.failure(err, timedOut, status);
+      if (timedOut || status === undefined || isSuccess(status)) throw (failure = this.failure(err, timedOut, status));
     } finally {
       clearTimeout(timer);
       this.slots.release(1);
+      // Only a timeout held a place for nothing; a close (the gateway stopping) says nothing.
+      if (failure?.reason === 'timeout') this.circuit?.timedOut(probe);
+      else if (failure?.reason === 'destination_closed') this.circuit?.released(probe);
+      else this.circuit?.responsive();
     }
     if (isSuccess(status)) return;
     const note = status >= 300 && status < 400 ? ' (redirects are not followed)' : '';
     const retryAfterMs = status === 429 || status === 503 ? retryAfterDelayMs(retryAfter, Date.now()) : undefined;
     const wait = retryAfterMs === undefined ? '' : ` (Retry-After: ${Math.round(retryAfterMs / 1000)} s)`;
     throw new RetryableError(`http_${status}`, `http destination "${this.id}" answered HTTP ${status}${note}${wait}`, { retryAfterMs });
+  }
+
+  /** Whether this delivery may go (true: as the circuit's probe); throws `destination_down` if not. */
+  private admit(): boolean {
+    const a = this.circuit?.admit();
+    if (a === undefined || a.go === 'yes') return false;
+    if (a.go === 'probe') return true;
+    throw new RetryableError(FAILURE.destinationDown, `http destination "${this.id}" is not answering: circuit open, no request sent (next probe in ${Math.ceil(a.waitMs / 1000)} s)`, { retryAfterMs: a.waitMs });
   }
 
   /** Why an exchange ended without a complete answer (`status`: the one it began with, if any). */

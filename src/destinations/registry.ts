@@ -3,29 +3,36 @@ import { resolveSecret } from '../config/secrets.js';
 import { RetryableError } from '../engine/failure.js';
 import { standardSecretAt } from '../providers/standard-webhooks.js';
 import type { Destination } from './contract.js';
-import { HttpDestination } from './http.js';
+import { HttpDestination, type CircuitListener } from './http.js';
 import { NatsDestination } from './nats.js';
 import { RabbitMqDestination } from './rabbitmq.js';
 
 /** A running server's HTTP destination keys, as its KeyRing last loaded them (re-read on SIGHUP). */
 export type DestinationKeys = (id: string) => Buffer | undefined;
 
+export interface DestinationHooks {
+  readonly keys?: DestinationKeys;
+  /** An HTTP destination's circuit opened or closed (for the log and a gauge). */
+  readonly onCircuit?: CircuitListener;
+}
+
 /**
  * Builds the destination for one config entry. Nothing connects here: brokers connect on the
- * first delivery. An HTTP destination signs with `keys(id)` at each delivery, so a reloaded
+ * first delivery. An HTTP destination signs with `hooks.keys(id)` at each delivery, so a reloaded
  * secret applies to the next one; while it is missing, deliveries fail retryably
- * (`destination_unavailable`). Without `keys` (tests, one-off use) its secret is resolved here,
+ * (`destination_unavailable`). Without `hooks.keys` (tests, one-off use) its secret is resolved here,
  * once. Throws SecretUnavailableError / ConfigError, whose messages name the config path and
  * never a secret value.
  */
-export function createDestination(config: DestinationConfig, env: NodeJS.ProcessEnv = process.env, keys?: DestinationKeys): Destination {
+export function createDestination(config: DestinationConfig, env: NodeJS.ProcessEnv = process.env, hooks: DestinationHooks = {}): Destination {
   switch (config.type) {
     case 'http': {
+      const { keys } = hooks;
       if (keys) {
-        return new HttpDestination(config, () => keys(config.id) ?? unloadedKey(config.id, config.secret.path));
+        return new HttpDestination(config, () => keys(config.id) ?? unloadedKey(config.id, config.secret.path), hooks.onCircuit);
       }
       const key = standardSecretAt(resolveSecret(config.secret, env), config.secret.path);
-      return new HttpDestination(config, () => key);
+      return new HttpDestination(config, () => key, hooks.onCircuit);
     }
     case 'nats':
       return new NatsDestination(config);
@@ -39,17 +46,17 @@ function unloadedKey(id: string, path: string): never {
 }
 
 /**
- * Every configured destination by id. One that cannot be built (without `keys`: an HTTP one
+ * Every configured destination by id. One that cannot be built (without `hooks.keys`: an HTTP one
  * whose secret is missing) does not stop the others or the ingress: it stands in as a
  * destination whose every delivery fails retryably with the reason, so its events wait — and
  * `problems` names the config path.
  */
-export function openDestinations(configs: readonly DestinationConfig[], env: NodeJS.ProcessEnv = process.env, keys?: DestinationKeys): { destinations: Map<string, Destination>; problems: string[] } {
+export function openDestinations(configs: readonly DestinationConfig[], env: NodeJS.ProcessEnv = process.env, hooks: DestinationHooks = {}): { destinations: Map<string, Destination>; problems: string[] } {
   const destinations = new Map<string, Destination>();
   const problems: string[] = [];
   for (const c of configs) {
     try {
-      destinations.set(c.id, createDestination(c, env, keys));
+      destinations.set(c.id, createDestination(c, env, hooks));
     } catch (err) {
       const message = (err as Error).message;
       problems.push(`destination ${c.id}: ${message}`);

@@ -61,7 +61,14 @@ export class Engine {
     const { config, store, log } = o;
     this.owner = o.owner ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
     this.metrics = engineMetrics(o.registry);
-    const opened = openDestinations(config.destinations, o.env, (id) => o.keyring.destinationKey(id));
+    const opened = openDestinations(config.destinations, o.env, {
+      keys: (id) => o.keyring.destinationKey(id),
+      onCircuit: (destination, open, failures) => {
+        this.metrics.circuitOpen.set([destination], open ? 1 : 0);
+        if (open) log.warn({ destination, failures }, 'http destination is not answering: circuit open, its deliveries fail at once (destination_down) until a probe gets an answer');
+        else log.info({ destination }, 'http destination answered again: circuit closed');
+      },
+    });
     this.destinations = opened.destinations;
     this.problems = opened.problems;
     for (const p of this.problems) log.error({ problem: p }, 'destination unavailable; its events wait and retry');

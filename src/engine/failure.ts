@@ -35,6 +35,8 @@ export const FAILURE = {
   schemaError: 'schema_error',
   payloadUnavailable: 'payload_unavailable',
   unsupportedEffect: 'unsupported_effect',
+  /** An HTTP destination's circuit is open (destinations/circuit.ts): the delivery was not sent. */
+  destinationDown: 'destination_down',
 } as const;
 
 /** Reasons `requeue --reason technical` may send back: the ones a later attempt can fix. */

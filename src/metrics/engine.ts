@@ -11,6 +11,7 @@ export function engineMetrics(registry: Registry) {
     bodies: registry.register(new Counter('webhook_worker_bodies_total', 'Event bodies a worker opened, by where it got them: memory (accepted by this process moments before) or store.', ['source'])),
     bodyBytes: registry.register(new Gauge('webhook_worker_body_bytes', 'Stored event body bytes the inbox worker holds now (counted twice: ciphertext and plaintext); bounded by workers.maxInFlightBodyBytes.')),
     effects: registry.register(new Counter('webhook_effect_attempts_total', 'Effect executions by result and reason.', ['result', 'reason'])),
+    circuitOpen: registry.register(new Gauge('webhook_destination_circuit_open', 'HTTP destinations whose circuit is open (1): they stopped answering, and their deliveries fail at once (destination_down) until a probe after circuitBreaker.cooldownMs gets an answer.', ['destination'])),
     relay: registry.register(new Counter('webhook_relay_publishes_total', 'Outbox relay publishes by destination and result.', ['destination', 'result'])),
     relayParked: registry.register(new Counter('webhook_relay_parked_total', 'Outbox rows parked because a destination refused them for good (e.g. routing_key_too_long), by destination and reason; they wait for webhook-inbox outbox requeue.', ['destination', 'reason'])),
     relayUnrouted: registry.register(new Counter('webhook_relay_unrouted_total', 'Outbox rows marked published with no publish: their broker route was removed from the config after the event was accepted.', ['endpoint'])),

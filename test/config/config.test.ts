@@ -43,6 +43,10 @@ describe('config validation names the bad path', () => {
     ['workers.effectsConcurrency over concurrency', { ...base(), workers: { concurrency: 8, effectsConcurrency: 9 } }, /^workers\.effectsConcurrency: must be ≤ concurrency \(8\)/],
     ['workers.maxInFlightBodyBytes below 64 KiB', { ...base(), workers: { maxInFlightBodyBytes: 1000 } }, /^workers\.maxInFlightBodyBytes: must be an integer from 65536/],
     ['http destination maxConnections 0', { ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc', maxConnections: 0 }] }, /^destinations\[0\]\.maxConnections: must be an integer from 1/],
+    ['http destination circuitBreaker not an object', { ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc', circuitBreaker: 'off' }] }, /^destinations\[0\]\.circuitBreaker: must be false \(off\), true \(the defaults\) or an object/],
+    ['http destination circuitBreaker.failures 0', { ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc', circuitBreaker: { failures: 0 } }] }, /^destinations\[0\]\.circuitBreaker\.failures: must be an integer from 1/],
+    ['http destination circuitBreaker unknown key', { ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc', circuitBreaker: { threshold: 3 } }] }, /^destinations\[0\]\.circuitBreaker\.threshold: unknown key/],
+    ['circuitBreaker on a nats destination', { ...base(), destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:4222', subject: 's', circuitBreaker: false }] }, /^destinations\[0\]\.circuitBreaker: unknown key/],
     ['maxConnections on a nats destination', { ...base(), destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:4222', subject: 's', maxConnections: 4 }] }, /^destinations\[0\]\.maxConnections: unknown key/],
     ['groupCommit.maxBatchBytes below 64 KiB', { ...base(), groupCommit: { maxBatchBytes: 1000 } }, /^groupCommit\.maxBatchBytes: must be an integer from 65536/],
     ['offloadBodyBytes negative', { ...base(), limits: { offloadBodyBytes: -1 } }, /^limits\.offloadBodyBytes: must be an integer/],
@@ -94,7 +98,11 @@ describe('config validation names the bad path', () => {
     expect(c.limits.minBodyBytesPerSecond).toBe(64 * 1024);
     expect(c.groupCommit).toEqual({ maxBatch: 256, maxBatchBytes: 4 * 1024 * 1024, maxWaitMs: undefined, maxInFlight: undefined, commitTimeoutMs: 10_000 });
     const withForward = parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }] }, {});
-    expect(withForward.destinations[0]).toMatchObject({ timeoutMs: 10_000, maxConnections: 32 });
+    expect(withForward.destinations[0]).toMatchObject({ timeoutMs: 10_000, maxConnections: 32, circuitBreaker: { failures: 5, cooldownMs: 30_000 } });
+    const forward = (circuitBreaker: unknown) => parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc', circuitBreaker }] }, {}).destinations[0];
+    expect(forward(false)).toMatchObject({ circuitBreaker: null });
+    expect(forward(true)).toMatchObject({ circuitBreaker: { failures: 5, cooldownMs: 30_000 } });
+    expect(forward({ cooldownMs: 5000 })).toMatchObject({ circuitBreaker: { failures: 5, cooldownMs: 5000 } });
     expect(c.workers).toMatchObject({ enabled: true, concurrency: 512, batchSize: 256, maxInFlightBodyBytes: 64 * 1024 * 1024, leaseMs: 30_000, gatherMs: 30, effectsConcurrency: 128 });
     expect(parseConfig({ ...base(), workers: { concurrency: 16 } }, {}).workers.effectsConcurrency).toBe(16);
     // GitHub caps payloads at 25 MB and never retries: its adapter default follows that cap.

@@ -5,7 +5,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { DestinationConfig } from '../../src/config/engine.js';
 import { parseSecretRef, SecretUnavailableError } from '../../src/config/secrets.js';
 import type { DeliveryEvent, Destination } from '../../src/destinations/contract.js';
-import { closeAll, createDestination } from '../../src/destinations/registry.js';
+import { CIRCUIT_DEFAULTS } from '../../src/destinations/circuit.js';
+import { closeAll, createDestination, type DestinationHooks } from '../../src/destinations/registry.js';
 import { retryAfterDelayMs } from '../../src/destinations/http.js';
 import { NeedsDecisionError, RetryableError } from '../../src/engine/failure.js';
 import { ConfigError } from '../../src/errors.js';
@@ -62,8 +63,8 @@ afterEach(async () => {
   for (const s of sockets) s.destroy();
 });
 
-function destination(over: Partial<Extract<DestinationConfig, { type: 'http' }>> = {}, env: NodeJS.ProcessEnv = {}): Destination {
-  const d = createDestination({ id: 'fwd', type: 'http', url: `${base}/hooks/in?x=1`, secret: parseSecretRef(SECRET, 'destinations[0].secret'), timeoutMs: 2000, maxConnections: 32, ...over }, env);
+function destination(over: Partial<Extract<DestinationConfig, { type: 'http' }>> = {}, env: NodeJS.ProcessEnv = {}, hooks: DestinationHooks = {}): Destination {
+  const d = createDestination({ id: 'fwd', type: 'http', url: `${base}/hooks/in?x=1`, secret: parseSecretRef(SECRET, 'destinations[0].secret'), timeoutMs: 2000, maxConnections: 32, circuitBreaker: CIRCUIT_DEFAULTS, ...over }, env, hooks);
   open.push(d);
   return d;
 }
@@ -206,6 +207,82 @@ describe('http destination', () => {
     expect(err.reason).toBe('timeout');
     expect(elapsed).toBeGreaterThanOrEqual(350);
     expect(elapsed).toBeLessThan(1500);
+  });
+
+  describe('circuit breaker', () => {
+    const reasons = (results: PromiseSettledResult<void>[]) => results.map((r) => (r.status === 'fulfilled' ? 'delivered' : (r.reason as RetryableError).reason));
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+    it('a service that stops answering opens it: the deliveries waiting for a connection then fail at once without a request, and so do new ones until the cooldown', async () => {
+      const changes: [string, boolean, number][] = [];
+      const d = destination({ timeoutMs: 300, maxConnections: 2, circuitBreaker: { failures: 1, cooldownMs: 60_000 } }, {}, { onCircuit: (...c) => changes.push(c) });
+      handler = () => undefined; // never answers
+      // Two requests open, four waiting behind them: the first timeout opens the circuit, the other
+      // open request (sent before) still times out, and the four waiting never go.
+      const results = await Promise.allSettled(Array.from({ length: 6 }, (_, i) => d.deliver(event(`dead-${i}`))));
+      expect(reasons(results)).toEqual(['timeout', 'timeout', 'destination_down', 'destination_down', 'destination_down', 'destination_down']);
+      expect(received).toHaveLength(2);
+      expect(changes).toEqual([['fwd', true, 1]]);
+      const later = await failureOf(d.deliver(event('later')));
+      expect(later.reason).toBe('destination_down');
+      expect(later.message).toMatch(/^http destination "fwd" is not answering: circuit open, no request sent \(next probe in (59|60) s\)$/);
+      // Its retry is not due before the probe may go (the retry policy's cap still bounds it).
+      expect((later as RetryableError).retryAfterMs).toBeGreaterThan(59_000);
+      expect(received).toHaveLength(2);
+    });
+
+    it('after the cooldown one delivery goes as a probe while the others still fail at once; its answer closes the circuit', async () => {
+      const changes: [string, boolean, number][] = [];
+      const d = destination({ timeoutMs: 300, circuitBreaker: { failures: 1, cooldownMs: 500 } }, {}, { onCircuit: (...c) => changes.push(c) });
+      handler = () => undefined;
+      expect((await failureOf(d.deliver(event('first')))).reason).toBe('timeout');
+      // A probe that gets no answer opens it for another cooldown.
+      await sleep(550);
+      expect(reasons(await Promise.allSettled([d.deliver(event('probe-1')), d.deliver(event('beside-1'))]))).toEqual(['timeout', 'destination_down']);
+      expect(received.map((r) => r.headers['webhook-id'])).toEqual(['first', 'probe-1']);
+      expect((await failureOf(d.deliver(event('in-cooldown')))).reason).toBe('destination_down');
+      await sleep(550);
+      handler = (_req, res) => setTimeout(() => res.end('ok'), 100);
+      expect(reasons(await Promise.allSettled([d.deliver(event('probe-2')), d.deliver(event('beside-2'))]))).toEqual(['delivered', 'destination_down']);
+      expect(changes).toEqual([['fwd', true, 1], ['fwd', false, 0]]);
+      // Closed: deliveries go again, side by side.
+      expect(reasons(await Promise.allSettled([d.deliver(event('after-1')), d.deliver(event('after-2'))]))).toEqual(['delivered', 'delivered']);
+      expect(received.map((r) => r.headers['webhook-id'])).toEqual(['first', 'probe-1', 'probe-2', 'after-1', 'after-2']);
+    });
+
+    it('any answer, even a 500, resets the count: only timeouts in a row open the circuit', async () => {
+      const d = destination({ timeoutMs: 300, circuitBreaker: { failures: 2, cooldownMs: 60_000 } });
+      const answers = [() => undefined, (res: ServerResponse) => { res.statusCode = 500; res.end(); }, () => undefined, (res: ServerResponse) => res.end('ok')];
+      let n = 0;
+      handler = (_req, res) => answers[n++]!(res);
+      const seen: string[] = [];
+      for (let i = 0; i < 4; i++) seen.push(await d.deliver(event(`mixed-${i}`)).then(() => 'delivered', (e: RetryableError) => e.reason));
+      expect(seen).toEqual(['timeout', 'http_500', 'timeout', 'delivered']);
+      expect(received).toHaveLength(4);
+    });
+
+    it('a refused connection fails fast and holds no place: it does not open the circuit, so the service is delivered to as soon as it is back', async () => {
+      const port = await closedPort();
+      const d = destination({ url: `http://127.0.0.1:${port}/hooks`, circuitBreaker: { failures: 1, cooldownMs: 60_000 } });
+      const results = await Promise.allSettled(Array.from({ length: 3 }, (_, i) => d.deliver(event(`refused-${i}`))));
+      expect(reasons(results)).toEqual(['connection', 'connection', 'connection']);
+      const back = createServer((req, res) => req.resume().on('end', () => res.end('ok')));
+      await new Promise<void>((r) => back.listen(port, '127.0.0.1', r));
+      try {
+        await d.deliver(event('back'));
+      } finally {
+        back.closeAllConnections();
+        await new Promise<void>((r) => back.close(() => r()));
+      }
+    });
+
+    it('circuitBreaker: false keeps it off: every delivery waits out its own timeout', async () => {
+      const d = destination({ timeoutMs: 300, maxConnections: 2, circuitBreaker: null });
+      handler = () => undefined;
+      const results = await Promise.allSettled(Array.from({ length: 4 }, (_, i) => d.deliver(event(`off-${i}`))));
+      expect(reasons(results)).toEqual(['timeout', 'timeout', 'timeout', 'timeout']);
+      expect(received).toHaveLength(4);
+    });
   });
 
   it('the deadline covers the answer body too', async () => {

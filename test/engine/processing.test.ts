@@ -13,7 +13,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { configDoc, PAYLOAD_KEY, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
-import { DestinationServer, FAST_WORKERS, FORWARD_SECRET, waitFor } from '../helpers/engine.js';
+import { DestinationServer, FAST_WORKERS, FORWARD_SECRET, scrapeMetrics, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
@@ -592,6 +592,55 @@ describeEachStore('processing engine', (kind) => {
     } finally {
       slow.closeAllConnections();
       await new Promise<void>((r) => slow.close(() => r()));
+    }
+  });
+
+  it('a destination that stops answering does not hold the workers: once its circuit opens, its queued forwards fail at once (destination_down, no request) and the places go to other events', async () => {
+    await dest.start();
+    // The dead service takes every request and never answers.
+    const requests: ServerResponse[] = [];
+    const dead = createServer((req, res) => {
+      req.resume();
+      requests.push(res);
+    });
+    await new Promise<void>((r) => dead.listen(0, '127.0.0.1', r));
+    try {
+      const routes = [{ events: ['payment_intent.*'], destination: 'dead' }, { events: ['invoice.*'], destination: 'orders-api' }];
+      app = await startTestApp(kind, {
+        ...FAST_WORKERS,
+        // Four places: the four events for the dead service fill them (one request open, three waiting for its one connection).
+        workers: { ...FAST_WORKERS.workers, concurrency: 4, batchSize: 4 },
+        destinations: [
+          { id: 'dead', type: 'http', url: `http://127.0.0.1:${(dead.address() as AddressInfo).port}/hooks`, secret: FORWARD_SECRET, timeoutMs: 1000, maxConnections: 1, circuitBreaker: { failures: 1, cooldownMs: 60_000 } },
+          { id: 'orders-api', type: 'http', url: dest.url, secret: FORWARD_SECRET, timeoutMs: 5000 },
+        ],
+        endpoints: [endpoint({ routes })],
+      }, {}, { workers: true });
+      const toDead: string[] = [];
+      for (let i = 0; i < 4; i++) toDead.push((await send(`evt_dead_${i}`)).json().inbox_id as string);
+      const healthy = (await send('evt_healthy', 'invoice.paid')).json().inbox_id as string;
+      const event = (id: string) => app!.store.getEvent(id);
+      await waitFor(async () => (await event(healthy))?.status === 'PROCESSED', 10_000, 'the healthy destination\'s event PROCESSED');
+      expect(dest.keys()).toEqual(new Set([healthy]));
+      // Every attempt after the one timeout failed without a request (maxAttempts 3 each; without the
+      // circuit, each of the 12 attempts would have sent one and waited out its second).
+      const failed = await waitFor(async () => {
+        const rows = await Promise.all(toDead.map(event));
+        return rows.every((e) => e?.status === 'FAILED') ? rows : null;
+      }, 10_000, 'the dead destination\'s events FAILED');
+      expect(requests).toHaveLength(1);
+      for (const e of failed) {
+        expect(e).toMatchObject({ failureReason: 'retries_exhausted', attemptCount: 3 });
+        expect(e!.lastError).toContain('[destination_down]');
+        expect(e!.lastError).toContain('http destination "dead" is not answering: circuit open, no request sent');
+      }
+      const metric = await scrapeMetrics(app.url);
+      expect(metric('webhook_destination_circuit_open', 'destination="dead"')).toBe(1);
+      expect(metric('webhook_worker_attempts_total', 'reason="destination_down"')).toBeGreaterThanOrEqual(7);
+    } finally {
+      for (const res of requests) res.destroy();
+      dead.closeAllConnections();
+      await new Promise<void>((r) => dead.close(() => r()));
     }
   });
 
