@@ -23,6 +23,9 @@ export function parseSecretRef(v: unknown, path: string): SecretRef {
   return m[1] === 'env' ? { kind: 'env', name: m[2]!, path } : { kind: 'file', file: m[2]!, path };
 }
 
+/** How often a running process re-reads secrets that did not load (crypto/keyring.ts keepSecretsCurrent). */
+export const SECRET_RETRY_MS = 10_000;
+
 /** Thrown when a referenced secret cannot be read; the message names the config path, never the value. */
 export class SecretUnavailableError extends Error {
   constructor(readonly path: string, readonly detail: string) {

@@ -1,6 +1,6 @@
 import { statSync } from 'node:fs';
 import type { Config } from '../config/schema.js';
-import { resolveSecret, SecretUnavailableError, type SecretRef } from '../config/secrets.js';
+import { resolveSecret, SECRET_RETRY_MS, SecretUnavailableError, type SecretRef } from '../config/secrets.js';
 import type { TrustedKey } from './hmac.js';
 import { decodeBase64, isRetired } from './hmac.js';
 import { PayloadCipher } from './payload-cipher.js';
@@ -142,7 +142,7 @@ function fingerprint(files: readonly string[]): string {
  * without a restart), or when a secret file changed (a rotation applies, a removal takes its
  * endpoint offline). serve and work alike; SIGHUP does the same at once. Returns the stop function.
  */
-export function keepSecretsCurrent(keyring: KeyRing, log: { info(msg: string): void; warn(obj: object, msg: string): void }, everyMs = 10_000): () => void {
+export function keepSecretsCurrent(keyring: KeyRing, log: { info(msg: string): void; warn(obj: object, msg: string): void }, everyMs = SECRET_RETRY_MS): () => void {
   const timer = setInterval(() => {
     if (keyring.ready && !keyring.filesChanged()) return;
     const wasReady = keyring.ready;

@@ -1,6 +1,6 @@
 import type { DestinationConfig } from '../config/engine.js';
 import { resolveSecret } from '../config/secrets.js';
-import { RetryableError } from '../engine/failure.js';
+import { awaitingSetup } from '../engine/failure.js';
 import { standardSecretAt } from '../providers/standard-webhooks.js';
 import type { Destination } from './contract.js';
 import { HttpDestination, type CircuitListener } from './http.js';
@@ -20,7 +20,7 @@ export interface DestinationHooks {
  * Builds the destination for one config entry. Nothing connects here: brokers connect on the
  * first delivery. An HTTP destination signs with `hooks.keys(id)` at each delivery, so a reloaded
  * secret applies to the next one; while it is missing, deliveries fail retryably
- * (`destination_unavailable`). Without `hooks.keys` (tests, one-off use) its secret is resolved here,
+ * (`destination_unavailable`, spending no attempt: the events wait for it). Without `hooks.keys` (tests, one-off use) its secret is resolved here,
  * once. Throws SecretUnavailableError / ConfigError, whose messages name the config path and
  * never a secret value.
  */
@@ -42,7 +42,7 @@ export function createDestination(config: DestinationConfig, env: NodeJS.Process
 }
 
 function unloadedKey(id: string, path: string): never {
-  throw new RetryableError('destination_unavailable', `http destination "${id}": its signing secret (${path}) is not loaded; retried every 10 s and on SIGHUP`);
+  throw awaitingSetup('destination_unavailable', `http destination "${id}": its signing secret (${path}) is not loaded; retried every 10 s and on SIGHUP`);
 }
 
 /**
@@ -63,7 +63,7 @@ export function openDestinations(configs: readonly DestinationConfig[], env: Nod
       destinations.set(c.id, {
         id: c.id,
         type: c.type,
-        deliver: () => Promise.reject(new RetryableError('destination_unavailable', message)),
+        deliver: () => Promise.reject(awaitingSetup('destination_unavailable', message)),
         close: () => Promise.resolve(),
       });
     }

@@ -1,3 +1,5 @@
+import { SECRET_RETRY_MS } from '../config/secrets.js';
+
 /**
  * Failure classes of a processing attempt. Technical trouble (timeouts, 5xx, connection loss,
  * deadlocks) is worth retrying; a "needs decision" failure (unknown object, amount mismatch,
@@ -8,10 +10,22 @@ export class RetryableError extends Error {
   override readonly name = 'RetryableError';
   /** Not before this long (a destination's `Retry-After`); the retry policy's cap still bounds it. */
   readonly retryAfterMs: number | undefined;
-  constructor(readonly reason: string, message: string, options?: ErrorOptions & { retryAfterMs?: number }) {
+  /**
+   * False: the failure is this gateway's own setup (a payload key or a destination secret not
+   * loaded), not the event's nor its destination's. The event waits for the operator without
+   * spending its attempts: it must not end FAILED for a key that a fixed mount brings back.
+   */
+  readonly countsAsAttempt: boolean;
+  constructor(readonly reason: string, message: string, options?: ErrorOptions & { retryAfterMs?: number; countsAsAttempt?: boolean }) {
     super(message, options);
     this.retryAfterMs = options?.retryAfterMs;
+    this.countsAsAttempt = options?.countsAsAttempt ?? true;
   }
+}
+
+/** A setup failure (RetryableError countsAsAttempt false): the event waits for a secret to load. */
+export function awaitingSetup(reason: string, message: string): RetryableError {
+  return new RetryableError(reason, message, { retryAfterMs: SECRET_RETRY_MS, countsAsAttempt: false });
 }
 
 export class NeedsDecisionError extends Error {
@@ -52,6 +66,8 @@ export interface Classified {
   readonly reason: string;
   /** The failure asked for at least this long before the next attempt (RetryableError.retryAfterMs). */
   readonly retryAfterMs?: number;
+  /** False: a setup failure that does not spend an attempt (RetryableError.countsAsAttempt). */
+  readonly countsAsAttempt: boolean;
   /** One line, bounded, for `last_error`. */
   readonly message: string;
 }
@@ -65,9 +81,9 @@ const MAX_ERROR_CHARS = 500;
  */
 export function classify(err: unknown): Classified {
   const message = redact(err);
-  if (err instanceof NeedsDecisionError) return { retryable: false, reason: err.reason, message };
-  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message, retryAfterMs: err.retryAfterMs };
-  return { retryable: true, reason: 'error', message };
+  if (err instanceof NeedsDecisionError) return { retryable: false, reason: err.reason, message, countsAsAttempt: true };
+  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message, retryAfterMs: err.retryAfterMs, countsAsAttempt: err.countsAsAttempt };
+  return { retryable: true, reason: 'error', message, countsAsAttempt: true };
 }
 
 export function redact(err: unknown): string {

@@ -12,7 +12,7 @@ import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
-import { abandonedMessage, classify, FAILURE, NeedsDecisionError, redact, RetryableError } from './failure.js';
+import { abandonedMessage, awaitingSetup, classify, FAILURE, NeedsDecisionError, redact, RetryableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
@@ -71,6 +71,15 @@ interface Plan {
   settled?: Settlement;
   /** The failure it was settled for (a handler's included), for the metrics' reason. */
   settledFailure?: Failure;
+}
+
+/**
+ * The failure an attempt settles with: the first, unless that one spends no attempt (a key not
+ * loaded) and a later one does: a handler that failed on its own must not get a free retry.
+ */
+function firstFailure(kept: Failure | undefined, next: Failure): Failure {
+  if (kept === undefined) return next;
+  return classify(kept.error).countsAsAttempt || !classify(next.error).countsAsAttempt ? kept : next;
 }
 
 /** Processed markers as a set of `<logical key>\u0000<consumer>` strings. */
@@ -371,8 +380,8 @@ export class InboxWorker {
     if (released) throw new Error('this event\'s attempt is over: its body is no longer held (read it while the handler runs)');
     if (!sealed) throw new NeedsDecisionError(FAILURE.payloadUnavailable, 'the raw payload was purged');
     const cipher = this.d.cipher();
-    if (!cipher) throw new RetryableError('payload_key_unavailable', 'payload keys are not loaded');
-    if (!cipher.has(sealed.keyId)) throw new RetryableError('payload_key_unavailable', `payload key "${sealed.keyId}" is not configured`);
+    if (!cipher) throw awaitingSetup('payload_key_unavailable', 'payload keys are not loaded');
+    if (!cipher.has(sealed.keyId)) throw awaitingSetup('payload_key_unavailable', `payload key "${sealed.keyId}" is not configured or not loaded`);
     try {
       return cipher.open(sealed, { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId });
     } catch {
@@ -399,7 +408,7 @@ export class InboxWorker {
             eventType: r.eventType, receivedAtMs: r.receivedAtMs, body: p.event!.raw, verification: r.verification });
           p.delivered.push(t);
         } catch (error) {
-          p.failure ??= { error, retry: t.retry };
+          p.failure = firstFailure(p.failure, { error, retry: t.retry });
         }
       }));
       ready(p);
@@ -452,7 +461,7 @@ export class InboxWorker {
               effects.push({ effectId: uuidv7(now), inboxId: row.inboxId, name, idempotencyKey: `${row.inboxId}:${name}`, data, nowMs: now });
             }
           } catch (error) {
-            failure ??= { error, retry: this.d.endpoints.get(row.endpointId)!.retry };
+            failure = firstFailure(failure, { error, retry: this.d.endpoints.get(row.endpointId)!.retry });
           }
         }
         s = failure ? this.decide(row, failure, now) : { status: 'PROCESSED', handlerVersion: versions.length ? versions.join(',') : null, nowMs: now };
@@ -560,6 +569,8 @@ export class InboxWorker {
   private decide(row: ClaimedInbox, f: Failure, now: number): Settlement {
     const c = classify(f.error);
     if (!c.retryable) return { status: 'FAILED', reason: c.reason, error: c.message, nowMs: now };
+    // A key of this gateway not loaded: the event waits for it, its attempts untouched.
+    if (!c.countsAsAttempt) return { status: 'PENDING', nextAttemptAtMs: now + Math.min(c.retryAfterMs ?? 0, f.retry.capMs), error: c.message, nowMs: now, attemptGivenBack: true };
     if (row.attemptCount >= f.retry.maxAttempts) return { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now };
     // A destination's Retry-After is a floor under the backoff, within the policy's cap.
     const delayMs = Math.max(backoffDelayMs(row.attemptCount, f.retry), Math.min(c.retryAfterMs ?? 0, f.retry.capMs));

@@ -151,11 +151,13 @@ export function toQueueStats(rows: readonly RawRow[]): QueueStats {
  */
 export function settlementColumns(s: Settlement): {
   status: string; nextAttemptAtMs: number | null; error: string | null; reason: string | null; handlerVersion: string | null; processedAtMs: number | null;
+  /** Subtracted from attempt_count: 1 gives the claim's attempt back. */
+  givenBack: number;
 } {
   switch (s.status) {
-    case 'PROCESSED': return { status: s.status, nextAttemptAtMs: null, error: null, reason: null, handlerVersion: s.handlerVersion, processedAtMs: s.nowMs };
-    case 'PENDING': return { status: s.status, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, reason: null, handlerVersion: null, processedAtMs: null };
-    case 'FAILED': return { status: s.status, nextAttemptAtMs: null, error: s.error, reason: s.reason, handlerVersion: null, processedAtMs: null };
+    case 'PROCESSED': return { status: s.status, nextAttemptAtMs: null, error: null, reason: null, handlerVersion: s.handlerVersion, processedAtMs: s.nowMs, givenBack: 0 };
+    case 'PENDING': return { status: s.status, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, reason: null, handlerVersion: null, processedAtMs: null, givenBack: s.attemptGivenBack ? 1 : 0 };
+    case 'FAILED': return { status: s.status, nextAttemptAtMs: null, error: s.error, reason: s.reason, handlerVersion: null, processedAtMs: null, givenBack: 0 };
   }
 }
 

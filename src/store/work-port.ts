@@ -36,7 +36,11 @@ export type FailureReason = string;
 /** How an attempt ends. `PENDING` = retry at `nextAttemptAtMs`. */
 export type Settlement =
   | { readonly status: 'PROCESSED'; readonly handlerVersion: string | null; readonly nowMs: number }
-  | { readonly status: 'PENDING'; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number }
+  | {
+    readonly status: 'PENDING'; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number;
+    /** The attempt is given back (attempt_count as before the claim): it failed on this gateway's own setup, not on the event. */
+    readonly attemptGivenBack?: boolean;
+  }
   | { readonly status: 'FAILED'; readonly reason: FailureReason; readonly error: string; readonly nowMs: number };
 
 export interface NewEffect {

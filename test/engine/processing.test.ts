@@ -222,7 +222,10 @@ describeEachStore('processing engine', (kind) => {
     expect(most).toBe(3);
   });
 
-  it('a destination whose secret is missing does not stop ingress: /readyz names it, its events wait and retry', async () => {
+  /** Tries that failed with `reason` and were retried, as the app's engine counted them. */
+  const retries = async (reason: string) => (await scrapeMetrics(app!.url))('webhook_worker_attempts_total', `result="retry",reason="${reason}"`);
+
+  it('a destination whose secret is missing does not stop ingress: /readyz names it, its events wait and retry without spending attempts', async () => {
     app = await startTestApp(kind, {
       ...FAST_WORKERS,
       retry: { baseMs: 10, capMs: 40, maxAttempts: 1000 },
@@ -234,8 +237,10 @@ describeEachStore('processing engine', (kind) => {
     const ready = await fetch(`${app.url}/readyz`);
     expect(ready.status).toBe(503);
     expect(JSON.stringify(await ready.json())).toContain('destinations[0].secret');
-    const waiting = await waitFor(() => app!.store.getEvent(r.json().inbox_id).then((e) => (e && e.attemptCount >= 2 ? e : null)), 5000, 'a retry');
+    await waitFor(async () => (await retries('destination_unavailable')) >= 3, 5000, 'three tries');
+    const waiting = (await app.store.getEvent(r.json().inbox_id))!;
     expect(waiting.status).not.toBe('FAILED');
+    expect(waiting.attemptCount).toBeLessThanOrEqual(1); // 1 while a try holds it
     expect(waiting.lastError).toContain('destination_unavailable');
   });
 
@@ -249,8 +254,8 @@ describeEachStore('processing engine', (kind) => {
       endpoints: [endpoint({ routes: [{ events: ['*'], destination: 'orders-api' }] })],
     }, env, { workers: true });
     const first = (await send('evt_late_secret')).json().inbox_id as string;
-    const waiting = await waitFor(() => app!.store.getEvent(first).then((e) => (e && e.attemptCount >= 2 ? e : null)), 5000, 'a retry');
-    expect(waiting.lastError).toContain('destination_unavailable');
+    await waitFor(async () => (await retries('destination_unavailable')) >= 2, 5000, 'a retry');
+    expect((await app.store.getEvent(first))!.lastError).toContain('destination_unavailable');
     expect(dest.received).toHaveLength(0);
 
     // The secret is mounted; `serve` re-reads on SIGHUP (and every 10 s while one is missing).
@@ -642,6 +647,55 @@ describeEachStore('processing engine', (kind) => {
       dead.closeAllConnections();
       await new Promise<void>((r) => dead.close(() => r()));
     }
+  });
+
+  it('a payload key this process has not loaded holds its events back without spending their attempts (payload_key_unavailable); once it loads they run', async () => {
+    let runs = 0;
+    let opened = 0;
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
+      runs++;
+      void event.payload; // cannot be opened until k1 loads
+      opened++;
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false }); // seals under k1
+    const id = (await send('evt_sealed_k1')).json().inbox_id as string;
+    // A worker whose k1 is a reference not yet resolvable (a secret mount that comes late).
+    const env: NodeJS.ProcessEnv = {};
+    const doc = { ...FAST_WORKERS, payloadKeys: { current: 'k2', keys: { k1: '${env:LATE_K1}', k2: Buffer.alloc(32, 9).toString('base64') } }, endpoints: [endpoint()] };
+    const workers = await startWorkers(parseConfig(configDoc(app.db.url, doc), env), { handlers, env, logger: pino({ level: 'silent' }), migrate: false, secretCheckMs: 50 });
+    try {
+      // Twice its maxAttempts (3): before, the third failure was FAILED retries_exhausted.
+      await waitFor(() => runs >= 6, 10_000, 'six tries');
+      const waiting = (await app.store.getEvent(id))!;
+      expect(['PENDING', 'PROCESSING']).toContain(waiting.status);
+      expect(waiting.attemptCount).toBeLessThanOrEqual(1); // 1 while a try holds it
+      expect(waiting.lastError).toContain('[payload_key_unavailable]');
+      expect(waiting.lastError).toContain('payload key "k1" is not configured or not loaded');
+      expect(opened).toBe(0);
+      env.LATE_K1 = PAYLOAD_KEY;
+      const done = await waitFor(() => app!.store.getEvent(id).then((e) => (e?.status === 'PROCESSED' ? e : null)), 10_000, 'PROCESSED once k1 loads');
+      expect(done.attemptCount).toBe(1);
+      expect(opened).toBe(1);
+    } finally {
+      await workers.stop();
+    }
+  });
+
+  it('a failure of the event itself still spends its attempt when a setup failure came first: a handler that throws beside a forward whose secret is not loaded ends FAILED after maxAttempts', async () => {
+    let runs = 0;
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', () => {
+      runs++;
+      throw new Error('ledger refused the entry');
+    });
+    app = await startTestApp(kind, {
+      ...FAST_WORKERS,
+      destinations: [{ id: 'orders-api', type: 'http', url: 'http://127.0.0.1:9/hooks', secret: '${env:FWD_SECRET_NOT_SET}', timeoutMs: 500 }],
+      endpoints: [endpoint({ routes: [{ events: ['*'], destination: 'orders-api' }] })],
+    }, {}, { workers: true, handlers });
+    const id = (await send('evt_both_fail')).json().inbox_id as string;
+    const failed = await waitFor(() => app!.store.getEvent(id).then((e) => (e?.status === 'FAILED' ? e : null)), 10_000, 'FAILED');
+    expect(failed).toMatchObject({ failureReason: 'retries_exhausted', attemptCount: 3, lastError: 'Error: ledger refused the entry' });
+    expect(runs).toBe(3);
   });
 
   it('attempts that never finished (crashed or hung workers) end FAILED attempts_abandoned, apart from retries_exhausted: requeue technical leaves them, requeue abandoned sends them back', async () => {

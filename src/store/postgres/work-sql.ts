@@ -181,16 +181,17 @@ export const PROCESSED_FOR_EVENTS = planned(`
  * A whole batch's end in one statement: processed markers (no ON CONFLICT: a duplicate fails
  * the batch), effects (a repeated idempotency key is ignored), and the settles, each guarded
  * by the lease owner (a row `owner` lost is left alone). A settle's NULLs keep what is there
- * (handler_version, last_error); a NULL next attempt ends the row's schedule.
+ * (handler_version, last_error); a NULL next attempt ends the row's schedule; `given_back` 1 undoes
+ * the claim's attempt_count + 1.
  * Arrays are parallel columns; times are epoch ms. Returns the number of rows settled.
  */
 export const FINISH_BATCH = planned(`
   WITH settled AS (
     UPDATE webhook_inbox w SET status = s.status, next_attempt_at = ${ts('s.next_at')}, lease_owner = NULL, lease_until = NULL,
-      last_error = COALESCE(s.error, w.last_error), failure_reason = s.reason,
+      attempt_count = w.attempt_count - s.given_back, last_error = COALESCE(s.error, w.last_error), failure_reason = s.reason,
       handler_version = COALESCE(s.handler_version, w.handler_version), processed_at = COALESCE(${ts('s.processed_at')}, w.processed_at)
-    FROM unnest($14::uuid[], $15::text[], $16::float8[], $17::text[], $18::text[], $19::text[], $20::float8[])
-      AS s(inbox_id, status, next_at, error, reason, handler_version, processed_at)
+    FROM unnest($14::uuid[], $15::text[], $16::float8[], $17::text[], $18::text[], $19::text[], $20::float8[], $22::int[])
+      AS s(inbox_id, status, next_at, error, reason, handler_version, processed_at, given_back)
     WHERE w.inbox_id = s.inbox_id AND w.lease_owner = $21 AND w.status = 'PROCESSING'
     RETURNING w.inbox_id
   ),
@@ -227,6 +228,7 @@ export function finishBatchValues(owner: string, o: BatchOutcome): unknown[] {
     col(cols, (c) => c.id), col(cols, (c) => c.status), col(cols, (c) => c.nextAttemptAtMs), col(cols, (c) => c.error),
     col(cols, (c) => c.reason), col(cols, (c) => c.handlerVersion), col(cols, (c) => c.processedAtMs),
     owner,
+    col(cols, (c) => c.givenBack),
   ];
 }
 

@@ -56,7 +56,7 @@ export const EXTEND_INBOX_LEASES = `
 /** Changes nothing unless `owner` still holds the lease. Parameters: rows.ts settlementColumns. */
 export const SETTLE_INBOX = `
   UPDATE webhook_inbox SET status = @status, next_attempt_at = @nextAttemptAtMs, lease_owner = NULL, lease_until = NULL,
-    last_error = COALESCE(@error, last_error), failure_reason = @reason,
+    attempt_count = attempt_count - @givenBack, last_error = COALESCE(@error, last_error), failure_reason = @reason,
     handler_version = COALESCE(@handlerVersion, handler_version), processed_at = COALESCE(@processedAtMs, processed_at)
   WHERE inbox_id = @id AND lease_owner = @owner AND status = 'PROCESSING'`;
 
