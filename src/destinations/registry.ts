@@ -1,6 +1,6 @@
 import type { DestinationConfig } from '../config/engine.js';
 import { resolveSecret } from '../config/secrets.js';
-import { awaitingSetup } from '../engine/failure.js';
+import { SetupUnavailableError } from '../engine/failure.js';
 import { standardSecretAt } from '../providers/standard-webhooks.js';
 import type { Destination } from './contract.js';
 import { HttpDestination, type CircuitListener } from './http.js';
@@ -42,7 +42,7 @@ export function createDestination(config: DestinationConfig, env: NodeJS.Process
 }
 
 function unloadedKey(id: string, path: string): never {
-  throw awaitingSetup('destination_unavailable', `http destination "${id}": its signing secret (${path}) is not loaded; retried every 10 s and on SIGHUP`);
+  throw new SetupUnavailableError('destination_unavailable', `http destination "${id}": its signing secret (${path}) is not loaded; retried every 10 s and on SIGHUP`);
 }
 
 /**
@@ -63,7 +63,7 @@ export function openDestinations(configs: readonly DestinationConfig[], env: Nod
       destinations.set(c.id, {
         id: c.id,
         type: c.type,
-        deliver: () => Promise.reject(awaitingSetup('destination_unavailable', message)),
+        deliver: () => Promise.reject(new SetupUnavailableError('destination_unavailable', message)),
         close: () => Promise.resolve(),
       });
     }

@@ -10,22 +10,25 @@ export class RetryableError extends Error {
   override readonly name = 'RetryableError';
   /** Not before this long (a destination's `Retry-After`); the retry policy's cap still bounds it. */
   readonly retryAfterMs: number | undefined;
-  /**
-   * False: the failure is this gateway's own setup (a payload key or a destination secret not
-   * loaded), not the event's nor its destination's. The event waits for the operator without
-   * spending its attempts: it must not end FAILED for a key that a fixed mount brings back.
-   */
-  readonly countsAsAttempt: boolean;
-  constructor(readonly reason: string, message: string, options?: ErrorOptions & { retryAfterMs?: number; countsAsAttempt?: boolean }) {
+  /** False only for a SetupUnavailableError (below). */
+  readonly countsAsAttempt: boolean = true;
+  constructor(readonly reason: string, message: string, options?: ErrorOptions & { retryAfterMs?: number }) {
     super(message, options);
     this.retryAfterMs = options?.retryAfterMs;
-    this.countsAsAttempt = options?.countsAsAttempt ?? true;
   }
 }
 
-/** A setup failure (RetryableError countsAsAttempt false): the event waits for a secret to load. */
-export function awaitingSetup(reason: string, message: string): RetryableError {
-  return new RetryableError(reason, message, { retryAfterMs: SECRET_RETRY_MS, countsAsAttempt: false });
+/**
+ * A failure of this gateway's own setup (a payload key or a destination secret not loaded), not
+ * of the event nor of its destination: the event waits for the operator without spending its
+ * attempts, tried again as the secrets are re-read. It must not end FAILED for a key that a fixed
+ * mount brings back. The engine's own: handlers and executors throw RetryableError, which counts.
+ */
+export class SetupUnavailableError extends RetryableError {
+  override readonly countsAsAttempt = false;
+  constructor(reason: string, message: string) {
+    super(reason, message, { retryAfterMs: SECRET_RETRY_MS });
+  }
 }
 
 export class NeedsDecisionError extends Error {
@@ -66,7 +69,7 @@ export interface Classified {
   readonly reason: string;
   /** The failure asked for at least this long before the next attempt (RetryableError.retryAfterMs). */
   readonly retryAfterMs?: number;
-  /** False: a setup failure that does not spend an attempt (RetryableError.countsAsAttempt). */
+  /** False: a setup failure that does not spend an attempt (SetupUnavailableError). */
   readonly countsAsAttempt: boolean;
   /** One line, bounded, for `last_error`. */
   readonly message: string;

@@ -12,7 +12,7 @@ import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
-import { abandonedMessage, awaitingSetup, classify, FAILURE, NeedsDecisionError, redact, RetryableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, NeedsDecisionError, redact, RetryableError, SetupUnavailableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
@@ -380,8 +380,8 @@ export class InboxWorker {
     if (released) throw new Error('this event\'s attempt is over: its body is no longer held (read it while the handler runs)');
     if (!sealed) throw new NeedsDecisionError(FAILURE.payloadUnavailable, 'the raw payload was purged');
     const cipher = this.d.cipher();
-    if (!cipher) throw awaitingSetup('payload_key_unavailable', 'payload keys are not loaded');
-    if (!cipher.has(sealed.keyId)) throw awaitingSetup('payload_key_unavailable', `payload key "${sealed.keyId}" is not configured or not loaded`);
+    if (!cipher) throw new SetupUnavailableError('payload_key_unavailable', 'payload keys are not loaded');
+    if (!cipher.has(sealed.keyId)) throw new SetupUnavailableError('payload_key_unavailable', `payload key "${sealed.keyId}" is not configured or not loaded`);
     try {
       return cipher.open(sealed, { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId });
     } catch {
