@@ -44,6 +44,8 @@ export interface RunningApp {
   /** The processing engine (created even when its workers do not run here, for its metrics). */
   readonly engine: Engine;
   readonly log: Logger;
+  /** Re-reads every secret, its files off the event loop (SIGHUP); resolves once it has. */
+  reloadSecrets(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -113,13 +115,13 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
   });
 
-  const stopSecretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
+  const secretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.listen.port, config.listen.host, () => resolve());
   }).catch(async (err: unknown) => {
-    stopSecretChecks();
+    secretChecks.stop();
     metrics.stop();
     await lane?.close();
     await engine.stop().catch(() => undefined); // not started: only its destinations' connections
@@ -138,9 +140,10 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     metrics,
     engine,
     log,
+    reloadSecrets: () => secretChecks.reload(),
     close() {
       closing ??= (async () => {
-        stopSecretChecks();
+        secretChecks.stop();
         metrics.stop();
         // Stop accepting; requests already in the pipeline finish (their commits are answered);
         // connections that linger past the grace period (stalled senders) are cut.

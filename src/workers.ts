@@ -13,6 +13,8 @@ export interface RunningWorkers {
   readonly store: InboxStore;
   /** Re-read on SIGHUP by `work`, and retried every 10 s while something is missing. */
   readonly keyring: KeyRing;
+  /** Re-reads every secret, its files off the event loop (SIGHUP); resolves once it has. */
+  reloadSecrets(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -21,12 +23,12 @@ export async function startWorkers(config: Config, opts: { handlers?: HandlerReg
   const log = opts.logger ?? createLogger(config.log.level);
   const keyring = new KeyRing(config, opts.env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
-  const stopSecretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
+  const secretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
   const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   if (opts.migrate ?? true) {
     // As in startApp: a failed start closes what it opened (the pools would keep the process alive).
     await store.migrate().catch(async (err: unknown) => {
-      stopSecretChecks();
+      secretChecks.stop();
       await store.close().catch(() => undefined);
       throw err;
     });
@@ -37,8 +39,9 @@ export async function startWorkers(config: Config, opts: { handlers?: HandlerReg
     engine,
     store,
     keyring,
+    reloadSecrets: () => secretChecks.reload(),
     async stop() {
-      stopSecretChecks();
+      secretChecks.stop();
       await engine.stop();
       await store.close();
       log.flush();

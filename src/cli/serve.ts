@@ -8,10 +8,8 @@ import { reloadOnHangup, untilStopSignal } from './signals.js';
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
 export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean; handlers?: string; host?: string; port?: number }): Promise<number> {
   tuneHeap();
-  const started = reloadOnHangup<RunningApp>((a) => {
-    a.keyring.reload();
-    a.log.info({ problems: a.keyring.problems }, 'secrets reloaded');
-  });
+  // Logs 'secrets reloaded' with what is still missing (keepSecretsCurrent).
+  const started = reloadOnHangup<RunningApp>((a) => void a.reloadSecrets());
   const loaded = loadConfigFile(configFile);
   const listen = { host: opts.host ?? loaded.listen.host, port: opts.port ?? loaded.listen.port };
   const config = { ...loaded, listen };

@@ -8,10 +8,9 @@ import { reloadOnHangup, untilStopSignal } from './signals.js';
 export async function runWork(configFile: string, handlersModule: string | undefined): Promise<number> {
   tuneHeap();
   // As `serve`: SIGHUP re-reads the secrets.
-  const started = reloadOnHangup<RunningWorkers>((w) => {
-    w.keyring.reload();
+  const started = reloadOnHangup<RunningWorkers>((w) => void w.reloadSecrets().then(() => {
     console.error(w.keyring.problems.length ? `webhook-inbox: secrets reloaded; still unavailable: ${w.keyring.problems.join('; ')}` : 'webhook-inbox: secrets reloaded');
-  });
+  }));
   const config = loadConfigFile(configFile);
   const handlers = await loadHandlers(handlersModule);
   const w = await startWorkers(config, { handlers });

@@ -34,7 +34,15 @@ export class SecretUnavailableError extends Error {
   }
 }
 
-export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.env): string {
+/** A secret file as read off the event loop (crypto/keyring.ts readFilesAsync): its text, or the error code. */
+export type FileRead = { readonly text: string } | { readonly code: string };
+
+/**
+ * A reference's value. A `${file:…}` one comes from `files` when it holds the file (a running
+ * process reads its secret files off the event loop first: a read from a hung mount must not
+ * stop the server), else it is read here (start-up, check-config).
+ */
+export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.env, files?: ReadonlyMap<string, FileRead>): string {
   switch (ref.kind) {
     case 'inline':
       return ref.value;
@@ -45,8 +53,10 @@ export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.e
     }
     case 'file': {
       let v: string;
+      const read = files?.get(ref.file);
       try {
-        v = readFileSync(ref.file, 'utf8');
+        if (read !== undefined && 'code' in read) throw Object.assign(new Error(read.code), { code: read.code });
+        v = read?.text ?? readFileSync(ref.file, 'utf8');
       } catch (err) {
         throw new SecretUnavailableError(ref.path, `cannot read ${ref.file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
       }

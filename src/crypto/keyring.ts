@@ -1,6 +1,7 @@
-import { statSync } from 'node:fs';
+import { statSync, type BigIntStats } from 'node:fs';
+import { readFile, stat } from 'node:fs/promises';
 import type { Config } from '../config/schema.js';
-import { resolveSecret, SECRET_RETRY_MS, SecretUnavailableError, type SecretRef } from '../config/secrets.js';
+import { resolveSecret, SECRET_RETRY_MS, SecretUnavailableError, type FileRead, type SecretRef } from '../config/secrets.js';
 import type { TrustedKey } from './hmac.js';
 import { decodeBase64, isRetired } from './hmac.js';
 import { PayloadCipher } from './payload-cipher.js';
@@ -38,9 +39,60 @@ export class KeyRing {
     return this.files.length > 0 && fingerprint(this.files) !== this.filesSeen;
   }
 
-  reload(): void {
+  /** filesChanged, with the stats off the event loop (a running process: keepSecretsCurrent). */
+  async filesChangedAsync(): Promise<boolean> {
+    return this.files.length > 0 && (await this.fingerprintAsync()) !== this.filesSeen;
+  }
+
+  /** The secret file being stat'ed or read off the event loop now, if any (to name a hung one). */
+  get fileInProgress(): string | undefined {
+    return this.inProgress;
+  }
+
+  private inProgress: string | undefined;
+
+  /**
+   * Every secret file's fingerprint and contents, read off the event loop one file at a time (a
+   * hung mount then holds one thread of libuv's pool, not the server), for `reload(read)`.
+   */
+  async readFilesAsync(): Promise<SecretFiles> {
     // Taken before reading: a change during the read is seen by the next check, never missed.
-    this.filesSeen = fingerprint(this.files);
+    const seen = await this.fingerprintAsync();
+    const files = new Map<string, FileRead>();
+    try {
+      for (const f of this.files) {
+        this.inProgress = f;
+        files.set(f, await readFile(f, 'utf8').then((text) => ({ text }), (err: NodeJS.ErrnoException) => ({ code: err.code ?? 'error' })));
+      }
+    } finally {
+      this.inProgress = undefined;
+    }
+    return { files, fingerprint: seen };
+  }
+
+  private async fingerprintAsync(): Promise<string> {
+    const parts: string[] = [];
+    try {
+      for (const f of this.files) {
+        this.inProgress = f;
+        parts.push(fileStamp(await stat(f, { bigint: true }).catch((err: NodeJS.ErrnoException) => {
+          if (err.code === 'ENOENT') return undefined;
+          throw err;
+        })));
+      }
+    } finally {
+      this.inProgress = undefined;
+    }
+    return parts.join('|');
+  }
+
+  /**
+   * Re-reads every reference. `read`: the secret files as readFilesAsync read them (a running
+   * process); without it they are read here, synchronously (start-up, tests).
+   */
+  reload(read?: SecretFiles): void {
+    this.filesSeen = read?.fingerprint ?? fingerprint(this.files);
+    const files = read?.files;
     const problems: string[] = [];
     const endpointKeys = new Map<string, readonly TrustedKey[]>();
     const nowMs = Date.now();
@@ -49,7 +101,7 @@ export class KeyRing {
         // A version past its retireAt verifies nothing, so it is not read: its file or variable
         // may be gone once the rotation is over without taking the endpoint offline.
         const keys = ep.secrets.filter((s) => !isRetired(s, nowMs)).map((s) => {
-          const value = resolveSecret(s.ref, this.env);
+          const value = resolveSecret(s.ref, this.env, files);
           try {
             return { version: s.version, key: ep.adapter.prepareSecret(value), retireAtMs: s.retireAtMs };
           } catch (err) {
@@ -58,7 +110,7 @@ export class KeyRing {
         });
         // Secrets inside the adapter's options (Checkout's Authorization keys, Adyen's Basic
         // credentials): without them the endpoint cannot check a request either.
-        ep.adapter.optionSecrets?.reload(this.env);
+        ep.adapter.optionSecrets?.reload(this.env, files);
         endpointKeys.set(ep.id, keys);
       } catch (err) {
         problems.push((err as Error).message);
@@ -67,12 +119,12 @@ export class KeyRing {
     // Without the current key nothing can be sealed: no cipher, and the ingress answers 503. An
     // older key that cannot be read only stops the opening of payloads sealed under it (the
     // workers retry those, payload_key_unavailable): accepts go on, and /readyz names it.
-    const keys = loadPayloadKeys(this.config, this.env, problems);
+    const keys = loadPayloadKeys(this.config, this.env, problems, files);
     const destinationKeys = new Map<string, Buffer>();
     for (const d of this.config.destinations) {
       if (d.type !== 'http') continue;
       try {
-        destinationKeys.set(d.id, standardSecretAt(resolveSecret(d.secret, this.env), d.secret.path));
+        destinationKeys.set(d.id, standardSecretAt(resolveSecret(d.secret, this.env, files), d.secret.path));
       } catch (err) {
         problems.push((err as Error).message);
       }
@@ -102,11 +154,11 @@ export class KeyRing {
 }
 
 /** The payload keys that resolve, by id; each one that does not adds a problem naming its config path. */
-export function loadPayloadKeys(config: Config, env: NodeJS.ProcessEnv, problems: string[]): Map<string, Buffer> {
+export function loadPayloadKeys(config: Config, env: NodeJS.ProcessEnv, problems: string[], files?: ReadonlyMap<string, FileRead>): Map<string, Buffer> {
   const keys = new Map<string, Buffer>();
   for (const [id, ref] of config.payloadKeys.keys) {
     try {
-      const key = decodeBase64(resolveSecret(ref, env));
+      const key = decodeBase64(resolveSecret(ref, env, files));
       if (key === null || key.length !== 32) throw new SecretUnavailableError(ref.path, 'must be 32 bytes, base64-encoded (openssl rand -base64 32)');
       keys.set(id, key);
     } catch (err) {
@@ -131,25 +183,73 @@ function secretFiles(config: Config): string[] {
 
 /** Identity, size and times of each file (following symlinks), or that it is absent. */
 function fingerprint(files: readonly string[]): string {
-  return files.map((f) => {
-    const s = statSync(f, { throwIfNoEntry: false, bigint: true });
-    return s ? `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}` : '-';
-  }).join('|');
+  return files.map((f) => fileStamp(statSync(f, { throwIfNoEntry: false, bigint: true }))).join('|');
 }
+
+function fileStamp(s: BigIntStats | undefined): string {
+  return s ? `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}` : '-';
+}
+
+/** The secret files as a running process read them off the event loop (KeyRing.readFilesAsync). */
+export interface SecretFiles {
+  readonly files: ReadonlyMap<string, FileRead>;
+  readonly fingerprint: string;
+}
+
+/** How long a secret file may take to answer before a warning says so (a hung network mount). */
+const FILE_ANSWER_MS = 2_000;
+
+export interface SecretChecks {
+  /** Re-reads every secret now (SIGHUP), off the event loop; resolves once it has. */
+  reload(): Promise<void>;
+  stop(): void;
+}
+
+type CheckLog = { info(obj: object, msg: string): void; warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
 
 /**
  * Every `everyMs`: re-reads the secrets while any failed to load (a late secret mount heals
  * without a restart), or when a secret file changed (a rotation applies, a removal takes its
- * endpoint offline). serve and work alike; SIGHUP does the same at once. Returns the stop function.
+ * endpoint offline). serve and work alike; `reload()` (SIGHUP) does the same at once.
+ *
+ * The files are stat'ed and read off the event loop, one at a time, and one check at a time: a
+ * file on a mount that stopped answering (NFS, a FUSE secret store) holds one thread of libuv's
+ * pool, never the server, which goes on with the secrets it has; after `answerMs` a warning names
+ * the file, and no further check starts until it answers.
  */
-export function keepSecretsCurrent(keyring: KeyRing, log: { info(msg: string): void; warn(obj: object, msg: string): void }, everyMs = SECRET_RETRY_MS): () => void {
-  const timer = setInterval(() => {
-    if (keyring.ready && !keyring.filesChanged()) return;
-    const wasReady = keyring.ready;
-    keyring.reload();
-    if (keyring.ready) log.info(wasReady ? 'a secret file changed: secrets reloaded' : 'all secrets loaded');
-    else if (wasReady) log.warn({ problems: keyring.problems }, 'a secret file changed and a secret no longer loads; retried every 10 s and on SIGHUP');
-  }, everyMs);
+export function keepSecretsCurrent(keyring: KeyRing, log: CheckLog, everyMs = SECRET_RETRY_MS, answerMs = FILE_ANSWER_MS): SecretChecks {
+  let running: Promise<void> | undefined;
+  let forcedAgain: Promise<void> | undefined;
+  const check = async (forced: boolean): Promise<void> => {
+    const slow = setTimeout(() => log.warn({ file: keyring.fileInProgress }, `a secret file has not answered for ${answerMs / 1000} s (a hung mount?): the secrets keep their last values, and no other check starts until it answers`), answerMs);
+    try {
+      if (!forced && keyring.ready && !(await keyring.filesChangedAsync())) return;
+      const wasReady = keyring.ready;
+      keyring.reload(await keyring.readFilesAsync());
+      if (forced) log.info({ problems: keyring.problems }, 'secrets reloaded');
+      else if (keyring.ready) log.info({}, wasReady ? 'a secret file changed: secrets reloaded' : 'all secrets loaded');
+      else if (wasReady) log.warn({ problems: keyring.problems }, 'a secret file changed and a secret no longer loads; retried every 10 s and on SIGHUP');
+    } catch (err) {
+      log.error({ err }, 'secret check failed; retried at the next');
+    } finally {
+      clearTimeout(slow);
+    }
+  };
+  const start = (forced: boolean): Promise<void> => {
+    if (running) {
+      // A SIGHUP during a check gets one full reload after it (several signals: still one).
+      if (forced) forcedAgain ??= running.then(() => {
+        forcedAgain = undefined;
+        return start(true);
+      });
+      return forcedAgain ?? running;
+    }
+    running = check(forced).finally(() => {
+      running = undefined;
+    });
+    return running;
+  };
+  const timer = setInterval(() => void start(false), everyMs);
   timer.unref();
-  return () => clearInterval(timer);
+  return { reload: () => start(true), stop: () => clearInterval(timer) };
 }

@@ -1,6 +1,6 @@
 import { asObject } from '../config/read.js';
 import type { TrustedKey } from '../crypto/hmac.js';
-import type { SecretRef } from '../config/secrets.js';
+import type { FileRead, SecretRef } from '../config/secrets.js';
 
 /**
  * The one contract every provider adapter implements. The ingress pipeline owns the ORDER
@@ -36,7 +36,7 @@ export interface ProviderAdapter {
    * the KeyRing with the endpoint's own secrets; a throw (SecretUnavailableError) takes the
    * endpoint offline until they read again.
    */
-  readonly optionSecrets?: { reload(env: NodeJS.ProcessEnv): void; readonly refs: readonly SecretRef[] };
+  readonly optionSecrets?: { reload(env: NodeJS.ProcessEnv, files?: ReadonlyMap<string, FileRead>): void; readonly refs: readonly SecretRef[] };
   /**
    * Optional, BEFORE verification: a provider's unsigned reachability probe (Slack's `ssl_check=1`,
    * which Slack sends without a signature), answered with a fixed empty reply and no row. It must

@@ -1,4 +1,4 @@
-import { resolveSecret, SecretUnavailableError, type SecretRef } from '../config/secrets.js';
+import { resolveSecret, SecretUnavailableError, type FileRead, type SecretRef } from '../config/secrets.js';
 import { ConfigError } from '../errors.js';
 
 /**
@@ -36,21 +36,21 @@ export class OptionSecrets<T> {
   }
 
   /** Re-reads every reference; all or nothing (throws SecretUnavailableError, keeping nothing new). */
-  reload(env: NodeJS.ProcessEnv): void {
+  reload(env: NodeJS.ProcessEnv, files?: ReadonlyMap<string, FileRead>): void {
     try {
-      this.current = this.readAll(env);
+      this.current = this.readAll(env, files);
     } catch (err) {
       if (err instanceof ConfigError) throw new SecretUnavailableError(err.path, err.message.slice(err.path.length + 2));
       throw err;
     }
   }
 
-  private readAll(env: NodeJS.ProcessEnv): T {
-    return this.derive(this.refs.map((ref, i) => this.read(ref, i, env)));
+  private readAll(env: NodeJS.ProcessEnv, files?: ReadonlyMap<string, FileRead>): T {
+    return this.derive(this.refs.map((ref, i) => this.read(ref, i, env, files)));
   }
 
-  private read(ref: SecretRef, index: number, env: NodeJS.ProcessEnv): string {
-    const value = resolveSecret(ref, env);
+  private read(ref: SecretRef, index: number, env: NodeJS.ProcessEnv, files?: ReadonlyMap<string, FileRead>): string {
+    const value = resolveSecret(ref, env, files);
     this.check(value, ref, index);
     return value;
   }

@@ -1,7 +1,7 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo } from 'node:net';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { closeSync, constants as fsConstants, existsSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -9,7 +9,8 @@ import { stringify } from 'yaml';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { LATEST_VERSION } from '../../src/store/migrations.js';
-import { configDoc } from '../helpers/app.js';
+import { configDoc, STRIPE_SECRET } from '../helpers/app.js';
+import { waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { PG_ADMIN_URL, pgAvailable } from '../helpers/pg.js';
 import { freshDatabase } from '../helpers/stores.js';
@@ -213,6 +214,58 @@ describe('webhook-inbox CLI', () => {
     expect(code).toBe(0);
   });
 
+  /** Writes the secret into a FIFO that a reader has open (never waiting for one): whether one had. */
+  const answer = (fifo: string): boolean => {
+    let fd: number;
+    try {
+      fd = openSync(fifo, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK);
+    } catch {
+      return false; // ENXIO: nobody is reading it
+    }
+    try {
+      writeSync(fd, `${STRIPE_SECRET}\n`);
+    } finally {
+      closeSync(fd);
+    }
+    return true;
+  };
+
+  it('serve: a secret file that stops answering (a hung mount) does not stop the server: it goes on with the secrets it has, names the file, and reloads once the file answers', async () => {
+    const secretFile = join(dir, 'hung-mount-stripe-secret');
+    writeFileSync(secretFile, `${STRIPE_SECRET}\n`);
+    const doc = configDoc(`sqlite:${join(dir, 'hung.db')}`, {
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: `\${file:${secretFile}}` }] }],
+      log: { level: 'info' },
+    });
+    const server = await spawnServer(join(dir, 'hung.yaml'), doc);
+    const post = (id: string) => {
+      const body = stripeEvent(id);
+      return fetch(`${server.url}/webhooks/stripe`, { method: 'POST', body, headers: stripeHeaders(body), signal: AbortSignal.timeout(3000) });
+    };
+    try {
+      expect((await post('evt_before_hang')).status).toBe(200);
+      // The mount stops answering: opening the file now blocks until someone writes (a FIFO with no writer).
+      rmSync(secretFile);
+      execFileSync('mkfifo', [secretFile]);
+      server.child.kill('SIGHUP');
+      await waitFor(() => server.stdout().includes('has not answered'), 6000, 'the warning about the file');
+      const warning = server.stdout().split('\n').find((l) => l.includes('has not answered'))!;
+      expect(JSON.parse(warning)).toMatchObject({ level: 'warn', file: secretFile });
+      // The server answers all the while, with the secrets it had.
+      expect((await post('evt_while_hung')).status).toBe(200);
+      expect((await fetch(`${server.url}/healthz`, { signal: AbortSignal.timeout(3000) })).status).toBe(200);
+      expect(server.stdout()).not.toContain('secrets reloaded');
+      // The mount answers again (the FIFO gets its writer): the reload the SIGHUP asked for completes.
+      expect(answer(secretFile), 'the server is reading the file').toBe(true);
+      await waitFor(() => server.stdout().includes('secrets reloaded'), 6000, 'the reload');
+      expect((await post('evt_after_hang')).status).toBe(200);
+    } finally {
+      answer(secretFile); // a read still waiting would keep the server from exiting
+      server.child.kill('SIGTERM');
+      if (server.child.exitCode === null) await once(server.child, 'exit');
+    }
+  });
+
   it.each([['SIGINT', 'SIGTERM'], ['SIGTERM', 'SIGINT']] as const)('serve: %s then %s ends the process at once, not after the shutdown grace (a second signal of the other kind was ignored)', async (first, second) => {
     const file = join(dir, `second-${first}.yaml`);
     const server = await spawnServer(file, configDoc(`sqlite:${join(dir, `second-${first}.db`)}`));
@@ -296,7 +349,11 @@ describe('webhook-inbox CLI', () => {
       for (let i = 0; i < 100 && !/listening on|workers running/.test(stderr) && child.exitCode === null && child.signalCode === null; i++) await new Promise((r) => setTimeout(r, 50));
       expect(child.signalCode, stderr).toBeNull();
       expect(stderr).toMatch(/listening on|workers running/);
-      if (cmd === 'work') expect(stderr).toContain('secrets reloaded'); // serve logs it as JSON on stdout
+      if (cmd === 'work') {
+        // serve logs it as JSON on stdout; the reload reads the files off the event loop, so it may follow the start line.
+        for (let i = 0; i < 100 && !stderr.includes('secrets reloaded'); i++) await new Promise((r) => setTimeout(r, 50));
+        expect(stderr).toContain('secrets reloaded');
+      }
     } finally {
       child.kill('SIGTERM');
     }
