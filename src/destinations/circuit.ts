@@ -43,11 +43,10 @@ export class Circuit {
     private readonly onChange: (open: boolean, failuresInARow: number) => void,
     /** How long a probe may take (the destination's own timeout): the wait given while one is out. */
     private readonly probeMs: number,
-    private readonly now: () => number = Date.now,
   ) {}
 
-  get isOpen(): boolean {
-    return this.openedAt !== undefined;
+  private now(): number {
+    return Date.now();
   }
 
   admit(): Admission {

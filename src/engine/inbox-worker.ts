@@ -79,7 +79,8 @@ interface Plan {
  */
 function firstFailure(kept: Failure | undefined, next: Failure): Failure {
   if (kept === undefined) return next;
-  return classify(kept.error).countsAsAttempt || !classify(next.error).countsAsAttempt ? kept : next;
+  const free = (f: Failure) => f.error instanceof SetupUnavailableError;
+  return free(kept) && !free(next) ? next : kept;
 }
 
 /** Processed markers as a set of `<logical key>\u0000<consumer>` strings. */
