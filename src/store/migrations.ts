@@ -283,6 +283,21 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX webhook_outbox_parked ON webhook_outbox (failure_reason) WHERE published_at IS NULL AND failure_reason IS NOT NULL;
     `,
   },
+  {
+    version: 9,
+    name: 'inbox (SQLite): the newest FAILED rows without a scan',
+    // `events list --status failed` (newest first, LIMIT n) walked SQLite's primary key from the
+    // newest row down until it had n FAILED ones: the whole inbox when fewer exist, as they
+    // usually do. Only FAILED rows enter this index, so accepts and settles do not maintain it.
+    // PostgreSQL already serves that list from webhook_inbox_failed (a top-n sort of the FAILED
+    // rows), and an index built there would lock out accepts for the whole table's scan.
+    sqlite: `
+      CREATE INDEX webhook_inbox_failed_recent ON webhook_inbox (inbox_id) WHERE status = 'FAILED';
+    `,
+    postgres: `
+      -- nothing to do on PostgreSQL (see the SQLite side)
+    `,
+  },
 ];
 
 /** The schema version this build needs. */

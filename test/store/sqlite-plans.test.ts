@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { MIGRATIONS } from '../../src/store/migrations.js';
-import { BACKLOG, PAYLOADS_TO_RESEAL, QUEUE_STATS } from '../../src/store/sqlite/work-sql.js';
+import { BACKLOG, listEventsSql, PAYLOADS_TO_RESEAL, QUEUE_STATS } from '../../src/store/sqlite/work-sql.js';
 
 /** SQLite's query plan of `sql` on a freshly migrated database, one line per step. */
 function planOf(sql: string, params: Record<string, unknown> = {}): string[] {
@@ -18,7 +18,8 @@ describe('SQLite plans', () => {
   it('the /metrics backlog reads the partial indexes of the rows still to do, not the whole inbox', () => {
     const plan = planOf(BACKLOG);
     expect(plan).toContain('SCAN webhook_inbox USING INDEX webhook_inbox_due');
-    expect(plan).toContain('SCAN webhook_inbox USING INDEX webhook_inbox_failed');
+    // Either partial index of the FAILED rows (webhook_inbox_failed, webhook_inbox_failed_recent).
+    expect(plan.some((step) => /^SCAN webhook_inbox USING (COVERING )?INDEX webhook_inbox_failed(_recent)?$/.test(step)), plan.join(' / ')).toBe(true);
     expect(plan).not.toContain('SCAN webhook_inbox');
   });
 
@@ -29,6 +30,16 @@ describe('SQLite plans', () => {
     expect(plan).toContain('SCAN webhook_effects USING INDEX webhook_effects_due');
     expect(plan).toContain('SCAN webhook_effects USING COVERING INDEX webhook_effects_failed');
     expect(plan).not.toContain('SCAN webhook_effects');
+  });
+
+  it('events list --status failed (newest first) reads the FAILED rows\' index, not the whole inbox from its newest row down', () => {
+    // With fewer FAILED rows than the page, as usual, the generic statement walked every row.
+    const byStatus = planOf(listEventsSql({ status: 'FAILED' }), { limit: 50 });
+    expect(byStatus).toEqual(['SCAN webhook_inbox USING INDEX webhook_inbox_failed_recent']);
+    const nextPage = planOf(listEventsSql({ status: 'FAILED', endpointId: 'shop', before: '0190a0a0-0000-7000-8000-000000000000' }), { endpointId: 'shop', before: '0190a0a0-0000-7000-8000-000000000000', limit: 50 });
+    expect(nextPage).toEqual(['SEARCH webhook_inbox USING INDEX webhook_inbox_failed_recent (inbox_id<?)']);
+    const byReason = planOf(listEventsSql({ failureReason: 'retries_exhausted' }), { failureReason: 'retries_exhausted', limit: 50 });
+    expect(byReason[0]).toBe('SEARCH webhook_inbox USING INDEX webhook_inbox_failed (failure_reason=?)');
   });
 
   it('a keys reseal page starts at its cursor in the payload key, not at the first payload of the table every page', () => {

@@ -99,10 +99,8 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     readPayloads: (a: { ids: string; maxBytes: number }) => st(W.READ_PAYLOADS).all(a),
     listEffects: (inboxId: string) => st(W.LIST_EFFECTS).all(inboxId),
     getEvent: (inboxId: string) => st(W.GET_EVENT).get(inboxId) ?? null,
-    listEvents: (f: EventFilter) => st(W.LIST_EVENTS).all({
-      status: f.status ?? null, endpointId: f.endpointId ?? null, eventType: f.eventType ?? null,
-      failureReason: f.failureReason ?? null, before: f.before ?? null, limit: eventListLimit(f.limit),
-    }),
+    // Parameters the statement's shape does not name are ignored.
+    listEvents: (f: EventFilter) => st(W.listEventsSql(f)).all({ ...f, limit: eventListLimit(f.limit) }),
     listParkedOutbox: (limit: number) => st(W.LIST_PARKED_OUTBOX).all({ limit }),
     requeueParkedOutbox: (a: { ids: string[] | null; nowMs: number }) =>
       st(W.REQUEUE_PARKED_OUTBOX).run({ ids: a.ids === null ? null : JSON.stringify(a.ids), now: a.nowMs }).changes,

@@ -145,15 +145,24 @@ export const REQUEUE_PARKED_OUTBOX = `
 
 export const GET_EVENT = `SELECT * FROM webhook_inbox WHERE inbox_id = ?`;
 
-/** Newest first (UUIDv7 ids sort by arrival); a NULL filter matches every row. */
-export const LIST_EVENTS = `
-  SELECT * FROM webhook_inbox
-  WHERE (@status IS NULL OR status = @status)
-    AND (@endpointId IS NULL OR endpoint_id = @endpointId)
-    AND (@eventType IS NULL OR event_type = @eventType)
-    AND (@failureReason IS NULL OR (status = 'FAILED' AND failure_reason = @failureReason))
-    AND (@before IS NULL OR inbox_id < @before)
-  ORDER BY inbox_id DESC LIMIT @limit`;
+const STATUSES: readonly string[] = ['PENDING', 'PROCESSING', 'PROCESSED', 'FAILED'];
+
+/**
+ * Newest first (UUIDv7 ids sort by arrival); only the filters given become conditions (one
+ * statement per shape), and a known status is written into the SQL: SQLite plans a statement
+ * when it is prepared, so only a literal `status = 'FAILED'` lets it use the partial indexes of
+ * the FAILED rows (`@status IS NULL OR status = @status` walked the whole inbox). Parameters:
+ * the filter's own names, and `limit`.
+ */
+export function listEventsSql(f: { status?: string; endpointId?: string; eventType?: string; failureReason?: string; before?: string }): string {
+  const where: string[] = [];
+  if (f.status !== undefined) where.push(STATUSES.includes(f.status) ? `status = '${f.status}'` : 'status = @status');
+  if (f.endpointId !== undefined) where.push('endpoint_id = @endpointId');
+  if (f.eventType !== undefined) where.push('event_type = @eventType');
+  if (f.failureReason !== undefined) where.push(`status = 'FAILED' AND failure_reason = @failureReason`);
+  if (f.before !== undefined) where.push('inbox_id < @before');
+  return `SELECT * FROM webhook_inbox ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY inbox_id DESC LIMIT @limit`;
+}
 
 /** FAILED → PENDING due now with a fresh attempt budget; last_error stays as the history. */
 const REQUEUE_SET = `status = 'PENDING', attempt_count = 0, next_attempt_at = @now, failure_reason = NULL,
