@@ -82,7 +82,7 @@ export class Engine {
     const effectsLoop = new ClaimLoop({ ...w, concurrency: w.effectsConcurrency, batchSize: Math.min(w.batchSize, w.effectsConcurrency) },
       (n) => effects.claim(n), (b) => effects.process(b), onError('effects batch'));
     const inbox = new InboxWorker({
-      store, cipher: () => o.keyring.cipher, endpoints: new Map(config.endpoints.map((e) => [e.id, e])), router, handlers: o.handlers,
+      store, cipher: () => o.keyring.cipher, payloadKeyConfigured: (id) => config.payloadKeys.keys.has(id), endpoints: new Map(config.endpoints.map((e) => [e.id, e])), router, handlers: o.handlers,
       owner: this.owner, leaseMs: w.leaseMs, defaultRetry: config.retry, metrics: this.metrics, log, onEffects: () => effectsLoop.wake(), fresh: this.fresh,
       bodies: new Budget(w.maxInFlightBodyBytes, (held) => this.metrics.bodyBytes.set([], held)),
     });

@@ -20,6 +20,8 @@ import type { Router, Target } from './routes.js';
 export interface InboxWorkerDeps {
   readonly store: InboxStore;
   readonly cipher: () => PayloadCipher | null;
+  /** Whether the config names this payload key (it may still not be loaded: a missing secret). */
+  readonly payloadKeyConfigured: (keyId: string) => boolean;
   readonly endpoints: ReadonlyMap<string, EndpointConfig>;
   readonly router: Router;
   readonly handlers: HandlerRegistry;
@@ -382,7 +384,13 @@ export class InboxWorker {
     if (!sealed) throw new NeedsDecisionError(FAILURE.payloadUnavailable, 'the raw payload was purged');
     const cipher = this.d.cipher();
     if (!cipher) throw new SetupUnavailableError('payload_key_unavailable', 'payload keys are not loaded');
-    if (!cipher.has(sealed.keyId)) throw new SetupUnavailableError('payload_key_unavailable', `payload key "${sealed.keyId}" is not configured or not loaded`);
+    if (!cipher.has(sealed.keyId)) {
+      // Configured but not loaded (a secret mount that is late, /readyz names it): the event waits
+      // for it. Not configured at all is the config's choice, not a passing state: the event
+      // spends its attempts as before, and is requeued once the key is back in payloadKeys.keys.
+      if (this.d.payloadKeyConfigured(sealed.keyId)) throw new SetupUnavailableError('payload_key_unavailable', `payload key "${sealed.keyId}" is configured but not loaded`);
+      throw new RetryableError('payload_key_unavailable', `payload key "${sealed.keyId}" is not configured (payloadKeys.keys)`);
+    }
     try {
       return cipher.open(sealed, { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId });
     } catch {

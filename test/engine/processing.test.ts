@@ -670,12 +670,32 @@ describeEachStore('processing engine', (kind) => {
       expect(['PENDING', 'PROCESSING']).toContain(waiting.status);
       expect(waiting.attemptCount).toBeLessThanOrEqual(1); // 1 while a try holds it
       expect(waiting.lastError).toContain('[payload_key_unavailable]');
-      expect(waiting.lastError).toContain('payload key "k1" is not configured or not loaded');
+      expect(waiting.lastError).toContain('payload key "k1" is configured but not loaded');
       expect(opened).toBe(0);
       env.LATE_K1 = PAYLOAD_KEY;
       const done = await waitFor(() => app!.store.getEvent(id).then((e) => (e?.status === 'PROCESSED' ? e : null)), 10_000, 'PROCESSED once k1 loads');
       expect(done.attemptCount).toBe(1);
       expect(opened).toBe(1);
+    } finally {
+      await workers.stop();
+    }
+  });
+
+  it('a payload key the config does not name at all is not a passing state: its events spend their attempts and end FAILED, for a requeue once the key is configured', async () => {
+    let runs = 0;
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
+      runs++;
+      void event.payload;
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false }); // seals under k1
+    const id = (await send('evt_key_removed')).json().inbox_id as string;
+    const doc = { ...FAST_WORKERS, payloadKeys: { current: 'k2', keys: { k2: Buffer.alloc(32, 9).toString('base64') } }, endpoints: [endpoint()] };
+    const workers = await startWorkers(parseConfig(configDoc(app.db.url, doc), {}), { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const failed = await waitFor(() => app!.store.getEvent(id).then((e) => (e?.status === 'FAILED' ? e : null)), 10_000, 'FAILED');
+      expect(failed).toMatchObject({ failureReason: 'retries_exhausted', attemptCount: 3 });
+      expect(failed.lastError).toContain('payload key "k1" is not configured (payloadKeys.keys)');
+      expect(runs).toBe(3);
     } finally {
       await workers.stop();
     }
