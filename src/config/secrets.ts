@@ -34,7 +34,7 @@ export class SecretUnavailableError extends Error {
   }
 }
 
-/** A secret file as read off the event loop (crypto/keyring.ts readFilesAsync): its text, or the error code. */
+/** A secret file as read off the event loop (crypto/keyring.ts readFiles): its text, or the error code. */
 export type FileRead = { readonly text: string } | { readonly code: string };
 
 /**

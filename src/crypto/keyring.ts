@@ -33,14 +33,9 @@ export class KeyRing {
   /**
    * Whether a secret file was replaced, rewritten or removed since the last reload: a rotated
    * mount (Kubernetes swaps a symlink) should take effect without a signal, and a withdrawn one
-   * should stop being trusted. A stat per file, every 10 s.
+   * should stop being trusted. A stat per file, every 10 s, off the event loop.
    */
-  filesChanged(): boolean {
-    return this.files.length > 0 && fingerprint(this.files) !== this.filesSeen;
-  }
-
-  /** filesChanged, with the stats off the event loop (a running process: keepSecretsCurrent). */
-  async filesChangedAsync(): Promise<boolean> {
+  async filesChanged(): Promise<boolean> {
     return this.files.length > 0 && (await this.fingerprintAsync()) !== this.filesSeen;
   }
 
@@ -55,39 +50,37 @@ export class KeyRing {
    * Every secret file's fingerprint and contents, read off the event loop one file at a time (a
    * hung mount then holds one thread of libuv's pool, not the server), for `reload(read)`.
    */
-  async readFilesAsync(): Promise<SecretFiles> {
+  async readFiles(): Promise<SecretFiles> {
     // Taken before reading: a change during the read is seen by the next check, never missed.
     const seen = await this.fingerprintAsync();
-    const files = new Map<string, FileRead>();
-    try {
-      for (const f of this.files) {
-        this.inProgress = f;
-        files.set(f, await readFile(f, 'utf8').then((text) => ({ text }), (err: NodeJS.ErrnoException) => ({ code: err.code ?? 'error' })));
-      }
-    } finally {
-      this.inProgress = undefined;
-    }
-    return { files, fingerprint: seen };
+    const texts = await this.eachFile((f) => readFile(f, 'utf8').then((text): FileRead => ({ text }), (err: NodeJS.ErrnoException) => ({ code: err.code ?? 'error' })));
+    return { files: new Map(this.files.map((f, i) => [f, texts[i]!])), fingerprint: seen };
   }
 
   private async fingerprintAsync(): Promise<string> {
-    const parts: string[] = [];
+    const stamps = await this.eachFile(async (f) => fileStamp(await stat(f, { bigint: true }).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return undefined;
+      throw err;
+    })));
+    return stamps.join('|');
+  }
+
+  /** `fn` over the secret files one at a time, each named in fileInProgress while it runs. */
+  private async eachFile<T>(fn: (file: string) => Promise<T>): Promise<T[]> {
+    const out: T[] = [];
     try {
       for (const f of this.files) {
         this.inProgress = f;
-        parts.push(fileStamp(await stat(f, { bigint: true }).catch((err: NodeJS.ErrnoException) => {
-          if (err.code === 'ENOENT') return undefined;
-          throw err;
-        })));
+        out.push(await fn(f));
       }
     } finally {
       this.inProgress = undefined;
     }
-    return parts.join('|');
+    return out;
   }
 
   /**
-   * Re-reads every reference. `read`: the secret files as readFilesAsync read them (a running
+   * Re-reads every reference. `read`: the secret files as readFiles read them (a running
    * process); without it they are read here, synchronously (start-up, tests).
    */
   reload(read?: SecretFiles): void {
@@ -190,7 +183,7 @@ function fileStamp(s: BigIntStats | undefined): string {
   return s ? `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}` : '-';
 }
 
-/** The secret files as a running process read them off the event loop (KeyRing.readFilesAsync). */
+/** The secret files as a running process read them off the event loop (KeyRing.readFiles). */
 export interface SecretFiles {
   readonly files: ReadonlyMap<string, FileRead>;
   readonly fingerprint: string;
@@ -223,9 +216,9 @@ export function keepSecretsCurrent(keyring: KeyRing, log: CheckLog, everyMs = SE
   const check = async (forced: boolean): Promise<void> => {
     const slow = setTimeout(() => log.warn({ file: keyring.fileInProgress }, `a secret file has not answered for ${answerMs / 1000} s (a hung mount?): the secrets keep their last values, and no other check starts until it answers`), answerMs);
     try {
-      if (!forced && keyring.ready && !(await keyring.filesChangedAsync())) return;
+      if (!forced && keyring.ready && !(await keyring.filesChanged())) return;
       const wasReady = keyring.ready;
-      keyring.reload(await keyring.readFilesAsync());
+      keyring.reload(await keyring.readFiles());
       if (forced) log.info({ problems: keyring.problems }, 'secrets reloaded');
       else if (keyring.ready) log.info({}, wasReady ? 'a secret file changed: secrets reloaded' : 'all secrets loaded');
       else if (wasReady) log.warn({ problems: keyring.problems }, 'a secret file changed and a secret no longer loads; retried every 10 s and on SIGHUP');

@@ -10,8 +10,6 @@ export class RetryableError extends Error {
   override readonly name = 'RetryableError';
   /** Not before this long (a destination's `Retry-After`); the retry policy's cap still bounds it. */
   readonly retryAfterMs: number | undefined;
-  /** False only for a SetupUnavailableError (below). */
-  readonly countsAsAttempt: boolean = true;
   constructor(readonly reason: string, message: string, options?: ErrorOptions & { retryAfterMs?: number }) {
     super(message, options);
     this.retryAfterMs = options?.retryAfterMs;
@@ -25,7 +23,6 @@ export class RetryableError extends Error {
  * mount brings back. The engine's own: handlers and executors throw RetryableError, which counts.
  */
 export class SetupUnavailableError extends RetryableError {
-  override readonly countsAsAttempt = false;
   constructor(reason: string, message: string) {
     super(reason, message, { retryAfterMs: SECRET_RETRY_MS });
   }
@@ -69,8 +66,6 @@ export interface Classified {
   readonly reason: string;
   /** The failure asked for at least this long before the next attempt (RetryableError.retryAfterMs). */
   readonly retryAfterMs?: number;
-  /** False: a setup failure that does not spend an attempt (SetupUnavailableError). */
-  readonly countsAsAttempt: boolean;
   /** One line, bounded, for `last_error`. */
   readonly message: string;
 }
@@ -84,9 +79,9 @@ const MAX_ERROR_CHARS = 500;
  */
 export function classify(err: unknown): Classified {
   const message = redact(err);
-  if (err instanceof NeedsDecisionError) return { retryable: false, reason: err.reason, message, countsAsAttempt: true };
-  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message, retryAfterMs: err.retryAfterMs, countsAsAttempt: err.countsAsAttempt };
-  return { retryable: true, reason: 'error', message, countsAsAttempt: true };
+  if (err instanceof NeedsDecisionError) return { retryable: false, reason: err.reason, message };
+  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message, retryAfterMs: err.retryAfterMs };
+  return { retryable: true, reason: 'error', message };
 }
 
 export function redact(err: unknown): string {

@@ -579,7 +579,7 @@ export class InboxWorker {
     const c = classify(f.error);
     if (!c.retryable) return { status: 'FAILED', reason: c.reason, error: c.message, nowMs: now };
     // A key of this gateway not loaded: the event waits for it, its attempts untouched.
-    if (!c.countsAsAttempt) return { status: 'PENDING', nextAttemptAtMs: now + Math.min(c.retryAfterMs ?? 0, f.retry.capMs), error: c.message, nowMs: now, attemptGivenBack: true };
+    if (f.error instanceof SetupUnavailableError) return { status: 'PENDING', nextAttemptAtMs: now + Math.min(c.retryAfterMs ?? 0, f.retry.capMs), error: c.message, nowMs: now, attemptGivenBack: true };
     if (row.attemptCount >= f.retry.maxAttempts) return { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now };
     // A destination's Retry-After is a floor under the backoff, within the policy's cap.
     const delayMs = Math.max(backoffDelayMs(row.attemptCount, f.retry), Math.min(c.retryAfterMs ?? 0, f.retry.capMs));
