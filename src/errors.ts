@@ -47,6 +47,8 @@ export const REASONS = {
   body_too_slow: { status: 408, outcome: 'malformed' },
   request_timeout: { status: 408, outcome: 'malformed' },
   bad_request: { status: 400, outcome: 'malformed' },
+  // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host, answered and then closed.
+  bad_host: { status: 400, outcome: 'malformed' },
   headers_too_large: { status: 431, outcome: 'malformed' },
   missing_signature: { status: 401, outcome: 'invalid_signature' },
   malformed_signature: { status: 401, outcome: 'invalid_signature' },

@@ -128,8 +128,10 @@ export function readBody(
 export function declaredContentLength(req: IncomingMessage): number | null {
   const raw = req.headers['content-length'];
   if (raw === undefined) return null;
+  // Leading zeros do not change the value (RFC 9110 §8.6: 1*DIGIT), and Node frames the body by it.
+  const digits = raw.replace(/^0+(?=\d)/, '');
   // More digits than any limit: too large (413), not malformed.
-  if (/^\d{16,}$/.test(raw)) return Infinity;
-  if (!/^\d{1,15}$/.test(raw)) throw new IngressError('bad_content_length', 'Content-Length is not a single decimal number');
-  return Number(raw);
+  if (/^\d{16,}$/.test(digits)) return Infinity;
+  if (!/^\d{1,15}$/.test(digits)) throw new IngressError('bad_content_length', 'Content-Length is not a single decimal number');
+  return Number(digits);
 }

@@ -20,7 +20,7 @@ import { TokenBucket } from './rate-limit.js';
 import type { FreshBodies } from '../engine/fresh-bodies.js';
 import type { Offloaded, OffloadLane } from './offload.js';
 import { requestSnapshot, viewOf } from './request-view.js';
-import { isAwaitingContinue, sendError, sendJson, sendReply, timedOut } from './respond.js';
+import { isAwaitingContinue, rawAnswerOf, sendError, sendJson, sendReply } from './respond.js';
 
 export interface IngressDeps {
   readonly keyring: KeyRing;
@@ -103,8 +103,10 @@ export class Ingress {
       result = await this.pipeline(req, res, ep, startedAt, verified);
     } catch (err) {
       let e = toIngressError(err, this.deps.log);
-      // The connection's request timeout answered 408 itself (server.ts), which is what aborted the body.
-      if (e.reason === 'request_aborted' && timedOut(req.socket)) e = new IngressError('request_timeout');
+      // server.ts answered the connection itself (a request timeout's 408, bytes the parser refused),
+      // which is what ended the body: that answer is what the sender got (sendError finds it sent).
+      const raw = rawAnswerOf(req);
+      if (raw !== undefined) e = new IngressError(raw);
       sendError(req, res, e);
       result = { status: e.status, outcome: e.outcome, reason: e.reason };
     }
@@ -128,7 +130,7 @@ export class Ingress {
    * HTTP that never became a request (malformed, an oversized header block, too slow to arrive):
    * Node's parser refused it, so there is no endpoint; logged and counted as `(unparsed)`.
    */
-  refusedConnection(reason: 'bad_request' | 'headers_too_large' | 'request_timeout'): void {
+  refusedConnection(reason: 'bad_request' | 'headers_too_large' | 'request_timeout' | 'method_not_allowed'): void {
     const e = new IngressError(reason);
     this.deps.metrics.requests.inc([UNPARSED, e.outcome]);
     this.deps.log.info({ endpoint: UNPARSED, outcome: e.outcome, reason, status: e.status });

@@ -33,7 +33,7 @@ export function isClosing(socket: object): boolean {
  * says `Connection: close` by calling the socket's `destroySoon()` once the answer is written;
  * this socket's own `destroySoon` lingers instead.
  */
-function closeAfterAnswer(req: IncomingMessage, res: ServerResponse): void {
+export function closeAfterAnswer(req: IncomingMessage, res: ServerResponse): void {
   res.setHeader('connection', 'close');
   const socket = req.socket as Socket;
   if (closing.has(socket)) return;

@@ -56,13 +56,17 @@ export function isAwaitingContinue(res: ServerResponse): boolean {
   return awaitingContinue.has(res);
 }
 
-/** Connections whose request timeout was answered with a raw 408 (server.ts clientError). */
-const timedOutSockets = new WeakSet<object>();
+/**
+ * Requests whose connection was answered by server.ts clientError while their body was still
+ * arriving (a request timeout, bytes the HTTP parser refused): that raw answer is what the sender
+ * got, so it is what the ingress logs and counts for them, not the failure it then sees itself.
+ */
+const answeredRaw = new WeakMap<IncomingMessage, Reason>();
 
-export function markTimedOut(socket: object): void {
-  timedOutSockets.add(socket);
+export function markAnsweredRaw(req: IncomingMessage, reason: Reason): void {
+  answeredRaw.set(req, reason);
 }
 
-export function timedOut(socket: object): boolean {
-  return timedOutSockets.has(socket);
+export function rawAnswerOf(req: IncomingMessage): Reason | undefined {
+  return answeredRaw.get(req);
 }

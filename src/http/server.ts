@@ -3,8 +3,8 @@ import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError, REASONS } from '../errors.js';
 import type { Ingress } from './ingress.js';
-import { afterRefusal, ignoreOnClosing, isClosing } from './linger.js';
-import { markAwaitingContinue, markTimedOut, sendError, sendJson } from './respond.js';
+import { afterRefusal, closeAfterAnswer, ignoreOnClosing, isClosing, LINGER } from './linger.js';
+import { markAnsweredRaw, markAwaitingContinue, sendError, sendJson } from './respond.js';
 
 export interface AdminHandlers {
   metrics(): Promise<string>;
@@ -49,6 +49,31 @@ function endpointIdOf(path: string): string | undefined {
 }
 
 /**
+ * A request whose Host is missing (HTTP/1.1) or repeated: RFC 9112 §3.2 asks for 400. Checked
+ * here rather than by Node (requireHostHeader), whose bare 400 had no reason, no log line, and did
+ * not stop a request pipelined behind it from being committed, unanswered.
+ */
+function hostRefusal(req: IncomingMessage): IngressError | undefined {
+  const hosts = req.headersDistinct.host?.length ?? 0;
+  if (hosts > 1) return new IngressError('bad_host', 'Host is sent more than once');
+  if (hosts === 0 && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) return new IngressError('bad_host', 'an HTTP/1.1 request needs a Host');
+  return undefined;
+}
+
+/**
+ * Requests after which nothing more on the connection can be read safely, answered and then closed:
+ * - an Upgrade request (we never upgrade): Node's parser stops after it and drops the rest of that
+ *   read, so a request pipelined behind it would go unanswered and the next answer on the
+ *   connection would be taken for its;
+ * - HTTP/1.0 with Transfer-Encoding: RFC 9112 §6.1 says its framing is to be treated as faulty
+ *   (a smuggling shape: another hop may have framed it otherwise).
+ */
+function endsConnection(req: IncomingMessage): boolean {
+  if (req.httpVersionMinor === 0 && req.headers['transfer-encoding'] !== undefined) return true;
+  return req.headers.upgrade !== undefined && /(?:^|,)\s*upgrade\s*(?:,|$)/i.test(req.headers.connection ?? '');
+}
+
+/**
  * The HTTP front: bounded header size and timeouts (Node enforces them before we see a
  * request), then routing to the ingress pipeline or the operational endpoints.
  */
@@ -62,7 +87,12 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     // How often Node checks the two timeouts above (default 30 s would let slow senders linger).
     connectionsCheckingInterval: Math.min(1000, config.limits.headersTimeoutMs),
     noDelay: true,
+    requireHostHeader: false, // hostRefusal answers it instead
   });
+  // A sender that shuts down its side after its request still reads the answer (Node's default
+  // aborts the request at the FIN while the pipeline goes on to commit it: stored, never answered).
+  // An undocumented but long-standing property of http.Server (Node 20 and later too).
+  (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   // Count is checked by the pipeline (431); 0 = Node must not silently drop extra headers.
   server.maxHeadersCount = 0;
 
@@ -76,7 +106,9 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     if (isClosing(req.socket)) return ignoreOnClosing(req);
     answers.opened(req, res);
-    const refusal = new IngressError('expectation_failed', 'only 100-continue is supported');
+    const bad = hostRefusal(req);
+    if (bad || endsConnection(req)) closeAfterAnswer(req, res);
+    const refusal = bad ?? new IngressError('expectation_failed', 'only 100-continue is supported');
     const endpointId = endpointIdOf(pathOf(req));
     // On a webhook path it is logged and counted like any refusal there.
     if (endpointId !== undefined) void ingress.handle(req, res, endpointId, performance.now(), refusal);
@@ -88,13 +120,16 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     const startedAt = performance.now();
     answers.opened(req, res);
     const path = pathOf(req);
+    const bad = hostRefusal(req);
+    if (bad || endsConnection(req)) closeAfterAnswer(req, res);
 
     const endpointId = endpointIdOf(path);
     if (endpointId !== undefined) {
-      const refusal = req.method === 'POST' ? undefined : new IngressError('method_not_allowed', 'webhooks are POSTed');
+      const refusal = bad ?? (req.method === 'POST' ? undefined : new IngressError('method_not_allowed', 'webhooks are POSTed'));
       void ingress.handle(req, res, endpointId, startedAt, refusal);
       return;
     }
+    if (bad) return sendError(req, res, bad);
     if (path === '/healthz' || path === '/readyz' || path === '/metrics') {
       if (req.method !== 'GET' && req.method !== 'HEAD') {
         res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' });
@@ -142,16 +177,32 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : timeout ? 'request_timeout' : 'bad_request';
     const status = `${REASONS[reason].status} ${STATUS_CODES[REASONS[reason].status]}`;
     const body = `{"error":"${reason}"}`;
-    // A request the ingress is reading logs itself (a timeout as request_timeout: markTimedOut, the
-    // 408 it got); HTTP that never became a request is logged here.
-    if (!answers.reading(socket)) ingress.refusedConnection(reason);
-    else if (timeout) markTimedOut(socket);
+    // A request the ingress is reading logs itself, with this answer (markAnsweredRaw): it is what
+    // the sender got. HTTP that never became a request is logged here.
+    const reading = answers.reading(socket);
+    if (!reading) ingress.refusedConnection(reason);
     const answer = () => {
       if (!socket.writable) return socket.destroy();
+      // Marked only when sent: one deferred behind earlier answers may be overtaken by the
+      // request's own handler (its body too slow), whose answer then stands.
+      if (reading) markAnsweredRaw(reading, reason);
       socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
     };
     if (err.code?.startsWith('HPE_')) answers.afterPending(socket, answer);
     else answer();
+  });
+
+  // CONNECT (a proxy tunnel; never ours): Node would drop the connection without a word.
+  server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+    ingress.refusedConnection('method_not_allowed');
+    const body = '{"error":"method_not_allowed"}';
+    socket.on('error', () => socket.destroy());
+    // Whatever the client sends after is dropped; it has LINGER.maxMs to close its side.
+    const cut = setTimeout(() => socket.destroy(), LINGER.maxMs);
+    socket.once('close', () => clearTimeout(cut));
+    socket.once('end', () => socket.destroy());
+    socket.resume();
+    socket.end(`HTTP/1.1 405 Method Not Allowed\r\nallow: POST\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
   });
   return server;
 }
@@ -187,10 +238,10 @@ class OwedAnswers {
     });
   }
 
-  /** Whether the latest request on `socket` is still arriving, its answer owed (a handler is reading it). */
-  reading(socket: Duplex): boolean {
+  /** The latest request on `socket` if it is still arriving, its answer owed (a handler is reading it). */
+  reading(socket: Duplex): IncomingMessage | undefined {
     const state = this.bySocket.get(socket);
-    return state !== undefined && state.owed > 0 && !state.last.req.complete;
+    return state !== undefined && state.owed > 0 && !state.last.req.complete ? state.last.req : undefined;
   }
 
   /**
@@ -201,7 +252,7 @@ class OwedAnswers {
    */
   afterPending(socket: Duplex, fn: () => void): void {
     const state = this.bySocket.get(socket);
-    const until = this.reading(socket) ? 1 : 0;
+    const until = this.reading(socket) !== undefined ? 1 : 0;
     if (!state || state.owed <= until) return fn();
     state.until = until;
     state.then ??= fn;
