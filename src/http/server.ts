@@ -64,7 +64,7 @@ function hostRefusal(req: IncomingMessage): IngressError | undefined {
  * Requests after which nothing more on the connection can be read safely, answered and then closed:
  * - an Upgrade request (we never upgrade): Node's parser stops after it and drops the rest of that
  *   read, so a request pipelined behind it would go unanswered and the next answer on the
- *   connection would be taken for its;
+ *   connection would be taken for its answer;
  * - HTTP/1.0 with Transfer-Encoding: RFC 9112 §6.1 says its framing is to be treated as faulty
  *   (a smuggling shape: another hop may have framed it otherwise).
  */
