@@ -173,6 +173,10 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   // what aborts a body still being read and frees its budget.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     if (!socket.writable || err.code === 'ECONNRESET') return socket.destroy();
+    // The request was refused before its body and answered, and the rest of its body, being
+    // dropped (linger.ts afterRefusal), stopped coming: nothing is owed, and a second answer,
+    // log line and count for the same request would be wrong.
+    if (answers.answeredMidBody(socket)) return socket.destroy();
     const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
     const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : timeout ? 'request_timeout' : 'bad_request';
     const status = `${REASONS[reason].status} ${STATUS_CODES[REASONS[reason].status]}`;
@@ -242,6 +246,16 @@ class OwedAnswers {
   reading(socket: Duplex): IncomingMessage | undefined {
     const state = this.bySocket.get(socket);
     return state !== undefined && state.owed > 0 && !state.last.req.complete ? state.last.req : undefined;
+  }
+
+  /**
+   * Whether the latest request on `socket` is still arriving though every answer, its own too, has
+   * been written (a refusal before its body). An answer written but queued behind an earlier one
+   * still owed is not: destroying the socket would lose that earlier answer (afterPending waits).
+   */
+  answeredMidBody(socket: Duplex): boolean {
+    const state = this.bySocket.get(socket);
+    return state !== undefined && state.owed === 0 && !state.last.req.complete;
   }
 
   /**
