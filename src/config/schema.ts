@@ -106,7 +106,8 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
   const provider = reqString(o, 'provider', path);
   const factory = Object.hasOwn(PROVIDERS, provider) ? PROVIDERS[provider] : undefined;
   if (!factory) throw new ConfigError(child(path, 'provider'), `unknown provider "${provider}" (known: ${Object.keys(PROVIDERS).join(', ')})`);
-  const options = o.options === undefined ? undefined : asObject(o.options, child(path, 'options'), Object.keys(o.options as Obj));
+  // Checked as an object before its keys are read: `options:` left empty in YAML is null.
+  const options = o.options === undefined ? undefined : asObject(o.options, child(path, 'options'), o.options !== null && typeof o.options === 'object' ? Object.keys(o.options) : []);
   const adapter = factory(options, child(path, 'options'));
 
   const secretsPath = child(path, 'secrets');
