@@ -92,28 +92,41 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
   const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes) : undefined;
   const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
-  const server = createHttpServer(config, ingress, {
-    metrics: async () => {
-      metrics.inFlightBodyBytes.set([], budget.used);
-      metrics.commitQueue.set([], committer.queued);
-      // Queue gauges come from the database; an unreachable one leaves the last values.
-      await engine.refreshGauges().catch((err) => log.warn({ err }, 'queue gauges not refreshed'));
-      return metrics.registry.render();
-    },
-    notReady: async () => {
-      const problems = [...keyring.problems, ...engine.problems, ...allRetired(config, Date.now())];
-      try {
-        await store.ping();
-      } catch (err) {
-        problems.push(`database: ${(err as Error).message}`);
-      }
-      // Recent only: with no traffic there is no commit to clear it, and the ping above still speaks.
-      const f = lastCommitFailure;
-      if (f && Date.now() - f.atMs < COMMIT_FAILURE_MEMORY_MS) problems.push(`accepts: the latest commit failed ${Math.round((Date.now() - f.atMs) / 1000)} s ago: ${f.error}`);
-      return problems.length ? problems : null;
-    },
-    failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
-  });
+  // What this start has made, released when it fails before listening (with the store, by abandon).
+  const release = async (): Promise<void> => {
+    metrics.stop();
+    await lane?.close();
+    await engine.stop().catch(() => undefined); // not started: only its destinations' connections
+  };
+  let server: Server;
+  try {
+    server = createHttpServer(config, ingress, {
+      metrics: async () => {
+        metrics.inFlightBodyBytes.set([], budget.used);
+        metrics.commitQueue.set([], committer.queued);
+        // Queue gauges come from the database; an unreachable one leaves the last values.
+        await engine.refreshGauges().catch((err) => log.warn({ err }, 'queue gauges not refreshed'));
+        return metrics.registry.render();
+      },
+      notReady: async () => {
+        const problems = [...keyring.problems, ...engine.problems, ...allRetired(config, Date.now())];
+        try {
+          await store.ping();
+        } catch (err) {
+          problems.push(`database: ${(err as Error).message}`);
+        }
+        // Recent only: with no traffic there is no commit to clear it, and the ping above still speaks.
+        const f = lastCommitFailure;
+        if (f && Date.now() - f.atMs < COMMIT_FAILURE_MEMORY_MS) problems.push(`accepts: the latest commit failed ${Math.round((Date.now() - f.atMs) / 1000)} s ago: ${f.error}`);
+        return problems.length ? problems : null;
+      },
+      failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
+    });
+  } catch (err) {
+    // Node's own checks of the server's options (the config already refuses what it knows of).
+    await release();
+    return abandon(err);
+  }
 
   const secretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
 
@@ -122,9 +135,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     server.listen(config.listen.port, config.listen.host, () => resolve());
   }).catch(async (err: unknown) => {
     secretChecks.stop();
-    metrics.stop();
-    await lane?.close();
-    await engine.stop().catch(() => undefined); // not started: only its destinations' connections
+    await release();
     return abandon(ListenError.from(err, config.listen.host, config.listen.port));
   });
   if (workersRun) engine.start();

@@ -194,6 +194,10 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     offloadBodyBytes: optInt(lim, 'offloadBodyBytes', limp, 0, 64 * 1024 * 1024),
     compressBodyBytes: optInt(lim, 'compressBodyBytes', limp, 0, 1024 ** 3) ?? DEFAULT_COMPRESS_BODY_BYTES,
   };
+  // Node refuses to create a server whose headers timeout is longer than its request timeout.
+  if (limits.headersTimeoutMs > limits.requestTimeoutMs) {
+    throw new ConfigError(child(limp, 'headersTimeoutMs'), `must be ≤ limits.requestTimeoutMs (${limits.headersTimeoutMs} > ${limits.requestTimeoutMs}${lim.requestTimeoutMs === undefined ? ', its default' : ''})`);
+  }
 
   const gp = 'groupCommit';
   const g = asObject(o.groupCommit ?? {}, gp, ['maxBatch', 'maxBatchBytes', 'maxWaitMs', 'maxInFlight', 'commitTimeoutMs']);
