@@ -145,7 +145,9 @@ function parseDestination(raw: unknown, path: string, env: NodeJS.ProcessEnv): D
       return { id, type: 'nats', url: url(o, path, ['nats:', 'tls:'], env), subject: template(o, 'subject', path, 'webhooks.{provider}.{type}'), stream: optString(o, 'stream', path), timeoutMs };
     case 'rabbitmq':
       return {
-        id, type: 'rabbitmq', url: url(o, path, ['amqp:', 'amqps:'], env), exchange: optString(o, 'exchange', path) ?? '',
+        id, type: 'rabbitmq', url: url(o, path, ['amqp:', 'amqps:'], env),
+        // "" is the default exchange (the README's example writes it out).
+        exchange: o.exchange === '' ? '' : optString(o, 'exchange', path) ?? '',
         routingKey: template(o, 'routingKey', path, 'webhooks.{provider}.{type}'), queue: optString(o, 'queue', path), timeoutMs,
       };
   }
