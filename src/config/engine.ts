@@ -197,6 +197,7 @@ export function parseRoutes(v: unknown, path: string, destinations: readonly Des
       throw new ConfigError(child(p, 'destination'), `"${destination}" is not one of destinations[].id`);
     }
     const events = optStringArray(o, 'events', p) ?? ['*'];
+    if (events.length === 0) throw new ConfigError(child(p, 'events'), 'is empty, so the route would never receive an event; omit it to route every type');
     return { events, destination, retry: parseRetry(o.retry, child(p, 'retry')) };
   });
 }
