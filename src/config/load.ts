@@ -11,6 +11,9 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
   } catch (err) {
     throw new ConfigError(file, `cannot read config file (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
   }
+  // A UTF-8 byte order mark (Windows editors) is not part of the document: the YAML reader skips
+  // it, JSON.parse would refuse it at line 1, column 1.
+  if (text.startsWith('\uFEFF')) text = text.slice(1);
   const json = file.endsWith('.json');
   let doc: unknown;
   try {
