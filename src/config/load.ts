@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
 import { parseConfig, type Config } from './schema.js';
 
@@ -17,7 +17,7 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
   const json = file.endsWith('.json');
   let doc: unknown;
   try {
-    doc = json ? JSON.parse(text) : parseYaml(text);
+    doc = json ? JSON.parse(text) : readYaml(text);
   } catch (err) {
     throw new ConfigError(file, `not valid ${json ? 'JSON' : 'YAML'}${where(err, json, text)}`);
   }
@@ -26,6 +26,18 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
   const dup = json ? duplicateKeyOffset(text) : undefined;
   if (dup !== undefined) throw new ConfigError(file, `not valid JSON (DUPLICATE_KEY) at ${lineColumn(text, dup)}`);
   return parseConfig(doc, env);
+}
+
+/**
+ * The YAML document as plain data. Its warnings are refused like its errors: an unknown tag
+ * (`!vault whsec_…`) is only a warning to the parser, which then takes the value as a plain
+ * string, and by default prints it with the source line (an inline secret) to stderr.
+ */
+function readYaml(text: string): unknown {
+  const d = parseDocument(text, { logLevel: 'silent' });
+  const problem = d.errors[0] ?? d.warnings[0];
+  if (problem) throw problem;
+  return d.toJS();
 }
 
 /**
