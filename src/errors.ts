@@ -101,6 +101,9 @@ const LISTEN_FAILURES: Readonly<Record<string, string>> = {
   EADDRINUSE: 'the address is already in use (another process listens there)',
   EACCES: 'permission denied (ports below 1024 need privileges)',
   EADDRNOTAVAIL: 'no interface of this machine has that address',
+  // The host is a name that does not resolve (a typo), or the resolver cannot answer now.
+  ENOTFOUND: 'the host name does not resolve to an address',
+  EAI_AGAIN: 'the host name could not be resolved (DNS lookup failed; try again or use an IP address)',
 };
 
 /** The server could not take its listen address (in use, not ours, not here): one line, exit 1. */

@@ -163,6 +163,8 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   const lp = 'listen';
   const l = asObject(o.listen ?? {}, lp, ['host', 'port']);
   const listen = { host: optString(l, 'host', lp) ?? '127.0.0.1', port: optInt(l, 'port', lp, 0, 65535) ?? 8080 };
+  // Blank is not a host: Node would resolve " " or fail at serve; --host refuses it likewise.
+  if (listen.host.trim() === '') throw new ConfigError(child(lp, 'host'), 'must name a host or address, not be blank');
 
   const database = env.DATABASE_URL || reqString(o, 'database', '');
   const dbPath = env.DATABASE_URL ? 'DATABASE_URL' : 'database';

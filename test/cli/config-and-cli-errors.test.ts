@@ -44,6 +44,11 @@ describe('config errors', () => {
     expect(errorOf({ ...base(), limits: { headersTimeoutMs: 60_000, requestTimeoutMs: 30_000 } })).toMatch(/^ConfigError: limits\.(headersTimeoutMs|requestTimeoutMs): /);
   });
 
+  // A blank listen.host (" ") is not a host, as a blank --host is not: refuse it by path instead of failing at serve.
+  it('a blank listen.host is refused, naming listen.host', () => {
+    expect(errorOf({ ...base(), listen: { host: ' ' } })).toMatch(/^ConfigError: listen\.host: /);
+  });
+
   // The README's own config example (and docs/destinations.md) writes `exchange: ""` for the default exchange: it must load, not fail with "must be a non-empty string".
   it('a rabbitmq destination with exchange: "" (the default exchange, as the README example writes it) is accepted', () => {
     const doc = { ...base(), destinations: [{ id: 'mq', type: 'rabbitmq', url: 'amqp://guest:guest@127.0.0.1:5672', exchange: '', routingKey: 'webhooks', queue: 'webhooks' }] };
@@ -142,7 +147,7 @@ describe('CLI errors', () => {
   });
 
   // A listen.host that does not resolve (a typo) must end serve with one line, as an address in use does; it was a getaddrinfo ENOTFOUND stack trace.
-  it.skip('serve: a listen.host that does not resolve exits 1 with one line, no stack trace', async () => {
+  it('serve: a listen.host that does not resolve exits 1 with one line, no stack trace', async () => {
     const file = write('badhost.yaml', configDoc(`sqlite:${join(dir, 'badhost.db')}`, { listen: { host: 'no-such-host.invalid', port: 0 } }));
     const r = await runCli(['serve', '--config', file], 20_000);
     expect(r.code).toBe(1);
