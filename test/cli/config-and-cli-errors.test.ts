@@ -156,7 +156,7 @@ describe('CLI errors', () => {
   });
 
   // `--handlers` naming a module that does not exist is a bad argument: usage error (2) naming it, not an ERR_MODULE_NOT_FOUND stack trace (exit 1).
-  it.skip.each(['serve', 'work'])('%s --handlers with a missing module is a usage error, no stack trace', async (cmd) => {
+  it.each(['serve', 'work'])('%s --handlers with a missing module is a usage error, no stack trace', async (cmd) => {
     const file = write(`handlers-${cmd}.yaml`, configDoc(`sqlite:${join(dir, `handlers-${cmd}.db`)}`));
     const r = await runCli([cmd, '--config', file, '--handlers', join(dir, 'no-such-handlers.mjs')], 20_000);
     expect(r.err).not.toMatch(STACK);
