@@ -228,8 +228,10 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   for (const [opt, spec] of Object.entries(cmd.options ?? {})) {
-    if (spec.type === 'string' && values[opt] === undefined && !cmd.optional?.includes(opt)) {
-      console.error(`webhook-inbox ${name}: --${opt} is required\n\nUsage: ${cmd.usage}`);
+    // A blank value (`--config=$CONFIG` with CONFIG unset) is no value: missing, not a path "".
+    const v = values[opt];
+    if (spec.type === 'string' && (v === undefined || (typeof v === 'string' && v.trim() === '')) && !cmd.optional?.includes(opt)) {
+      console.error(`webhook-inbox ${name}: --${opt} is required${v === undefined ? '' : ' (it was given empty)'}\n\nUsage: ${cmd.usage}`);
       return 2;
     }
   }

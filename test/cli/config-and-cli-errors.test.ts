@@ -165,7 +165,7 @@ describe('CLI errors', () => {
   });
 
   // An empty --config= (`--config=$CONFIG`, CONFIG unset) is a usage error like an empty --host=; it was exit 78 with the message ": cannot read config file (ENOENT)", naming nothing.
-  it.skip('an empty --config= is a usage error (2)', async () => {
+  it('an empty --config= is a usage error (2)', async () => {
     const r = await runCli(['check-config', '--config=']);
     expect(r.code).toBe(2);
     expect(r.err).toContain('--config');
