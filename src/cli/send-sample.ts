@@ -14,12 +14,12 @@ export async function runSendSample(configFile: string, endpointId: string, base
   const now = Date.now();
   const version = ep.secrets.find((s) => !isRetired(s, now));
   if (ep.secrets.length > 0 && !version) throw new ConfigError(`endpoints[${config.endpoints.indexOf(ep)}].secrets`, 'every version is retired: nothing could sign a sample the endpoint accepts');
+  const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host; // IPv6
+  const url = webhookUrl(baseUrl ?? `http://${host}:${config.listen.port}`, ep.id);
   const secret = version ? resolveSecret(version.ref) : '';
   const sample = ep.adapter.sample(randomBytes(6).toString('hex'));
   const body = ep.adapter.signBody ? ep.adapter.signBody(sample.body, secret) : sample.body;
   const headers = { ...sample.headers, ...ep.adapter.sign(body, secret, sample.signOptions) };
-  const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host; // IPv6
-  const url = `${baseUrl ?? `http://${host}:${config.listen.port}`}/webhooks/${ep.id}`;
   let res: Response;
   try {
     res = await fetch(url, { method: 'POST', headers, body });
@@ -30,4 +30,16 @@ export async function runSendSample(configFile: string, endpointId: string, base
   }
   console.log(`POST ${url} → ${res.status}\n${await res.text()}`);
   return res.ok ? 0 : 1;
+}
+
+/**
+ * BASE/webhooks/ID, BASE's own path kept (a proxy's prefix) and its query too: a trailing "/" (as
+ * copied from a browser) made //webhooks/ID, and text appended after a query went into the query.
+ */
+function webhookUrl(base: string, endpointId: string): string {
+  const u = URL.canParse(base) ? new URL(base) : undefined;
+  if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) throw new UsageError('--url must be an http(s) URL, e.g. http://127.0.0.1:8080');
+  u.pathname = `${u.pathname.replace(/\/+$/, '')}/webhooks/${endpointId}`;
+  u.hash = '';
+  return u.href;
 }

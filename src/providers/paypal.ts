@@ -9,6 +9,7 @@ import { ConfigError, IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { jsonEnvelope } from './json.js';
 import { withDeadline } from '../deadline.js';
+import { CommandError } from '../cli/usage-error.js';
 
 /**
  * PayPal (REST webhooks): `PAYPAL-TRANSMISSION-SIG` = base64 RSA-SHA256 (PKCS#1 v1.5) over
@@ -409,7 +410,8 @@ export const createPaypal: AdapterFactory = (options, path) => {
     },
     envelope: jsonEnvelope({ id: 'id', type: 'event_type', objectId: 'resource.id', objectVersion: 'resource.update_time', createdAt: 'create_time' }),
     sign(body, secret, opts) {
-      if (!signer) throw new Error('PayPal signs deliveries with its own private key: send a test event from the PayPal webhooks simulator, or configure options.signer (JavaScript only) to sign locally');
+      // A one-line failure of the command asking (send-sample), not a bug: no stack.
+      if (!signer) throw new CommandError('PayPal signs deliveries with its own private key: send a test event from the PayPal webhooks simulator, or configure options.signer (JavaScript only) to sign locally');
       const transmissionId = opts.id ?? randomUUID();
       const time = isoSeconds(opts.timestamp ?? Math.floor(Date.now() / 1000));
       const sig = rsaSign('sha256', signedBytes(`${transmissionId}|${time}|`, Buffer.from(secret, 'utf8'), body), signer.key);
