@@ -86,7 +86,7 @@ describe('config errors', () => {
   });
 
   // A long unknown key is not echoed (read.ts: it may be a secret in the wrong place); PayPal's options reader echoed it in full.
-  it.skip('a long unknown key in PayPal options is not echoed', () => {
+  it('a long unknown key in PayPal options is not echoed', () => {
     const secret = 'whsec_TOPSECRETVALUE1234567890abcdefghij';
     const message = errorOf({ ...base(), endpoints: [{ id: 'p', provider: 'paypal', secrets: [{ version: 'v1', value: '4JH86294D6297924G' }], options: { [secret]: 1 } }] });
     expect(message).toMatch(/^ConfigError: endpoints\[0\]\.options\./);
