@@ -2,6 +2,7 @@ import { ConfigError } from '../errors.js';
 import { IN_MEMORY_COPIES } from '../http/body.js';
 import type { ProviderAdapter } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
+import { parseSqliteUrl } from '../store/sqlite/store.js';
 import { asArray, asObject, child, optInt, optNumber, optEnum, optString, optStringArray, reqString, type Obj } from './read.js';
 import { parseSecretRef, type SecretRef } from './secrets.js';
 import { DEFAULT_RETRY, parseDestinations, parseRetry, parseRoutes, parseWorkers, type DestinationConfig, type RetryPolicy, type RouteConfig, type WorkersConfig } from './engine.js';
@@ -172,6 +173,13 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   // Checked here so a bad one is a config error, not a stack trace at the first connection (never echoed: it may hold a password).
   if (database.startsWith('sqlite:') && database.slice('sqlite:'.length).split('?')[0]!.trim() === '') {
     throw new ConfigError(dbPath, 'needs a file path after sqlite:, e.g. sqlite:./data/webhook-inbox.db');
+  }
+  if (database.startsWith('sqlite:')) {
+    try {
+      parseSqliteUrl(database); // its parameters: names and values
+    } catch (err) {
+      throw new ConfigError(dbPath, (err as Error).message);
+    }
   }
   if (!database.startsWith('sqlite:') && !URL.canParse(database)) throw new ConfigError(dbPath, 'is not a valid postgres:// URL');
 

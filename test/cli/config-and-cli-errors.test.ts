@@ -74,7 +74,7 @@ describe('config errors', () => {
   });
 
   // The SQLite URL's parameters (busyTimeoutMs, txTimeoutMs) are config too: a typo or a non-number silently fell back to the default.
-  it.skip('a SQLite URL parameter that is unknown or not a number is a config error naming database', () => {
+  it('a SQLite URL parameter that is unknown or not a number is a config error naming database', () => {
     expect(errorOf({ ...base(), database: 'sqlite:/tmp/x.db?busyTimeoutMs=abc' })).toMatch(/^ConfigError: database: /);
     expect(errorOf({ ...base(), database: 'sqlite:/tmp/x.db?busyTimoutMs=100' })).toMatch(/^ConfigError: database: /);
   });

@@ -20,15 +20,26 @@ import type { WorkerInit } from './worker.js';
 /** How often a store with new-work listeners looks for commits by other processes. */
 const OTHER_WRITERS_POLL_MS = 50;
 
+const SQLITE_URL_PARAMS = ['busyTimeoutMs', 'txTimeoutMs'] as const;
+
 /** `sqlite:./data/inbox.db?busyTimeoutMs=6000&txTimeoutMs=10000` → file + options. */
 export function parseSqliteUrl(url: string): WorkerInit {
   const rest = url.slice('sqlite:'.length);
   const q = rest.indexOf('?');
   const file = q < 0 ? rest : rest.slice(0, q);
   const params = new URLSearchParams(q < 0 ? '' : rest.slice(q + 1));
-  const num = (name: string, fallback: number) => {
-    const v = Number(params.get(name) ?? fallback);
-    return Number.isFinite(v) ? v : fallback;
+  // Checked, not defaulted: a typo (busyTimoutMs) or a non-number silently kept the default.
+  // parseConfig runs this too, so a bad one is a config error naming `database`.
+  for (const name of params.keys()) {
+    if (!(SQLITE_URL_PARAMS as readonly string[]).includes(name)) {
+      throw new Error(`unknown sqlite URL parameter ${name.length <= 32 ? `"${name}"` : `(a ${name.length}-character name)`} (allowed: ${SQLITE_URL_PARAMS.join(', ')})`);
+    }
+  }
+  const num = (name: (typeof SQLITE_URL_PARAMS)[number], fallback: number) => {
+    const v = params.get(name);
+    if (v === null) return fallback;
+    if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new Error(`sqlite URL parameter ${name} must be a non-negative integer (milliseconds)`);
+    return Number(v);
   };
   if (!file) throw new Error('sqlite URL needs a file path, e.g. sqlite:./data/webhook-inbox.db');
   const txTimeoutMs = num('txTimeoutMs', 10_000);
