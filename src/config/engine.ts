@@ -1,6 +1,8 @@
 import { ConfigError } from '../errors.js';
 import { CIRCUIT_DEFAULTS, type CircuitOptions } from '../destinations/circuit.js';
 import type { DestinationType } from '../destinations/contract.js';
+import { natsConfigProblem } from '../destinations/nats.js';
+import { rabbitMqConfigProblem } from '../destinations/rabbitmq.js';
 import { asArray, asObject, child, optBool, optInt, optString, optStringArray, reqString, type Obj } from './read.js';
 import { parseSecretRef, resolveSecret, SecretUnavailableError, type SecretRef } from './secrets.js';
 
@@ -141,15 +143,22 @@ function parseDestination(raw: unknown, path: string, env: NodeJS.ProcessEnv): D
         maxConnections: optInt(o, 'maxConnections', path, 1, 1024) ?? 32,
         circuitBreaker: circuitBreaker(o.circuitBreaker, child(path, 'circuitBreaker')),
       };
-    case 'nats':
-      return { id, type: 'nats', url: url(o, path, ['nats:', 'tls:'], env), subject: template(o, 'subject', path, 'webhooks.{provider}.{type}'), stream: optString(o, 'stream', path), timeoutMs };
-    case 'rabbitmq':
-      return {
-        id, type: 'rabbitmq', url: url(o, path, ['amqp:', 'amqps:'], env),
-        // "" is the default exchange (the README's example writes it out).
-        exchange: o.exchange === '' ? '' : optString(o, 'exchange', path) ?? '',
-        routingKey: template(o, 'routingKey', path, 'webhooks.{provider}.{type}'), queue: optString(o, 'queue', path), timeoutMs,
-      };
+    case 'nats': {
+      const subject = template(o, 'subject', path, 'webhooks.{provider}.{type}');
+      const stream = optString(o, 'stream', path);
+      const problem = natsConfigProblem(subject, stream);
+      if (problem) throw new ConfigError(child(path, problem.key), problem.message);
+      return { id, type: 'nats', url: url(o, path, ['nats:', 'tls:'], env), subject, stream, timeoutMs };
+    }
+    case 'rabbitmq': {
+      // "" is the default exchange (the README's example writes it out).
+      const exchange = o.exchange === '' ? '' : optString(o, 'exchange', path) ?? '';
+      const routingKey = template(o, 'routingKey', path, 'webhooks.{provider}.{type}');
+      const queue = optString(o, 'queue', path);
+      const problem = rabbitMqConfigProblem(exchange, routingKey, queue);
+      if (problem) throw new ConfigError(child(path, problem.key), problem.message);
+      return { id, type: 'rabbitmq', url: url(o, path, ['amqp:', 'amqps:'], env), exchange, routingKey, queue, timeoutMs };
+    }
   }
 }
 

@@ -55,6 +55,24 @@ interface Live {
 }
 
 /**
+ * What is wrong with a subject template and stream name, known from the config alone (parseConfig
+ * reports it with the config's path, so check-config does and serve never starts with it).
+ */
+export function natsConfigProblem(subject: string, stream: string | undefined): { key: 'subject' | 'stream'; message: string } | undefined {
+  const literal = subject.replace(/\{(provider|type|endpoint)\}/g, 'x');
+  if (!/^[A-Za-z0-9_.$-]+$/.test(literal) || literal.split('.').some((t) => t === '')) {
+    return { key: 'subject', message: 'must be "."-separated tokens of A-Z a-z 0-9 _ - $ and placeholders (no wildcards, spaces or empty tokens)' };
+  }
+  if (stream !== undefined) {
+    if (!/^[A-Za-z0-9_-]{1,255}$/.test(stream)) return { key: 'stream', message: 'a stream name is A-Z a-z 0-9 _ -' };
+    if (capturePattern(subject, '>') === null) {
+      return { key: 'subject', message: 'with "stream" set, the subject must start with a literal token (the stream captures "<prefix>.>")' };
+    }
+  }
+  return undefined;
+}
+
+/**
  * JetStream publish of the event's metadata (never the provider payload) with
  * `Nats-Msg-Id: <inboxId>`: the stream drops a copy published again within its
  * `duplicate_window` (PubAck `duplicate: true`). Resolves on the PubAck.
@@ -73,20 +91,10 @@ export class NatsDestination implements Destination {
 
   constructor(private readonly config: NatsDestinationConfig) {
     this.id = config.id;
-    const literal = config.subject.replace(/\{(provider|type|endpoint)\}/g, 'x');
-    if (!/^[A-Za-z0-9_.$-]+$/.test(literal) || literal.split('.').some((t) => t === '')) {
-      throw new ConfigError(`destinations[id="${config.id}"].subject`, 'must be "."-separated tokens of A-Z a-z 0-9 _ - $ and placeholders (no wildcards, spaces or empty tokens)');
-    }
-    if (config.stream !== undefined) {
-      if (!/^[A-Za-z0-9_-]{1,255}$/.test(config.stream)) {
-        throw new ConfigError(`destinations[id="${config.id}"].stream`, 'a stream name is A-Z a-z 0-9 _ -');
-      }
-      const pattern = capturePattern(config.subject, '>');
-      if (pattern === null) {
-        throw new ConfigError(`destinations[id="${config.id}"].subject`, 'with "stream" set, the subject must start with a literal token (the stream captures "<prefix>.>")');
-      }
-      this.streamSubject = pattern;
-    }
+    // parseConfig has refused these already; a config built in code has not.
+    const problem = natsConfigProblem(config.subject, config.stream);
+    if (problem) throw new ConfigError(`destinations[id="${config.id}"].${problem.key}`, problem.message);
+    if (config.stream !== undefined) this.streamSubject = capturePattern(config.subject, '>')!;
   }
 
   async deliver(event: DeliveryEvent): Promise<void> {

@@ -23,6 +23,17 @@ interface Live {
 }
 
 /**
+ * What is wrong with an exchange, routing key and queue together, known from the config alone
+ * (parseConfig reports it with the config's path, so check-config does and serve never starts with it).
+ */
+export function rabbitMqConfigProblem(exchange: string, routingKey: string, queue: string | undefined): { key: 'routingKey'; message: string } | undefined {
+  if (queue !== undefined && exchange === '' && (hasPlaceholder(routingKey) || routingKey !== queue)) {
+    return { key: 'routingKey', message: `on the default exchange ("") the routing key is the queue name: set routingKey to "${queue}" or name an exchange` };
+  }
+  return undefined;
+}
+
+/**
  * Publishes the event's metadata (never the provider payload) on a confirm channel with
  * `message_id = <inboxId>`, persistent, `mandatory`. Resolves only on the broker's ack; a
  * nack is `rabbitmq_nack`, a message no queue accepted (basic.return, which the broker sends
@@ -45,16 +56,10 @@ export class RabbitMqDestination implements Destination {
 
   constructor(private readonly config: RabbitMqDestinationConfig) {
     this.id = config.id;
-    const path = `destinations[id="${config.id}"]`;
-    if (config.queue !== undefined) {
-      if (config.exchange === '') {
-        if (hasPlaceholder(config.routingKey) || config.routingKey !== config.queue) {
-          throw new ConfigError(`${path}.routingKey`, `on the default exchange ("") the routing key is the queue name: set routingKey to "${config.queue}" or name an exchange`);
-        }
-      } else {
-        this.binding = capturePattern(config.routingKey, '#') ?? '#';
-      }
-    }
+    // parseConfig has refused this already; a config built in code has not.
+    const problem = rabbitMqConfigProblem(config.exchange, config.routingKey, config.queue);
+    if (problem) throw new ConfigError(`destinations[id="${config.id}"].${problem.key}`, problem.message);
+    if (config.queue !== undefined && config.exchange !== '') this.binding = capturePattern(config.routingKey, '#') ?? '#';
   }
 
   async deliver(event: DeliveryEvent): Promise<void> {

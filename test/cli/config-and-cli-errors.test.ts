@@ -68,9 +68,15 @@ describe('config errors', () => {
   });
 
   // A NATS subject NATS cannot take is a static config error: parseConfig must refuse it with the config's path (it passed, serve started with the destination offline for good, and the error said destinations[id="bus"]).
-  it.skip('an invalid NATS subject is refused at load, naming destinations[0].subject', () => {
+  it('an invalid NATS subject is refused at load, naming destinations[0].subject', () => {
     expect(errorOf({ ...base(), destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:4222', subject: 'webhooks events' }] }))
       .toMatch(/^ConfigError: destinations\[0\]\.subject: /);
+  });
+
+  // On the default exchange the routing key is the queue name: a static rule, refused at load with the config's path (it was found only when serve opened the destination).
+  it('a rabbitmq routingKey other than its queue on the default exchange is refused at load, naming destinations[0].routingKey', () => {
+    expect(errorOf({ ...base(), destinations: [{ id: 'mq', type: 'rabbitmq', url: 'amqp://127.0.0.1:5672', exchange: '', routingKey: 'webhooks.{provider}', queue: 'webhooks' }] }))
+      .toMatch(/^ConfigError: destinations\[0\]\.routingKey: /);
   });
 
   // The SQLite URL's parameters (busyTimeoutMs, txTimeoutMs) are config too: a typo or a non-number silently fell back to the default.
