@@ -100,7 +100,7 @@ function parseInstant(s: string): number | null {
 const TOP_KEYS = ['listen', 'database', 'payloadKeys', 'endpoints', 'limits', 'groupCommit', 'log', 'destinations', 'workers', 'retry'] as const;
 const ENDPOINT_KEYS = ['id', 'provider', 'secrets', 'events', 'toleranceSeconds', 'maxBodyBytes', 'rateLimit', 'options', 'routes', 'retry'] as const;
 
-function parseEndpoint(raw: unknown, path: string, destinations: readonly DestinationConfig[], defaultRetry: RetryPolicy): EndpointConfig {
+function parseEndpoint(raw: unknown, path: string, destinations: readonly DestinationConfig[], defaultRetry: RetryPolicy, env: NodeJS.ProcessEnv): EndpointConfig {
   const o = asObject(raw, path, ENDPOINT_KEYS);
   const id = reqString(o, 'id', path);
   if (!ID_RE.test(id)) throw new ConfigError(child(path, 'id'), 'must be 1-64 characters of A-Z a-z 0-9 _ . - (it becomes the URL path)');
@@ -109,7 +109,7 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
   if (!factory) throw new ConfigError(child(path, 'provider'), `unknown provider "${provider}" (known: ${Object.keys(PROVIDERS).join(', ')})`);
   // Checked as an object before its keys are read: `options:` left empty in YAML is null.
   const options = o.options === undefined ? undefined : asObject(o.options, child(path, 'options'), o.options !== null && typeof o.options === 'object' ? Object.keys(o.options) : []);
-  const adapter = factory(options, child(path, 'options'));
+  const adapter = factory(options, child(path, 'options'), env);
 
   const secretsPath = child(path, 'secrets');
   if (adapter.unsigned && o.secrets !== undefined) throw new ConfigError(secretsPath, `provider "${provider}" as configured sends unsigned requests: there is nothing to verify with a secret`);
@@ -229,7 +229,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   if (endpointList.length === 0) throw new ConfigError('endpoints', 'needs at least one endpoint');
   const seen = new Set<string>();
   const endpoints = endpointList.map((e, i) => {
-    const ep = parseEndpoint(e, child('endpoints', i), destinations, defaultRetry);
+    const ep = parseEndpoint(e, child('endpoints', i), destinations, defaultRetry, env);
     if (seen.has(ep.id)) throw new ConfigError(child(child('endpoints', i), 'id'), `duplicate endpoint id "${ep.id}"`);
     seen.add(ep.id);
     // A body the budget can never hold would get 503 on every retry, for ever.

@@ -237,7 +237,7 @@ function platformObjectId(data: unknown): string | null {
   return nested.length === 1 ? idString(nested[0]!.id) : null;
 }
 
-export const createAdyen: AdapterFactory = (options, path) => {
+export const createAdyen: AdapterFactory = (options, path, env) => {
   const o = asObject(options ?? {}, path, ['basicAuth', 'webhooks']);
   const refs = basicCredentialRefs(o, path);
   // Compared as fixed-length SHA-256 digests: constant time, and the length does not leak.
@@ -246,7 +246,7 @@ export const createAdyen: AdapterFactory = (options, path) => {
     ? new OptionSecrets(refs, (values) => {
       const credentials = pairs(values);
       return { first: credentials[0]!, digests: credentials.map((c) => sha256(c)) };
-    }, checkCredential)
+    }, checkCredential, env)
     : null;
   const basicOk = (sent: Buffer | null) => {
     if (!basic) return true;

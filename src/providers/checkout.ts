@@ -38,12 +38,12 @@ function authorizationRefs(o: Obj, path: string): SecretRef[] {
   return list.map((v, i) => parseSecretRef(v, Array.isArray(raw) ? child(p, i) : p));
 }
 
-export const createCheckout: AdapterFactory = (options, path) => {
+export const createCheckout: AdapterFactory = (options, path, env) => {
   const o = asObject(options ?? {}, path, ['authorization']);
   const refs = authorizationRefs(o, path);
   // Compared as fixed-length SHA-256 digests: constant time, and the value's length does not leak.
   // Re-read with the endpoint's secrets (OptionSecrets says how).
-  const authorization = refs.length > 0 ? new OptionSecrets(refs, (values) => ({ first: values[0]!, digests: values.map(sha256) })) : null;
+  const authorization = refs.length > 0 ? new OptionSecrets(refs, (values) => ({ first: values[0]!, digests: values.map(sha256) }), undefined, env) : null;
 
   const adapter: ProviderAdapter = {
     name: 'checkout',

@@ -169,8 +169,11 @@ export const MINUTE = 60;
 export const HOUR = 60 * MINUTE;
 export const DAY = 24 * HOUR;
 
-/** Creates an adapter for one endpoint; `options` is that endpoint's `options` config block. */
-export type AdapterFactory = (options: Record<string, unknown> | undefined, path: string) => ProviderAdapter;
+/**
+ * Creates an adapter for one endpoint; `options` is that endpoint's `options` config block, `env`
+ * the environment its `${env:}` references are read from (parseConfig's; default process.env).
+ */
+export type AdapterFactory = (options: Record<string, unknown> | undefined, path: string, env?: NodeJS.ProcessEnv) => ProviderAdapter;
 
 /** The factory of an adapter that takes no options: any key under `options` is a config error. */
 export const withoutOptions = (adapter: ProviderAdapter): AdapterFactory => (options, path) => {

@@ -16,15 +16,17 @@ export class OptionSecrets<T> {
 
   /**
    * `check` may reject a value (a ConfigError naming its path): a format the adapter cannot use.
-   * `index` is the value's position in `refs`, which the adapter laid out.
+   * `index` is the value's position in `refs`, which the adapter laid out. `env` is the one the
+   * config is parsed with (parseConfig's), as the endpoint's own secrets are read from.
    */
   constructor(
     readonly refs: readonly SecretRef[],
     private readonly derive: (values: readonly string[]) => T,
     private readonly check: (value: string, ref: SecretRef, index: number) => void = () => undefined,
+    env: NodeJS.ProcessEnv = process.env,
   ) {
     try {
-      this.current = this.readAll(process.env);
+      this.current = this.readAll(env);
     } catch (err) {
       if (err instanceof SecretUnavailableError) throw new ConfigError(err.path, err.message.slice(err.path.length + 2));
       throw err;

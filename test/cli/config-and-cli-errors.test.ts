@@ -86,7 +86,7 @@ describe('config errors', () => {
   });
 
   // parseConfig(doc, env) resolves ${env:} references from `env` (destination URLs do); adapter option secrets read process.env instead, so a library caller's env was ignored.
-  it.skip('${env:} references in provider options are resolved from the env given to parseConfig', () => {
+  it('${env:} references in provider options are resolved from the env given to parseConfig', () => {
     const doc = { ...base(), endpoints: [{ id: 'c', provider: 'checkout', secrets: [{ version: 'v1', value: 'cko-secret' }], options: { authorization: ['${env:AUDIT_CKO_AUTH}'] } }] };
     expect(errorOf(doc, { AUDIT_CKO_AUTH: 'sk_audit_value' })).toBe('config was accepted');
   });
