@@ -196,6 +196,18 @@ export function parseRetry(v: unknown, path: string): RetryPolicy | undefined {
   return { baseMs, capMs, maxAttempts: optInt(o, 'maxAttempts', path, 1, 1000) ?? DEFAULT_RETRY.maxAttempts };
 }
 
+/**
+ * An `events` list of type globs. A glob with surrounding whitespace or a control character (a
+ * quoting slip) matches no provider's event type, so every event would be ignored or never routed.
+ */
+export function eventGlobs(o: Obj, path: string): string[] | undefined {
+  const events = optStringArray(o, 'events', path);
+  events?.forEach((g, i) => {
+    if (g.trim() !== g || /[\u0000-\u001f\u007f]/.test(g)) throw new ConfigError(child(child(path, 'events'), i), 'has surrounding whitespace or a control character, so it would match no event type');
+  });
+  return events;
+}
+
 export function parseRoutes(v: unknown, path: string, destinations: readonly DestinationConfig[]): RouteConfig[] {
   if (v === undefined) return [];
   return asArray(v, path).map((r, i) => {
@@ -205,7 +217,7 @@ export function parseRoutes(v: unknown, path: string, destinations: readonly Des
     if (!destinations.some((d) => d.id === destination)) {
       throw new ConfigError(child(p, 'destination'), `"${destination}" is not one of destinations[].id`);
     }
-    const events = optStringArray(o, 'events', p) ?? ['*'];
+    const events = eventGlobs(o, p) ?? ['*'];
     if (events.length === 0) throw new ConfigError(child(p, 'events'), 'is empty, so the route would never receive an event; omit it to route every type');
     return { events, destination, retry: parseRetry(o.retry, child(p, 'retry')) };
   });

@@ -3,9 +3,9 @@ import { IN_MEMORY_COPIES } from '../http/body.js';
 import type { ProviderAdapter } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
 import { parseSqliteUrl } from '../store/sqlite/store.js';
-import { asArray, asObject, child, optInt, optNumber, optEnum, optString, optStringArray, reqString, type Obj } from './read.js';
+import { asArray, asObject, child, optInt, optNumber, optEnum, optString, reqString, type Obj } from './read.js';
 import { parseSecretRef, type SecretRef } from './secrets.js';
-import { DEFAULT_RETRY, parseDestinations, parseRetry, parseRoutes, parseWorkers, type DestinationConfig, type RetryPolicy, type RouteConfig, type WorkersConfig } from './engine.js';
+import { DEFAULT_RETRY, eventGlobs, parseDestinations, parseRetry, parseRoutes, parseWorkers, type DestinationConfig, type RetryPolicy, type RouteConfig, type WorkersConfig } from './engine.js';
 
 export interface SecretVersionConfig {
   readonly version: string;
@@ -128,7 +128,7 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
     return { version, ref: parseSecretRef(so.value, child(p, 'value')), retireAtMs };
   });
 
-  const events = optStringArray(o, 'events', path);
+  const events = eventGlobs(o, path);
   if (events !== undefined && events.length === 0) throw new ConfigError(child(path, 'events'), 'is empty, so every event would be ignored; omit it to accept every type');
   let toleranceSeconds = adapter.defaultToleranceSeconds;
   const tol = optInt(o, 'toleranceSeconds', path, 1, 86_400);

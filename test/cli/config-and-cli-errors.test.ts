@@ -62,9 +62,11 @@ describe('config errors', () => {
   });
 
   // A glob with surrounding whitespace (a quoting slip) matches no provider event type, so every event is answered 200 "ignored" and dropped: refuse it by path.
-  it.skip('an events glob with leading or trailing whitespace is refused', () => {
+  it('an events glob with leading or trailing whitespace is refused', () => {
     expect(errorOf({ ...base(), endpoints: [stripeEp({ events: [' payment_intent.*'] })] })).toMatch(/^ConfigError: endpoints\[0\]\.events\[0\]: /);
     expect(errorOf({ ...base(), endpoints: [stripeEp({ events: ['charge.refunded\n'] })] })).toMatch(/^ConfigError: endpoints\[0\]\.events\[0\]: /);
+    expect(errorOf({ ...base(), destinations: [api], endpoints: [stripeEp({ routes: [{ events: ['charge.* '], destination: 'api' }] })] }))
+      .toMatch(/^ConfigError: endpoints\[0\]\.routes\[0\]\.events\[0\]: /);
   });
 
   // A NATS subject NATS cannot take is a static config error: parseConfig must refuse it with the config's path (it passed, serve started with the destination offline for good, and the error said destinations[id="bus"]).
