@@ -4,7 +4,7 @@ import type { Config } from '../config/schema.js';
 import { FAILURE, TECHNICAL_REASONS } from '../engine/failure.js';
 import { openStore } from '../store/open.js';
 import type { InboxStore } from '../store/port.js';
-import { parseSqliteUrl } from '../store/sqlite/store.js';
+import { parseSqliteUrl } from '../store/sqlite/url.js';
 import type { InboxDetail } from '../store/work-port.js';
 import { CommandError } from './usage-error.js';
 

@@ -1,8 +1,7 @@
 import { ConfigError } from '../errors.js';
 import { CIRCUIT_DEFAULTS, type CircuitOptions } from '../destinations/circuit.js';
 import type { DestinationType } from '../destinations/contract.js';
-import { natsConfigProblem } from '../destinations/nats.js';
-import { rabbitMqConfigProblem } from '../destinations/rabbitmq.js';
+import { natsConfigProblem, rabbitMqConfigProblem } from '../destinations/broker-config.js';
 import { asArray, asObject, child, optBool, optInt, optString, optStringArray, reqString, type Obj } from './read.js';
 import { parseSecretRef, resolveSecret, SecretUnavailableError, type SecretRef } from './secrets.js';
 

@@ -2,7 +2,7 @@ import { ConfigError } from '../errors.js';
 import { IN_MEMORY_COPIES } from '../http/body.js';
 import type { ProviderAdapter } from '../providers/contract.js';
 import { PROVIDERS } from '../providers/registry.js';
-import { parseSqliteUrl } from '../store/sqlite/store.js';
+import { parseSqliteUrl } from '../store/sqlite/url.js';
 import { asArray, asObject, child, optInt, optNumber, optEnum, optString, reqString, type Obj } from './read.js';
 import { parseSecretRef, type SecretRef } from './secrets.js';
 import { DEFAULT_RETRY, eventGlobs, parseDestinations, parseRetry, parseRoutes, parseWorkers, type DestinationConfig, type RetryPolicy, type RouteConfig, type WorkersConfig } from './engine.js';

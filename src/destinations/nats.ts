@@ -4,6 +4,7 @@ import type { DestinationConfig } from '../config/engine.js';
 import { NeedsDecisionError, RetryableError } from '../engine/failure.js';
 import { ConfigError } from '../errors.js';
 import { brokerMessage, expandTemplate, type DeliveryEvent, type Destination } from './contract.js';
+import { natsConfigProblem } from './broker-config.js';
 import { capturePattern, closedError, DeadlineExceeded, describe, withTimeout } from './util.js';
 
 export type NatsDestinationConfig = Extract<DestinationConfig, { type: 'nats' }>;
@@ -52,24 +53,6 @@ interface Live {
   readonly js: JetStreamClient;
   /** False between a `disconnect` and the next `reconnect` status. */
   connected: boolean;
-}
-
-/**
- * What is wrong with a subject template and stream name, known from the config alone (parseConfig
- * reports it with the config's path, so check-config does and serve never starts with it).
- */
-export function natsConfigProblem(subject: string, stream: string | undefined): { key: 'subject' | 'stream'; message: string } | undefined {
-  const literal = subject.replace(/\{(provider|type|endpoint)\}/g, 'x');
-  if (!/^[A-Za-z0-9_.$-]+$/.test(literal) || literal.split('.').some((t) => t === '')) {
-    return { key: 'subject', message: 'must be "."-separated tokens of A-Z a-z 0-9 _ - $ and placeholders (no wildcards, spaces or empty tokens)' };
-  }
-  if (stream !== undefined) {
-    if (!/^[A-Za-z0-9_-]{1,255}$/.test(stream)) return { key: 'stream', message: 'a stream name is A-Z a-z 0-9 _ -' };
-    if (capturePattern(subject, '>') === null) {
-      return { key: 'subject', message: 'with "stream" set, the subject must start with a literal token (the stream captures "<prefix>.>")' };
-    }
-  }
-  return undefined;
 }
 
 /**

@@ -3,7 +3,8 @@ import type { DestinationConfig } from '../config/engine.js';
 import { NeedsDecisionError, RetryableError } from '../engine/failure.js';
 import { ConfigError } from '../errors.js';
 import { brokerMessage, expandTemplate, type DeliveryEvent, type Destination } from './contract.js';
-import { capturePattern, closedError, DeadlineExceeded, describe, hasPlaceholder, withTimeout } from './util.js';
+import { rabbitMqConfigProblem } from './broker-config.js';
+import { capturePattern, closedError, DeadlineExceeded, describe, withTimeout } from './util.js';
 
 export type RabbitMqDestinationConfig = Extract<DestinationConfig, { type: 'rabbitmq' }>;
 
@@ -20,17 +21,6 @@ interface Live {
   heardAt: number;
   /** The broker has blocked publishing (a resource alarm): silence is expected, not a dead link. */
   blocked: boolean;
-}
-
-/**
- * What is wrong with an exchange, routing key and queue together, known from the config alone
- * (parseConfig reports it with the config's path, so check-config does and serve never starts with it).
- */
-export function rabbitMqConfigProblem(exchange: string, routingKey: string, queue: string | undefined): { key: 'routingKey'; message: string } | undefined {
-  if (queue !== undefined && exchange === '' && (hasPlaceholder(routingKey) || routingKey !== queue)) {
-    return { key: 'routingKey', message: `on the default exchange ("") the routing key is the queue name: set routingKey to "${queue}" or name an exchange` };
-  }
-  return undefined;
 }
 
 /**

@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { TxGate } from '../../src/store/sqlite/tx-gate.js';
-import { parseSqliteUrl } from '../../src/store/sqlite/store.js';
+import { parseSqliteUrl } from '../../src/store/sqlite/url.js';
 import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
 import { record } from '../helpers/records.js';

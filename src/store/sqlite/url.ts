@@ -1,0 +1,42 @@
+/**
+ * The `sqlite:` database URL, read apart from the store (its thread and native module), so that
+ * loading a config does not load those.
+ */
+import { resolve } from 'node:path';
+import type { WorkerInit } from './worker.js';
+
+const SQLITE_URL_PARAMS = ['busyTimeoutMs', 'txTimeoutMs'] as const;
+
+/** `sqlite:./data/inbox.db?busyTimeoutMs=6000&txTimeoutMs=10000` → file + options. */
+export function parseSqliteUrl(url: string): WorkerInit {
+  const rest = url.slice('sqlite:'.length);
+  const q = rest.indexOf('?');
+  const file = q < 0 ? rest : rest.slice(0, q);
+  const params = new URLSearchParams(q < 0 ? '' : rest.slice(q + 1));
+  // Checked, not defaulted: a typo (busyTimoutMs) or a non-number silently kept the default.
+  // parseConfig runs this too, so a bad one is a config error naming `database`.
+  for (const name of params.keys()) {
+    if (!(SQLITE_URL_PARAMS as readonly string[]).includes(name)) {
+      throw new Error(`unknown sqlite URL parameter ${name.length <= 32 ? `"${name}"` : `(a ${name.length}-character name)`} (allowed: ${SQLITE_URL_PARAMS.join(', ')})`);
+    }
+  }
+  const num = (name: (typeof SQLITE_URL_PARAMS)[number], fallback: number) => {
+    const v = params.get(name);
+    if (v === null) return fallback;
+    if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new Error(`sqlite URL parameter ${name} must be a non-negative integer (milliseconds)`);
+    return Number(v);
+  };
+  if (!file) throw new Error('sqlite URL needs a file path, e.g. sqlite:./data/webhook-inbox.db');
+  const txTimeoutMs = num('txTimeoutMs', 10_000);
+  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', defaultBusyTimeoutMs(txTimeoutMs)), txTimeoutMs, durableEngineCommits: true };
+}
+
+/**
+ * How long a statement waits for another process's write lock. Long enough for a settle
+ * transaction of a `webhook-inbox work` process on the same file: its handlers run for at most
+ * half of txTimeoutMs, then it writes and commits. With 2 s, a handler slower than that made every
+ * accept of `serve` meanwhile fail (503), though the same handler in `serve` itself only delays them.
+ */
+export function defaultBusyTimeoutMs(txTimeoutMs: number): number {
+  return Math.round(txTimeoutMs / 2) + 1000;
+}
