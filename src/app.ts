@@ -90,7 +90,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env: opts.env, freshBodies: workersRun });
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes, config.limits.minBodyBytesPerSecond);
   const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
-  const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes) : undefined;
+  const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes, opts.env) : undefined;
   const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
   // What this start has made, released when it fails before listening (with the store, by abandon).
   const release = async (): Promise<void> => {

@@ -7,12 +7,14 @@ import { parentPort, Worker } from 'node:worker_threads';
  * JavaScript file; under the TypeScript test runner the caller is .ts and so is the worker,
  * which then registers tsx before importing it.
  */
-export function startWorker(callerUrl: string, name: string, workerData: unknown): Worker {
+export function startWorker(callerUrl: string, name: string, workerData: unknown, env?: NodeJS.ProcessEnv): Worker {
   const fromSource = callerUrl.endsWith('.ts');
   const url = new URL(`./${name}${fromSource ? '.ts' : '.js'}`, callerUrl);
-  if (!fromSource) return new Worker(url, { workerData });
+  // `env` becomes the thread's process.env (a copy); absent, it gets a copy of this process's.
+  const options = env === undefined ? { workerData } : { workerData, env: { ...env } };
+  if (!fromSource) return new Worker(url, options);
   const boot = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(url.href)}); })`;
-  return new Worker(boot, { eval: true, workerData });
+  return new Worker(boot, { ...options, eval: true });
 }
 
 /**

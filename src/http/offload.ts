@@ -53,7 +53,10 @@ export class OffloadLane {
   // and the provider retries); the next large body starts a new one.
   private readonly calls = new WorkerCalls<Reply>({
     start: () => {
-      const w = startWorker(import.meta.url, 'offload-worker', null);
+      // The thread builds its own adapters, and an adapter reads the `${env:}` references in its
+      // options when built: from the env the app was started with (a library caller's), not
+      // from whatever this process's environment holds.
+      const w = startWorker(import.meta.url, 'offload-worker', null, this.env);
       w.unref(); // an idle helper never keeps the process alive
       return w;
     },
@@ -65,7 +68,7 @@ export class OffloadLane {
     stopped: (cause) => new Error(`parse thread stopped: ${cause.message}`),
   });
 
-  constructor(readonly minBytes: number) {}
+  constructor(readonly minBytes: number, private readonly env: NodeJS.ProcessEnv = process.env) {}
 
   /**
    * Only single-event adapters with a pure `envelope` (their answer does not depend on which

@@ -72,6 +72,31 @@ describeEachStore('large bodies parsed and sealed off the event loop', (kind) =>
   });
 });
 
+describe('an adapter whose options hold ${env:} secrets, on the helper thread', () => {
+  // A library caller gives its secrets as parseConfig's and startApp's env, not process.env; the
+  // helper thread builds its own adapter from the same options and must read the same env.
+  let app: TestApp;
+  const checkout = CASES.find((c) => c.name === 'checkout')!;
+  beforeAll(async () => {
+    const endpoint = { ...checkout.config, options: { authorization: '${env:WI_TEST_CKO_AUTHORIZATION}' } };
+    app = await startTestApp('sqlite', { endpoints: [endpoint], limits: { offloadBodyBytes: 1 } }, { WI_TEST_CKO_AUTHORIZATION: 'Bearer cko-auth-from-callers-env' });
+  });
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  it('is built from the env the app was started with (not process.env): the event is accepted and stored exactly', async () => {
+    expect(process.env.WI_TEST_CKO_AUTHORIZATION).toBeUndefined();
+    const m = checkout.make(RICH);
+    const r = await post(`${app.url}/webhooks/${checkout.endpoint}`, m.body, { ...signed(checkout, m), authorization: 'Bearer cko-auth-from-callers-env' });
+    expect(r.status, r.text).toBe(200);
+    const row = (await app.store.getInbox(r.json().inbox_id))!;
+    expect(row.providerEventId).toBe(m.key);
+    const sealed = await app.store.getPayload(row.rawPayloadRef!);
+    expect(app.keyring.cipher!.open(sealed!, { provider: 'checkout', endpointId: checkout.endpoint, providerEventId: m.key }).equals(m.body)).toBe(true);
+  });
+});
+
 describe('a request snapshot cloned to the helper thread', () => {
   it('answers headers as the original view does, and never an inherited property', () => {
     const headers = Object.assign(Object.create(null), { 'stripe-signature': ['t=1,v1=ab'], 'x-dup': ['a', 'b'] }) as Record<string, string[]>;
