@@ -38,16 +38,6 @@ function intOption(value: unknown, min: number, max: number, message: string): n
   return n;
 }
 
-/**
- * --host, if given, names a host: an empty one (`--host=$HOST` with HOST unset) listened on every
- * interface instead of the config's (127.0.0.1 by default). The config refuses an empty host too.
- */
-function hostOption(value: unknown): string | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== 'string' || value.trim() === '') throw new UsageError('--host must name a host or address, not be empty');
-  return value;
-}
-
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: 'Run the webhook receiver (migrates first unless --no-migrate).',
@@ -58,7 +48,7 @@ const COMMANDS: Record<string, Command> = {
       migrate: !v['no-migrate'],
       demo: Boolean(v.demo),
       handlers: v.handlers as string | undefined,
-      host: hostOption(v.host),
+      host: v.host as string | undefined,
       port: intOption(v.port, 0, 65535, `--port must be an integer from 0 to 65535, not "${String(v.port)}"`),
     }),
   },
@@ -98,6 +88,8 @@ const COMMANDS: Record<string, Command> = {
       if (args[0] === 'show') {
         if (!args[1]) throw new UsageError('events show needs an INBOX_ID');
         noMoreThan(args, 2);
+        // (It prints JSON anyway, so --json is harmless.)
+        onlyFor(v, ['status', 'endpoint', 'type', 'reason', 'limit', 'before'], 'events list');
         return runEventsShow(String(v.config), args[1].toLowerCase());
       }
       if (args[0] !== 'list') throw new UsageError(`unknown events subcommand "${args[0]}" (list or show)`);
@@ -143,11 +135,12 @@ const COMMANDS: Record<string, Command> = {
     run: (v, args) => {
       if (args[0] === 'parked') {
         noMoreThan(args, 1);
-        if (v.all) throw new UsageError('--all is for outbox requeue');
+        onlyFor(v, ['all'], 'outbox requeue');
         const limit = intOption(v.limit, 1, 1000, '--limit must be an integer from 1 to 1000') ?? 100;
         return runOutboxParked(String(v.config), { limit, json: Boolean(v.json) });
       }
       if (args[0] !== 'requeue') throw new UsageError(`unknown outbox subcommand "${args[0]}" (parked or requeue)`);
+      onlyFor(v, ['limit', 'json'], 'outbox parked');
       const ids = [...new Set(args.slice(1).map((id) => id.toLowerCase()))];
       if (v.all ? ids.length > 0 : ids.length === 0) throw new UsageError('outbox requeue needs either --all or OUTBOX_IDs (as "outbox parked" prints them)');
       const bad = ids.find((id) => !INBOX_ID_RE.test(id));
@@ -171,7 +164,10 @@ const COMMANDS: Record<string, Command> = {
     positionals: ['list|reseal'],
     run: (v, args) => {
       noMoreThan(args, 1);
-      if (args[0] === 'list') return runKeysList(String(v.config));
+      if (args[0] === 'list') {
+        onlyFor(v, ['per-second', 'busy'], 'keys reseal');
+        return runKeysList(String(v.config));
+      }
       if (args[0] === 'reseal') {
         const perSecond = intOption(v['per-second'], 1, Infinity, '--per-second must be a positive integer');
         const busyPercent = intOption(v.busy, 1, 100, '--busy must be an integer percentage from 1 to 100');
@@ -181,6 +177,15 @@ const COMMANDS: Record<string, Command> = {
     },
   },
 };
+
+/**
+ * Options of another subcommand of the same command are a mistake to report, not to ignore
+ * (`events show ID --status failed` showed the event whatever its status).
+ */
+function onlyFor(values: Record<string, unknown>, options: readonly string[], subcommand: string): void {
+  const given = options.find((o) => values[o] !== undefined);
+  if (given !== undefined) throw new UsageError(`--${given} is for ${subcommand}`);
+}
 
 /** A word past what the command takes is a mistake to report, not to ignore (`retry A B` retried only A). */
 function noMoreThan(args: readonly string[], n: number): void {
@@ -230,8 +235,17 @@ async function main(argv: string[]): Promise<number> {
   for (const [opt, spec] of Object.entries(cmd.options ?? {})) {
     // A blank value (`--config=$CONFIG` with CONFIG unset) is no value: missing, not a path "".
     const v = values[opt];
-    if (spec.type === 'string' && (v === undefined || (typeof v === 'string' && v.trim() === '')) && !cmd.optional?.includes(opt)) {
+    if (spec.type !== 'string') continue;
+    const blank = typeof v === 'string' && v.trim() === '';
+    if ((v === undefined || blank) && !cmd.optional?.includes(opt)) {
       console.error(`webhook-inbox ${name}: --${opt} is required${v === undefined ? '' : ' (it was given empty)'}\n\nUsage: ${cmd.usage}`);
+      return 2;
+    }
+    // An optional one given empty (`--handlers=$MODULE` with MODULE unset) was meant to say
+    // something: running as if it were absent (no handlers, no filter) would hide the slip, and
+    // an empty --host listened on every interface instead of the config's (127.0.0.1 by default).
+    if (blank) {
+      console.error(`webhook-inbox ${name}: --${opt} was given empty; leave it out or give it a value\n\nUsage: ${cmd.usage}`);
       return 2;
     }
   }

@@ -59,11 +59,12 @@ describe('webhook-inbox CLI', () => {
     for (const port of ['', ' ', '0x1F90', '1e3', '80.0']) {
       const r = run(['serve', '--config', missing, `--port=${port}`]);
       expect(r.code, JSON.stringify(port)).toBe(2);
-      expect(r.err).toContain('--port must be an integer from 0 to 65535');
+      expect(r.err).toContain(port.trim() === '' ? '--port was given empty' : '--port must be an integer from 0 to 65535');
     }
     const limit = run(['events', 'list', '--config', missing, '--limit=']);
     expect(limit.code).toBe(2);
-    expect(limit.err).toContain('--limit must be an integer');
+    expect(limit.err).toContain('--limit was given empty');
+    expect(run(['events', 'list', '--config', missing, '--limit=0']).err).toContain('--limit must be an integer');
   });
 
   it('help COMMAND prints that command\'s usage; help of an unknown command exits 2 and says so (it printed the top help and exited 0)', () => {

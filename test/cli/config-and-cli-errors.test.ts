@@ -179,6 +179,39 @@ describe('CLI errors', () => {
     expect(r.err).toContain('--config');
   });
 
+  // An optional option given empty (`--handlers=$MODULE`, MODULE unset) ran as if it were absent:
+  // serve started with no handlers, events list --endpoint= listed every endpoint's events.
+  it.each([
+    ['serve', ['--handlers=']],
+    ['work', ['--handlers= ']],
+    ['events', ['list', '--endpoint=']],
+    ['events', ['list', '--type=']],
+    ['events', ['list', '--reason=']],
+    ['send-sample', ['--endpoint', 'stripe', '--url=']],
+    ['keys', ['reseal', '--per-second=']],
+  ])('%s %j: an optional option given empty is a usage error (2) naming it', async (cmd, args) => {
+    const file = write(`blank-${cmd}.yaml`, configDoc(`sqlite:${join(dir, 'blank.db')}`));
+    const r = await runCli([cmd, '--config', file, ...args], 20_000);
+    expect(r.code, r.err).toBe(2);
+    const option = args.find((a) => a.includes('='))!.split('=')[0]!;
+    expect(r.err).toContain(`${option} was given empty`);
+  });
+
+  // Options of another subcommand were ignored: `events show ID --status failed` showed the event
+  // whatever its status; `keys list --busy 10` listed as if nothing was said.
+  it.each([
+    [['events', 'show', '00000000-0000-0000-0000-000000000000', '--status', 'failed'], '--status is for events list'],
+    [['events', 'show', '00000000-0000-0000-0000-000000000000', '--limit', '5'], '--limit is for events list'],
+    [['keys', 'list', '--busy', '10'], '--busy is for keys reseal'],
+    [['outbox', 'requeue', '--all', '--limit', '5'], '--limit is for outbox parked'],
+    [['outbox', 'parked', '--all'], '--all is for outbox requeue'],
+  ])('%j: another subcommand\'s option is a usage error (2): %s', async (args, message) => {
+    const file = write('other-sub.yaml', configDoc(`sqlite:${join(dir, 'other-sub.db')}`));
+    const r = await runCli([args[0]!, '--config', file, ...args.slice(1)], 20_000);
+    expect(r.code, r.err).toBe(2);
+    expect(r.err).toContain(message);
+  });
+
   // send-sample --url with a trailing slash (as copied from a browser) must POST to /webhooks/ID; it posted to //webhooks/ID and got 404.
   it('send-sample --url BASE/ posts to BASE/webhooks/ID', async () => {
     const paths: string[] = [];
