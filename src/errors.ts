@@ -108,15 +108,15 @@ const LISTEN_FAILURES: Readonly<Record<string, string>> = {
 
 /** The server could not take its listen address (in use, not ours, not here): one line, exit 1. */
 export class ListenError extends Error {
-  private constructor(host: string, port: number, why: string, cause: unknown) {
-    super(`cannot listen on ${host}:${port}: ${why}; change listen in the config or pass --host / --port`, { cause });
+  private constructor(host: string, port: number, why: string, cause: unknown, hint: string) {
+    super(`cannot listen on ${host}:${port}: ${why}; ${hint}`, { cause });
     this.name = 'ListenError';
   }
 
   /** `err` as a ListenError when it is one of the LISTEN_FAILURES, else `err` itself. */
-  static from(err: unknown, host: string, port: number): unknown {
+  static from(err: unknown, host: string, port: number, hint = 'change listen in the config or pass --host / --port'): unknown {
     const code = (err as NodeJS.ErrnoException | undefined)?.code;
-    return code !== undefined && Object.hasOwn(LISTEN_FAILURES, code) ? new ListenError(host, port, LISTEN_FAILURES[code]!, err) : err;
+    return code !== undefined && Object.hasOwn(LISTEN_FAILURES, code) ? new ListenError(host, port, LISTEN_FAILURES[code]!, err, hint) : err;
   }
 }
 

@@ -1,7 +1,12 @@
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import { KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { Engine } from './engine/engine.js';
+import { ListenError } from './errors.js';
+import { createAdminServer } from './http/admin.js';
+import { eventLoopDelay } from './metrics/event-loop.js';
 import { HandlerRegistry } from './engine/handlers.js';
 import { createLogger } from './log.js';
 import { Registry } from './metrics/registry.js';
@@ -13,13 +18,28 @@ export interface RunningWorkers {
   readonly store: InboxStore;
   /** Re-read on SIGHUP by `work`, and retried every 10 s while something is missing. */
   readonly keyring: KeyRing;
+  /** Where /metrics, /healthz and /readyz answer (`http://host:port`), when `metricsListen` was given. */
+  readonly metricsUrl?: string;
   /** Re-reads every secret, its files off the event loop (SIGHUP); resolves once it has. */
   reloadSecrets(): Promise<void>;
   stop(): Promise<void>;
 }
 
 /** Workers without ingress (`webhook-inbox work`): scale processing apart from receiving. */
-export async function startWorkers(config: Config, opts: { handlers?: HandlerRegistry; env?: NodeJS.ProcessEnv; logger?: Logger; migrate?: boolean; secretCheckMs?: number } = {}): Promise<RunningWorkers> {
+export interface WorkersOptions {
+  readonly handlers?: HandlerRegistry;
+  readonly env?: NodeJS.ProcessEnv;
+  readonly logger?: Logger;
+  readonly migrate?: boolean;
+  readonly secretCheckMs?: number;
+  /**
+   * Serve this process's own metrics (the engine's, which no `serve` process has) with /healthz
+   * and /readyz on this address; port 0 = any free one. Absent: no HTTP at all.
+   */
+  readonly metricsListen?: { readonly host: string; readonly port: number };
+}
+
+export async function startWorkers(config: Config, opts: WorkersOptions = {}): Promise<RunningWorkers> {
   const log = opts.logger ?? createLogger(config.log.level);
   const keyring = new KeyRing(config, opts.env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
@@ -33,16 +53,62 @@ export async function startWorkers(config: Config, opts: { handlers?: HandlerReg
       throw err;
     });
   }
-  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: new Registry(), log, env: opts.env });
+  const registry = new Registry();
+  const loop = eventLoopDelay();
+  registry.register(loop.gauge);
+  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry, log, env: opts.env });
+  let server: Server | undefined;
+  let metricsUrl: string | undefined;
+  if (opts.metricsListen) {
+    // Listening before the engine starts: a port already taken fails the start with nothing claimed.
+    const { host, port } = opts.metricsListen;
+    server = createAdminServer({
+      metrics: async () => {
+        // Queue gauges come from the database; an unreachable one leaves the last values.
+        await engine.refreshGauges().catch((err) => log.warn({ err }, 'queue gauges not refreshed'));
+        return registry.render();
+      },
+      notReady: async () => {
+        const problems = [...keyring.problems, ...engine.problems];
+        try {
+          await store.ping();
+        } catch (err) {
+          problems.push(`database: ${(err as Error).message}`);
+        }
+        return problems.length ? problems : null;
+      },
+      failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
+    });
+    const listening = server;
+    await new Promise<void>((resolve, reject) => {
+      listening.once('error', reject);
+      listening.listen(port, host, () => resolve());
+    }).catch(async (err: unknown) => {
+      loop.stop();
+      secretChecks.stop();
+      await engine.stop().catch(() => undefined); // not started: only its destinations' connections
+      await store.close().catch(() => undefined);
+      throw ListenError.from(err, host, port, 'pass another --metrics-host / --metrics-port');
+    });
+    const addr = listening.address() as AddressInfo;
+    metricsUrl = `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}`;
+  }
   engine.start();
   return {
     engine,
     store,
     keyring,
+    metricsUrl,
     reloadSecrets: () => secretChecks.reload(),
     async stop() {
       secretChecks.stop();
+      // Scrapes in progress are answered; a keep-alive scraper's idle connection does not hold the stop.
+      const closed = server ? new Promise<void>((resolve) => server!.close(() => resolve())) : Promise.resolve();
+      server?.closeIdleConnections();
       await engine.stop();
+      server?.closeAllConnections();
+      await closed;
+      loop.stop();
       await store.close();
       log.flush();
     },

@@ -73,10 +73,20 @@ const COMMANDS: Record<string, Command> = {
   },
   work: {
     summary: 'Run the processing workers alone (no HTTP ingress), so they scale apart from receiving.',
-    usage: 'webhook-inbox work --config FILE [--handlers MODULE]\n\n  --config, -c FILE  YAML or JSON config (destinations, routes, workers)\n  --handlers MODULE  a module whose default export registers handlers: (inbox) => { inbox.on(…) }',
-    options: { ...CONFIG, handlers: { type: 'string' } },
-    optional: ['handlers'],
-    run: (v) => runWork(String(v.config), v.handlers as string | undefined),
+    usage: 'webhook-inbox work --config FILE [--handlers MODULE] [--metrics-port PORT [--metrics-host HOST]]\n\n' +
+      '  --config, -c FILE    YAML or JSON config (destinations, routes, workers)\n' +
+      '  --handlers MODULE    a module whose default export registers handlers: (inbox) => { inbox.on(…) }\n' +
+      '  --metrics-port PORT  serve this process\'s metrics (the workers\', which serve has not), /healthz and\n' +
+      '                       /readyz on PORT (0-65535; 0 = any free port). Without it, nothing is served.\n' +
+      '  --metrics-host HOST  the address for them (default: the config\'s listen.host)',
+    options: { ...CONFIG, handlers: { type: 'string' }, 'metrics-port': { type: 'string' }, 'metrics-host': { type: 'string' } },
+    optional: ['handlers', 'metrics-port', 'metrics-host'],
+    run: (v) => {
+      const metricsHost = v['metrics-host'] as string | undefined;
+      const metricsPort = intOption(v['metrics-port'], 0, 65535, `--metrics-port must be an integer from 0 to 65535, not "${String(v['metrics-port'])}"`);
+      if (metricsHost !== undefined && metricsPort === undefined) throw new UsageError('--metrics-host needs --metrics-port');
+      return runWork(String(v.config), { handlers: v.handlers as string | undefined, metricsPort, metricsHost });
+    },
   },
   events: {
     summary: 'List events (newest first) or show one: events list [filters] | events show INBOX_ID.',

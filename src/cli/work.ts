@@ -5,19 +5,28 @@ import { tuneHeap } from './heap.js';
 import { reloadOnHangup, untilStopSignal } from './signals.js';
 
 /** Runs the workers alone until SIGINT/SIGTERM; then finishes the batches in flight. */
-export async function runWork(configFile: string, handlersModule: string | undefined): Promise<number> {
+export interface WorkOptions {
+  readonly handlers?: string;
+  /** --metrics-port; with it, /metrics, /healthz and /readyz are served on --metrics-host (default listen.host). */
+  readonly metricsPort?: number;
+  readonly metricsHost?: string;
+}
+
+export async function runWork(configFile: string, o: WorkOptions = {}): Promise<number> {
   tuneHeap();
   // As `serve`: SIGHUP re-reads the secrets.
   const started = reloadOnHangup<RunningWorkers>((w) => void w.reloadSecrets().then(() => {
     console.error(w.keyring.problems.length ? `webhook-inbox: secrets reloaded; still unavailable: ${w.keyring.problems.join('; ')}` : 'webhook-inbox: secrets reloaded');
   }));
   const config = loadConfigFile(configFile);
-  const handlers = await loadHandlers(handlersModule);
-  const w = await startWorkers(config, { handlers });
+  const handlers = await loadHandlers(o.handlers);
+  const metricsListen = o.metricsPort === undefined ? undefined : { host: o.metricsHost ?? config.listen.host, port: o.metricsPort };
+  const w = await startWorkers(config, { handlers, metricsListen });
   started(w);
   // Listening before saying so: whoever reads the line may signal at once (see serve.ts).
   const stop = untilStopSignal();
-  console.error(`webhook-inbox workers running (${w.store.kind}, owner ${w.engine.owner}, ${handlers.size} handler(s))`);
+  const served = w.metricsUrl ? `; /metrics, /healthz and /readyz on ${w.metricsUrl}` : '';
+  console.error(`webhook-inbox workers running (${w.store.kind}, owner ${w.engine.owner}, ${handlers.size} handler(s))${served}`);
   await stop;
   console.error('webhook-inbox: stopping workers (finishing batches in flight)');
   await w.stop();

@@ -2,17 +2,12 @@ import { createServer, STATUS_CODES, type IncomingMessage, type Server, type Ser
 import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError, REASONS } from '../errors.js';
+import { serveAdmin, type AdminHandlers } from './admin.js';
 import type { Ingress } from './ingress.js';
 import { afterRefusal, closeAfterAnswer, ignoreOnClosing, isClosing, LINGER } from './linger.js';
 import { markAnsweredRaw, markAwaitingContinue, sendError, sendJson } from './respond.js';
 
-export interface AdminHandlers {
-  metrics(): Promise<string>;
-  /** null when ready; otherwise the reasons it is not. */
-  notReady(): Promise<string[] | null>;
-  /** A handler above rejected (its request got 503): the place to log why. */
-  failed(path: '/metrics' | '/readyz', err: unknown): void;
-}
+export type { AdminHandlers } from './admin.js';
 
 const WEBHOOK_PREFIX = '/webhooks/';
 
@@ -130,38 +125,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       return;
     }
     if (bad) return sendError(req, res, bad);
-    if (path === '/healthz' || path === '/readyz' || path === '/metrics') {
-      if (req.method !== 'GET' && req.method !== 'HEAD') {
-        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' });
-        return void res.end('{"error":"method_not_allowed"}');
-      }
-      if (path === '/healthz') return sendJson(res, 200, '{"status":"ok"}');
-      // A failing admin handler answers 503; its rejection must never go unhandled (that ends the process).
-      if (path === '/metrics') {
-        void admin.metrics().then(
-          (text) => {
-            res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
-            res.end(text);
-          },
-          (err: unknown) => {
-            admin.failed(path, err);
-            sendJson(res, 503, '{"error":"metrics_unavailable"}', { 'retry-after': 5 });
-          },
-        );
-        return;
-      }
-      void admin.notReady().then(
-        (problems) => {
-          if (problems === null) sendJson(res, 200, '{"status":"ready"}');
-          else sendJson(res, 503, JSON.stringify({ status: 'not_ready', problems }), { 'retry-after': 5 });
-        },
-        (err: unknown) => {
-          admin.failed('/readyz', err);
-          sendJson(res, 503, '{"status":"not_ready","problems":["readiness check failed"]}', { 'retry-after': 5 });
-        },
-      );
-      return;
-    }
+    if (serveAdmin(path, req, res, admin)) return;
     afterRefusal(req, res, true);
     sendJson(res, 404, '{"error":"not_found"}');
   });

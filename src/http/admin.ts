@@ -1,0 +1,68 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { sendJson } from './respond.js';
+
+/** What /metrics and /readyz answer with, in `serve` (app.ts) and in `work` (workers.ts). */
+export interface AdminHandlers {
+  metrics(): Promise<string>;
+  /** null when ready; otherwise the reasons it is not. */
+  notReady(): Promise<string[] | null>;
+  /** A handler above rejected (its request got 503): the place to log why. */
+  failed(path: '/metrics' | '/readyz', err: unknown): void;
+}
+
+/**
+ * Answers GET/HEAD /healthz, /readyz and /metrics (405 for another method); false, answering
+ * nothing, for any other path. A failing handler answers 503: its rejection must never go
+ * unhandled (that ends the process).
+ */
+export function serveAdmin(path: string, req: IncomingMessage, res: ServerResponse, admin: AdminHandlers): boolean {
+  if (path !== '/healthz' && path !== '/readyz' && path !== '/metrics') return false;
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' });
+    res.end('{"error":"method_not_allowed"}');
+    return true;
+  }
+  if (path === '/healthz') {
+    sendJson(res, 200, '{"status":"ok"}');
+    return true;
+  }
+  if (path === '/metrics') {
+    void admin.metrics().then(
+      (text) => {
+        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+        res.end(text);
+      },
+      (err: unknown) => {
+        admin.failed(path, err);
+        sendJson(res, 503, '{"error":"metrics_unavailable"}', { 'retry-after': 5 });
+      },
+    );
+    return true;
+  }
+  void admin.notReady().then(
+    (problems) => {
+      if (problems === null) sendJson(res, 200, '{"status":"ready"}');
+      else sendJson(res, 503, JSON.stringify({ status: 'not_ready', problems }), { 'retry-after': 5 });
+    },
+    (err: unknown) => {
+      admin.failed('/readyz', err);
+      sendJson(res, 503, '{"status":"not_ready","problems":["readiness check failed"]}', { 'retry-after': 5 });
+    },
+  );
+  return true;
+}
+
+/**
+ * A server with only the operational endpoints (`webhook-inbox work --metrics-port`): 404 for
+ * any other path. It takes no webhooks, so it needs none of the ingress server's framing care;
+ * only bounded waits for slow clients.
+ */
+export function createAdminServer(admin: AdminHandlers): Server {
+  const server = createServer({ headersTimeout: 10_000, requestTimeout: 10_000, keepAliveTimeout: 5_000, connectionsCheckingInterval: 1_000 });
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    if (!serveAdmin(q < 0 ? url : url.slice(0, q), req, res, admin)) sendJson(res, 404, '{"error":"not_found"}');
+  });
+  return server;
+}
