@@ -4,7 +4,6 @@ import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
 import { reloadOnHangup, untilStopSignal } from './signals.js';
 
-/** Runs the workers alone until SIGINT/SIGTERM; then finishes the batches in flight. */
 export interface WorkOptions {
   readonly handlers?: string;
   /** --metrics-port; with it, /metrics, /healthz and /readyz are served on --metrics-host (default listen.host). */
@@ -12,6 +11,7 @@ export interface WorkOptions {
   readonly metricsHost?: string;
 }
 
+/** Runs the workers alone until SIGINT/SIGTERM; then finishes the batches in flight. */
 export async function runWork(configFile: string, o: WorkOptions = {}): Promise<number> {
   tuneHeap();
   // As `serve`: SIGHUP re-reads the secrets.
