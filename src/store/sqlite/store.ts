@@ -53,7 +53,15 @@ export class SqliteStore implements InboxStore {
   }
 
   constructor(readonly init: WorkerInit) {
-    if (init.file !== ':memory:') mkdirSync(dirname(init.file), { recursive: true });
+    if (init.file !== ':memory:') {
+      try {
+        mkdirSync(dirname(init.file), { recursive: true });
+      } catch (err) {
+        // Typed, as a file that cannot be opened is: a library caller (and the CLI's one line) sees
+        // the store is unusable and why, not a bare EEXIST / EACCES from mkdir.
+        throw new StorageUnavailableError(`SQLite: cannot create the directory of ${init.file}: ${(err as Error).message}`, { cause: err });
+      }
+    }
     // A crashed writer is replaced by the next call; requests it held were answered 503.
     this.writer = new WorkerCalls({
       start: () => startWorker(import.meta.url, 'worker', this.init),
