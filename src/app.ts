@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
-import type { Config } from './config/schema.js';
+import { configEnv, type Config } from './config/schema.js';
 import { allRetired } from './config/retired.js';
 import { ListenError } from './errors.js';
 import { KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
@@ -21,6 +21,7 @@ export interface StartOptions {
   /** Apply migrations before serving (default true). */
   readonly migrate?: boolean;
   readonly logger?: Logger;
+  /** Where `${env:}` secrets are read (default: the env the config was parsed with, else process.env). */
   readonly env?: NodeJS.ProcessEnv;
   /** Use this store instead of opening `config.database` (the app then does not close it). */
   readonly store?: InboxStore;
@@ -52,7 +53,9 @@ export interface RunningApp {
 /** Wires config → keyring, store, group committer, ingress and HTTP server, and listens. */
 export async function startApp(config: Config, opts: StartOptions = {}): Promise<RunningApp> {
   const log = opts.logger ?? createLogger(config.log.level);
-  const keyring = new KeyRing(config, opts.env);
+  // The caller's env: given here, or the one it parsed the config with (its references were checked there).
+  const env = opts.env ?? configEnv(config);
+  const keyring = new KeyRing(config, env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; until it loads its endpoint answers 503 or its forwards wait (retried every 10 s and on SIGHUP)');
   const store = opts.store ?? openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   // A start that fails from here on (migration, a port in use) closes what it opened: the store's
@@ -87,10 +90,10 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     (r) => r.payload.ciphertext.length,
   );
   const workersRun = opts.workers ?? config.workers.enabled;
-  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env: opts.env, freshBodies: workersRun });
+  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env, freshBodies: workersRun });
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes, config.limits.minBodyBytesPerSecond);
   const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
-  const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes, opts.env) : undefined;
+  const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes, env) : undefined;
   const ingress = new Ingress(config.endpoints, { keyring, committer, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
   // What this start has made, released when it fails before listening (with the store, by abandon).
   const release = async (): Promise<void> => {

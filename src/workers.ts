@@ -1,7 +1,7 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import type { Config } from './config/schema.js';
+import { configEnv, type Config } from './config/schema.js';
 import { KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { Engine } from './engine/engine.js';
 import { ListenError } from './errors.js';
@@ -28,6 +28,7 @@ export interface RunningWorkers {
 /** Workers without ingress (`webhook-inbox work`): scale processing apart from receiving. */
 export interface WorkersOptions {
   readonly handlers?: HandlerRegistry;
+  /** Where `${env:}` secrets are read (default: the env the config was parsed with, else process.env). */
   readonly env?: NodeJS.ProcessEnv;
   readonly logger?: Logger;
   readonly migrate?: boolean;
@@ -41,7 +42,8 @@ export interface WorkersOptions {
 
 export async function startWorkers(config: Config, opts: WorkersOptions = {}): Promise<RunningWorkers> {
   const log = opts.logger ?? createLogger(config.log.level);
-  const keyring = new KeyRing(config, opts.env);
+  const env = opts.env ?? configEnv(config);
+  const keyring = new KeyRing(config, env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
   const secretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
   const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
@@ -56,7 +58,7 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
   const registry = new Registry();
   const loop = eventLoopDelay();
   registry.register(loop.gauge);
-  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry, log, env: opts.env });
+  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry, log, env });
   let server: Server | undefined;
   let metricsUrl: string | undefined;
   if (opts.metricsListen) {

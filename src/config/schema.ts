@@ -240,5 +240,19 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     return ep;
   });
 
-  return { listen, database, payloadKeys: { current, keys }, limits, groupCommit, log, endpoints, destinations, workers, retry: defaultRetry };
+  const config: Config = { listen, database, payloadKeys: { current, keys }, limits, groupCommit, log, endpoints, destinations, workers, retry: defaultRetry };
+  parsedWith.set(config, env);
+  return config;
+}
+
+/** The env each config was parsed with (not a field: logging a config must never print the environment). */
+const parsedWith = new WeakMap<Config, NodeJS.ProcessEnv>();
+
+/**
+ * The env parseConfig read this config's `${env:}` references from: startApp and startWorkers
+ * read its secrets from the same one unless given their own `env`. Undefined for a config not
+ * made by parseConfig (built in code, or a copy).
+ */
+export function configEnv(config: Config): NodeJS.ProcessEnv | undefined {
+  return parsedWith.get(config);
 }
