@@ -45,8 +45,9 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
   const env = opts.env ?? configEnv(config);
   const keyring = new KeyRing(config, env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
-  const secretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
+  // Opened first: a store that cannot be (its SQLite directory) throws here, before any check runs.
   const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
+  const secretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
   if (opts.migrate ?? true) {
     // As in startApp: a failed start closes what it opened (the pools would keep the process alive).
     await store.migrate().catch(async (err: unknown) => {
