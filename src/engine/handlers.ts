@@ -86,6 +86,11 @@ export class HandlerRegistry {
   private readonly executors = new Map<string, EffectExecutor>();
 
   on(typePattern: string, fn: Handler, opts: HandlerOptions = {}): this {
+    // As the config refuses such an `events` glob: a slip (' payment_intent.*', a trailing newline)
+    // would match no event type, and every event meant for this handler would end unsupported_type.
+    if (typePattern === '' || typePattern.trim() !== typePattern || /[\u0000-\u001f\u007f]/.test(typePattern)) {
+      throw new Error(`handler type pattern ${JSON.stringify(typePattern)} is empty or has surrounding whitespace or a control character, so it would match no event type`);
+    }
     const name = opts.name ?? typePattern;
     const consumer = `handler:${name}`;
     if (this.handlers.some((h) => h.consumer === consumer)) throw new Error(`a handler named "${name}" is already registered; give it options.name`);
