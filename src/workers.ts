@@ -97,23 +97,29 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
     metricsUrl = `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}`;
   }
   engine.start();
+  let stopping: Promise<void> | undefined;
   return {
     engine,
     store,
     keyring,
     metricsUrl,
     reloadSecrets: () => secretChecks.reload(),
-    async stop() {
-      secretChecks.stop();
-      // Scrapes in progress are answered; a keep-alive scraper's idle connection does not hold the stop.
-      const closed = server ? new Promise<void>((resolve) => server!.close(() => resolve())) : Promise.resolve();
-      server?.closeIdleConnections();
-      await engine.stop();
-      server?.closeAllConnections();
-      await closed;
-      loop.stop();
-      await store.close();
-      log.flush();
+    stop() {
+      // One stop, however often it is asked for: a second call (a signal handler and a teardown)
+      // resolves when the first has closed everything, as RunningApp.close does.
+      stopping ??= (async () => {
+        secretChecks.stop();
+        // Scrapes in progress are answered; a keep-alive scraper's idle connection does not hold the stop.
+        const closed = server ? new Promise<void>((resolve) => server!.close(() => resolve())) : Promise.resolve();
+        server?.closeIdleConnections();
+        await engine.stop();
+        server?.closeAllConnections();
+        await closed;
+        loop.stop();
+        await store.close();
+        log.flush();
+      })();
+      return stopping;
     },
   };
 }
