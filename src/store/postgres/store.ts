@@ -102,6 +102,7 @@ export class PostgresStore implements InboxStore {
   private readonly listener: PgListener;
   private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
   private closed = false;
+  private closing: Promise<void> | undefined;
 
   constructor(url: string, opts: PostgresOptions = {}) {
     this.listener = new PgListener({
@@ -400,11 +401,14 @@ export class PostgresStore implements InboxStore {
     return (await this.query({ text: W.resealStatement(items.length), values })).rowCount ?? 0;
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    this.notifier.close();
-    await this.listener.close();
-    await Promise.all([this.pool.end(), this.workPool.end()]);
+  /** Every call resolves once the pools have ended (a second call does not return before the first is done). */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.closed = true;
+      this.notifier.close();
+      await this.listener.close();
+      await Promise.all([this.pool.end(), this.workPool.end()]);
+    })();
+    return this.closing;
   }
 }

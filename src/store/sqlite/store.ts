@@ -47,6 +47,7 @@ export class SqliteStore implements InboxStore {
   private readonly newWork = new Set<() => void>();
   private watcher: NodeJS.Timeout | undefined;
   private closed = false;
+  private closing: Promise<void> | undefined;
 
   get maxTxMs(): number {
     return this.init.txTimeoutMs;
@@ -253,12 +254,15 @@ export class SqliteStore implements InboxStore {
     this.watcher.unref();
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
-    clearInterval(this.watcher);
-    this.newWork.clear();
-    await this.call('close').catch(() => undefined);
-    this.closed = true;
-    await this.writer.close();
+  /** Every call resolves once the writer thread has ended (a second call does not return before the first is done). */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      clearInterval(this.watcher);
+      this.newWork.clear();
+      await this.call('close').catch(() => undefined);
+      this.closed = true;
+      await this.writer.close();
+    })();
+    return this.closing;
   }
 }
