@@ -1,4 +1,5 @@
 import { eventMatcher } from '../http/event-filter.js';
+import { PROVIDERS } from '../providers/registry.js';
 import type { Row } from '../store/work-port.js';
 
 /** What a handler receives: the verified event, parsed, with its inbox identity. */
@@ -90,6 +91,10 @@ export class HandlerRegistry {
     // would match no event type, and every event meant for this handler would end unsupported_type.
     if (typePattern === '' || typePattern.trim() !== typePattern || /[\u0000-\u001f\u007f]/.test(typePattern)) {
       throw new Error(`handler type pattern ${JSON.stringify(typePattern)} is empty or has surrounding whitespace or a control character, so it would match no event type`);
+    }
+    // An endpoint's provider is always one of these: any other name ('Stripe') would match nothing.
+    if (opts.provider !== undefined && !Object.hasOwn(PROVIDERS, opts.provider)) {
+      throw new Error(`handler option provider: unknown provider ${JSON.stringify(opts.provider)}, so the handler would never run (known: ${Object.keys(PROVIDERS).join(', ')})`);
     }
     const name = opts.name ?? typePattern;
     const consumer = `handler:${name}`;

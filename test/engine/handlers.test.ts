@@ -24,3 +24,23 @@ describe('HandlerRegistry.on: type patterns that can match no event type', () =>
     expect(r.match('stripe', 'stripe', 'payment_intent.succeeded').map((h) => h.name)).toEqual(['payment_intent.*', '*']);
   });
 });
+
+/**
+ * options.provider naming no provider ('Stripe', 'stripe ') matched no event: the handler never
+ * ran and its events ended FAILED unsupported_type. Refused at registration.
+ */
+describe('HandlerRegistry.on: options.provider', () => {
+  const fn = () => undefined;
+
+  it('refuses a provider name that no endpoint can have, naming it', () => {
+    for (const bad of ['Stripe', 'stripe ', '', 'constructor']) {
+      expect(() => new HandlerRegistry().on('*', fn, { provider: bad }), bad).toThrow(`handler option provider: unknown provider ${JSON.stringify(bad)}`);
+    }
+  });
+
+  it('takes a known provider, and matches only its events', () => {
+    const r = new HandlerRegistry().on('*', fn, { provider: 'stripe' });
+    expect(r.match('stripe', 'any', 'charge.refunded')).toHaveLength(1);
+    expect(r.match('github', 'any', 'push')).toHaveLength(0);
+  });
+});
