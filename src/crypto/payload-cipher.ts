@@ -160,9 +160,12 @@ export class PayloadCipher {
   private decrypt(sealed: SealedPayload, binding: PayloadBinding): Buffer {
     const key = this.keys.get(sealed.keyId);
     if (!key) throw new PayloadKeyMissingError(sealed.keyId);
+    // Always a full 16-byte tag: GCM would also check a truncated one (down to 4 bytes), so a stored
+    // ciphertext cut short (an empty body's is its tag alone) could still authenticate.
+    if (sealed.ciphertext.length < TAG_BYTES) throw new Error(`sealed payload shorter than its ${TAG_BYTES}-byte tag`);
     const body = sealed.ciphertext.subarray(0, sealed.ciphertext.length - TAG_BYTES);
     const tag = sealed.ciphertext.subarray(sealed.ciphertext.length - TAG_BYTES);
-    const decipher = createDecipheriv('aes-256-gcm', key, sealed.nonce);
+    const decipher = createDecipheriv('aes-256-gcm', key, sealed.nonce, { authTagLength: TAG_BYTES });
     decipher.setAAD(payloadAad(binding, sealed));
     decipher.setAuthTag(tag);
     return Buffer.concat([decipher.update(body), decipher.final()]);

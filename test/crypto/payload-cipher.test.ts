@@ -47,6 +47,18 @@ describe('payload encryption', () => {
     expect(() => c.open(sealed, bind('a'))).toThrow();
   });
 
+  // GCM checks a tag cut down to as few as 4 bytes unless told its length: an empty body's
+  // ciphertext is its 16-byte tag alone, and its first 4 bytes opened as the whole payload.
+  it('refuses a stored ciphertext cut short of its 16-byte tag', () => {
+    const c = new PayloadCipher(new Map([['k1', k1]]), 'k1');
+    const sealed = c.seal(Buffer.alloc(0), bind('empty'));
+    expect(sealed.ciphertext.length).toBe(16);
+    expect(c.open(sealed, bind('empty')).length).toBe(0);
+    for (const n of [4, 8, 12, 15]) {
+      expect(() => c.open({ ...sealed, ciphertext: Buffer.from(sealed.ciphertext.subarray(0, n)) }, bind('empty')), `${n} bytes`).toThrow();
+    }
+  });
+
   it('encrypts with the current key and still decrypts rows written under an older key', () => {
     const old = new PayloadCipher(new Map([['k1', k1]]), 'k1');
     const rotated = new PayloadCipher(new Map([['k1', k1], ['k2', k2]]), 'k2');
