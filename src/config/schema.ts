@@ -189,7 +189,11 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   const keysObj = asObject(k.keys, child(kp, 'keys'), Object.keys((k.keys ?? {}) as Obj));
   const keys = new Map<string, SecretRef>();
   for (const [id, v] of Object.entries(keysObj)) keys.set(id, parseSecretRef(v, child(child(kp, 'keys'), id)));
-  if (!keys.has(current)) throw new ConfigError(child(kp, 'current'), `"${current}" is not one of payloadKeys.keys`);
+  if (!keys.has(current)) {
+    // Not echoed when it could be a key pasted into the wrong place (a 32-byte key is 44 characters of base64).
+    const named = current.length <= 32 ? `"${current}"` : `(a ${current.length}-character value)`;
+    throw new ConfigError(child(kp, 'current'), `${named} is not one of payloadKeys.keys`);
+  }
 
   const limp = 'limits';
   const lim = asObject(o.limits ?? {}, limp, ['maxHeaders', 'maxHeaderBytes', 'headersTimeoutMs', 'requestTimeoutMs', 'keepAliveTimeoutMs', 'maxInFlightBodyBytes', 'minBodyBytesPerSecond', 'offloadBodyBytes', 'compressBodyBytes']);

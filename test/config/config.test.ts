@@ -38,6 +38,8 @@ describe('config validation names the bad path', () => {
     ['rateLimit without perSecond', withEndpoint(stripeEp({ rateLimit: { burst: 5 } })), /^endpoints\[0\]\.rateLimit\.perSecond: is required/],
     ['typo inside an endpoint', withEndpoint(stripeEp({ evnets: ['x'] })), /^endpoints\[0\]\.evnets: unknown key/],
     ['current payload key missing', { ...base(), payloadKeys: { current: 'k2', keys: { k1: PAYLOAD_KEY } } }, /^payloadKeys\.current: "k2" is not one of/],
+    // A key pasted into `current` (not its id) must not be printed back.
+    ['a payload key itself as current', { ...base(), payloadKeys: { current: PAYLOAD_KEY, keys: { k1: PAYLOAD_KEY } } }, /^payloadKeys\.current: \(a 44-character value\) is not one of payloadKeys\.keys$/],
     ['database scheme', { ...base(), database: 'mysql://x' }, /^database: must start with sqlite: or postgres:\/\//],
     ['port out of range', { ...base(), listen: { port: 70000 } }, /^listen\.port: must be an integer from 0 to 65535/],
     ['workers.effectsConcurrency over concurrency', { ...base(), workers: { concurrency: 8, effectsConcurrency: 9 } }, /^workers\.effectsConcurrency: must be ≤ concurrency \(8\)/],
