@@ -135,12 +135,19 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(config.listen.port, config.listen.host, () => resolve());
+    server.listen(config.listen.port, config.listen.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
   }).catch(async (err: unknown) => {
     secretChecks.stop();
     await release();
     return abandon(ListenError.from(err, config.listen.host, config.listen.port));
   });
+  // Once listening, the server's errors are those of accepting connections (EMFILE: out of file
+  // descriptors): the server goes on, and the operator must hear of it. Left to the listen's
+  // one-off listener they were swallowed; with none at all, one would end the process.
+  server.on('error', (err) => log.error({ err }, 'HTTP server error (the server goes on)'));
   if (workersRun) engine.start();
   const addr = server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;

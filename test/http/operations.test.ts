@@ -355,4 +355,21 @@ describe('logs and metrics', () => {
       await t.stop();
     }
   });
+
+  // After listening, a server 'error' is an accept failure (EMFILE: out of file descriptors). The
+  // listen's one-off listener stayed attached and swallowed it: the operator never heard of it.
+  it('a server error after listening (an accept failure) is logged, and the app keeps serving', async () => {
+    const t = await appWithLog({});
+    try {
+      const err = Object.assign(new Error('accept EMFILE'), { code: 'EMFILE', syscall: 'accept' });
+      t.app.server.emit('error', err);
+      const line = t.lines.map((l) => JSON.parse(l) as { msg?: string; level?: number; err?: { message?: string } })
+        .find((l) => l.err?.message === 'accept EMFILE');
+      expect(line).toMatchObject({ level: 50, msg: 'HTTP server error (the server goes on)' });
+      const body = stripeEvent('evt_after_emfile');
+      expect((await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(200);
+    } finally {
+      await t.stop();
+    }
+  });
 });
