@@ -85,7 +85,10 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
     const listening = server;
     await new Promise<void>((resolve, reject) => {
       listening.once('error', reject);
-      listening.listen(port, host, () => resolve());
+      listening.listen(port, host, () => {
+        listening.off('error', reject);
+        resolve();
+      });
     }).catch(async (err: unknown) => {
       loop.stop();
       secretChecks.stop();
@@ -93,6 +96,8 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
       await store.close().catch(() => undefined);
       throw ListenError.from(err, host, port, 'pass another --metrics-host / --metrics-port');
     });
+    // As serve's: an accept failure once listening is logged, and the server goes on.
+    listening.on('error', (err) => log.error({ err }, 'metrics server error (it goes on)'));
     const addr = listening.address() as AddressInfo;
     metricsUrl = `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}`;
   }
