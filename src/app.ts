@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { configEnv, type Config } from './config/schema.js';
 import { allRetired } from './config/retired.js';
 import { ListenError } from './errors.js';
-import { KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
+import { checkedSecretInterval, KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
 import { OffloadLane, offloadThreshold } from './http/offload.js';
@@ -31,7 +31,7 @@ export interface StartOptions {
   readonly handlers?: HandlerRegistry;
   /** Run the workers in this process (default: config.workers.enabled). */
   readonly workers?: boolean;
-  /** How often secrets are re-checked (missing ones, changed files); default 10 s. */
+  /** How often secrets are re-checked (missing ones, changed files); default 10 s; 0 = never (only reloadSecrets()). */
   readonly secretCheckMs?: number;
 }
 
@@ -52,6 +52,7 @@ export interface RunningApp {
 
 /** Wires config → keyring, store, group committer, ingress and HTTP server, and listens. */
 export async function startApp(config: Config, opts: StartOptions = {}): Promise<RunningApp> {
+  const secretCheckMs = checkedSecretInterval(opts.secretCheckMs);
   const log = opts.logger ?? createLogger(config.log.level);
   // The caller's env: given here, or the one it parsed the config with (its references were checked there).
   const env = opts.env ?? configEnv(config);
@@ -131,7 +132,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     return abandon(err);
   }
 
-  const secretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
+  const secretChecks = keepSecretsCurrent(keyring, log, secretCheckMs);
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

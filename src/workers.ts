@@ -2,7 +2,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { configEnv, type Config } from './config/schema.js';
-import { KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
+import { checkedSecretInterval, KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { Engine } from './engine/engine.js';
 import { ListenError } from './errors.js';
 import { createAdminServer } from './http/admin.js';
@@ -32,6 +32,7 @@ export interface WorkersOptions {
   readonly env?: NodeJS.ProcessEnv;
   readonly logger?: Logger;
   readonly migrate?: boolean;
+  /** How often secrets are re-checked (missing ones, changed files); default 10 s; 0 = never (only reloadSecrets()). */
   readonly secretCheckMs?: number;
   /**
    * Serve this process's own metrics (the engine's, which no `serve` process has) with /healthz
@@ -41,13 +42,14 @@ export interface WorkersOptions {
 }
 
 export async function startWorkers(config: Config, opts: WorkersOptions = {}): Promise<RunningWorkers> {
+  const secretCheckMs = checkedSecretInterval(opts.secretCheckMs);
   const log = opts.logger ?? createLogger(config.log.level);
   const env = opts.env ?? configEnv(config);
   const keyring = new KeyRing(config, env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
   // Opened first: a store that cannot be (its SQLite directory) throws here, before any check runs.
   const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
-  const secretChecks = keepSecretsCurrent(keyring, log, opts.secretCheckMs);
+  const secretChecks = keepSecretsCurrent(keyring, log, secretCheckMs);
   if (opts.migrate ?? true) {
     // As in startApp: a failed start closes what it opened (the pools would keep the process alive).
     await store.migrate().catch(async (err: unknown) => {

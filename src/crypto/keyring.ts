@@ -210,6 +210,15 @@ type CheckLog = { info(obj: object, msg: string): void; warn(obj: object, msg: s
  * pool, never the server, which goes on with the secrets it has; after `answerMs` a warning names
  * the file, and no further check starts until it answers.
  */
+/**
+ * A caller's secret check interval (StartOptions / WorkersOptions `secretCheckMs`), checked before
+ * a start opens anything: negative or NaN is a mistake to say at once (setInterval would take it as 1 ms).
+ */
+export function checkedSecretInterval(ms: number | undefined): number | undefined {
+  if (ms !== undefined && !(ms >= 0)) throw new RangeError(`secretCheckMs must be ≥ 0 (0 = never, only reloadSecrets()), not ${ms}`);
+  return ms;
+}
+
 export function keepSecretsCurrent(keyring: KeyRing, log: CheckLog, everyMs = SECRET_RETRY_MS, answerMs = FILE_ANSWER_MS): SecretChecks {
   let running: Promise<void> | undefined;
   let forcedAgain: Promise<void> | undefined;
@@ -242,7 +251,9 @@ export function keepSecretsCurrent(keyring: KeyRing, log: CheckLog, everyMs = SE
     });
     return running;
   };
-  const timer = setInterval(() => void start(false), everyMs);
-  timer.unref();
+  // 0 (or Infinity) = no periodic checks, only reload(): setInterval would take 0 as 1 ms, a file
+  // read every millisecond.
+  const timer = everyMs > 0 && Number.isFinite(everyMs) ? setInterval(() => void start(false), everyMs) : undefined;
+  timer?.unref();
   return { reload: () => start(true), stop: () => clearInterval(timer) };
 }

@@ -169,6 +169,38 @@ describe('secret files are watched', () => {
   });
 });
 
+describe('secretCheckMs: 0 (library option)', () => {
+  // setInterval takes 0 as 1 ms: every secret file was read about a thousand times a second, and a
+  // rotated file applied at once, where 0 was meant as "never" (only reloadSecrets()).
+  it('means no periodic checks: a rotated ${file:} secret applies only at reloadSecrets()', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wi-secret-nocheck-'));
+    const file = join(dir, 'stripe_whsec');
+    writeFileSync(file, 'whsec_before_rotation\n');
+    const t = await appWithLog({ endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: `\${file:${file}}` }] }] }, {}, '', 0);
+    try {
+      let n = 0;
+      const send = (secret: string) => {
+        const body = stripeEvent(`evt_nocheck_${++n}`);
+        return post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body, secret));
+      };
+      writeFileSync(join(dir, 'next'), 'whsec_after_rotation\n');
+      renameSync(join(dir, 'next'), file);
+      await new Promise((r) => setTimeout(r, 300));
+      expect((await send('whsec_before_rotation')).status).toBe(200);
+      await t.app.reloadSecrets();
+      expect((await send('whsec_after_rotation')).status).toBe(200);
+      expect((await send('whsec_before_rotation')).status).toBe(401);
+    } finally {
+      await t.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a negative interval is refused before anything is opened', async () => {
+    await expect(appWithLog({}, {}, '', -1)).rejects.toThrow(/secretCheckMs must be ≥ 0/);
+  });
+});
+
 describe('logs and metrics', () => {
   it('one JSON line per request with outcome and latency; never a secret, signature or body', async () => {
     const t = await appWithLog({});
