@@ -130,26 +130,42 @@ describe('secrets unavailable → fail closed', () => {
   });
 });
 
+/**
+ * An app whose one Stripe endpoint reads its secret from a file holding `whsec_before_rotation`;
+ * `rotate` replaces the file as Kubernetes rotates a mounted secret (a new file renamed over it).
+ */
+async function fileSecretApp(secretCheckMs: number) {
+  const dir = mkdtempSync(join(tmpdir(), 'wi-secret-file-'));
+  const file = join(dir, 'stripe_whsec');
+  writeFileSync(file, 'whsec_before_rotation\n');
+  const t = await appWithLog({ endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: `\${file:${file}}` }] }] }, {}, '', secretCheckMs);
+  let n = 0;
+  const send = (secret: string) => {
+    const body = stripeEvent(`evt_file_secret_${++n}`);
+    return post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body, secret));
+  };
+  const rotate = (value: string) => {
+    writeFileSync(join(dir, 'next'), value);
+    renameSync(join(dir, 'next'), file);
+  };
+  const stop = async () => {
+    await t.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  return { ...t, file, send, rotate, stop };
+}
+
 describe('secret files are watched', () => {
   it('a ${file:} secret replaced on disk (a rotated mount) applies without a signal; removed, its endpoint goes offline; back, it heals', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'wi-secret-watch-'));
-    const file = join(dir, 'stripe_whsec');
-    writeFileSync(file, 'whsec_before_rotation\n');
-    const t = await appWithLog({ endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: `\${file:${file}}` }] }] }, {}, '', 50);
+    const t = await fileSecretApp(50);
+    const { file, send } = t;
     try {
-      let n = 0;
-      const send = (secret: string) => {
-        const body = stripeEvent(`evt_watch_${++n}`);
-        return post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body, secret));
-      };
       const until = async (what: () => Promise<boolean>) => {
         for (let i = 0; i < 100 && !(await what()); i++) await new Promise((r) => setTimeout(r, 20));
         return what();
       };
       expect((await send('whsec_before_rotation')).status).toBe(200);
-      // As Kubernetes rotates a mounted secret: a new file renamed over the old one.
-      writeFileSync(join(dir, 'next'), 'whsec_after_rotation\n');
-      renameSync(join(dir, 'next'), file);
+      t.rotate('whsec_after_rotation\n');
       expect(await until(async () => (await send('whsec_after_rotation')).status === 200)).toBe(true);
       const old = await send('whsec_before_rotation');
       expect(old.status).toBe(401);
@@ -173,18 +189,10 @@ describe('secretCheckMs: 0 (library option)', () => {
   // setInterval takes 0 as 1 ms: every secret file was read about a thousand times a second, and a
   // rotated file applied at once, where 0 was meant as "never" (only reloadSecrets()).
   it('means no periodic checks: a rotated ${file:} secret applies only at reloadSecrets()', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'wi-secret-nocheck-'));
-    const file = join(dir, 'stripe_whsec');
-    writeFileSync(file, 'whsec_before_rotation\n');
-    const t = await appWithLog({ endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: `\${file:${file}}` }] }] }, {}, '', 0);
+    const t = await fileSecretApp(0);
+    const { send } = t;
     try {
-      let n = 0;
-      const send = (secret: string) => {
-        const body = stripeEvent(`evt_nocheck_${++n}`);
-        return post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body, secret));
-      };
-      writeFileSync(join(dir, 'next'), 'whsec_after_rotation\n');
-      renameSync(join(dir, 'next'), file);
+      t.rotate('whsec_after_rotation\n');
       await new Promise((r) => setTimeout(r, 300));
       expect((await send('whsec_before_rotation')).status).toBe(200);
       await t.app.reloadSecrets();
@@ -192,7 +200,6 @@ describe('secretCheckMs: 0 (library option)', () => {
       expect((await send('whsec_before_rotation')).status).toBe(401);
     } finally {
       await t.stop();
-      rmSync(dir, { recursive: true, force: true });
     }
   });
 

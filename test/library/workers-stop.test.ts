@@ -3,6 +3,7 @@ import { afterEach, beforeEach, expect, it } from 'vitest';
 import { parseConfig, startWorkers } from '../../src/index.js';
 import { configDoc } from '../helpers/app.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
+import { expectSecondCallWaitsForFirst } from '../helpers/twice.js';
 
 /**
  * stop() asked for twice (a signal handler and a teardown, say): the second call must not
@@ -18,14 +19,7 @@ describeEachStore('library: startWorkers stop() called twice', (kind) => {
 
   it('the second call resolves only once the first has finished, with the metrics server closed', async () => {
     const workers = await startWorkers(parseConfig(configDoc(db.url), {}), { logger: pino({ level: 'silent' }), metricsListen: { host: '127.0.0.1', port: 0 } });
-    let firstDone = false;
-    const first = workers.stop().then(() => {
-      firstDone = true;
-    });
-    await workers.stop();
-    expect(firstDone, 'the second stop resolved while the first was still stopping').toBe(true);
-    await first;
-    await workers.stop(); // and once more, after: resolves
+    await expectSecondCallWaitsForFirst(() => workers.stop(), 'stop');
     await expect(fetch(`${workers.metricsUrl}/healthz`)).rejects.toThrow();
   });
 });

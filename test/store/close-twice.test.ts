@@ -1,6 +1,7 @@
-import { afterEach, beforeEach, expect, it } from 'vitest';
+import { afterEach, beforeEach, it } from 'vitest';
 import { openStore } from '../../src/index.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
+import { expectSecondCallWaitsForFirst } from '../helpers/twice.js';
 
 /**
  * InboxStore.close() asked for twice at once (openStore is exported): the second call returned at
@@ -18,13 +19,6 @@ describeEachStore('store close() called twice', (kind) => {
     const store = openStore(db.url);
     await store.migrate();
     await store.warm?.(8);
-    let firstDone = false;
-    const first = store.close().then(() => {
-      firstDone = true;
-    });
-    await store.close();
-    expect(firstDone, 'the second close resolved while the first was still closing').toBe(true);
-    await first;
-    await store.close();
+    await expectSecondCallWaitsForFirst(() => store.close(), 'close');
   });
 });
