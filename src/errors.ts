@@ -120,6 +120,19 @@ export class ListenError extends Error {
   }
 }
 
+/**
+ * A migration the database refused (no privilege to create tables, a table of that name already
+ * there): names the step that failed and the database's reason; one line, exit 1. What the
+ * database applied of it: PostgreSQL runs every pending migration in one transaction (nothing);
+ * SQLite one transaction each (the ones before it).
+ */
+export class MigrationError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'MigrationError';
+  }
+}
+
 /** The database's schema is older than this build needs (or was never migrated): run `migrate`. */
 export class SchemaOutdatedError extends Error {
   constructor(message: string) {

@@ -12,6 +12,9 @@ export interface Migration {
   readonly postgres: string;
 }
 
+/** How a failed migration is named to the operator. */
+export const migrationStep = (m: Migration): string => `migration ${m.version} (${m.name})`;
+
 export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,

@@ -362,7 +362,7 @@ describe('webhook-inbox CLI', () => {
     expect({ code, signal }, stderr).toEqual({ code: 0, signal: null });
   });
 
-  it.runIf(PG_UP)('serve and work exit, not hang, when the migration fails (PostgreSQL: a role that may not create tables)', async () => {
+  it.runIf(PG_UP)('serve, work and migrate exit 1 with one line naming the failed step, not hang, when the migration fails (PostgreSQL: a role that may not create tables)', async () => {
     const db = await freshDatabase('postgres');
     const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
     await admin.connect();
@@ -372,11 +372,13 @@ describe('webhook-inbox CLI', () => {
       url.username = 'wi_test_noddl';
       const file = join(dir, 'noddl.yaml');
       writeFileSync(file, stringify(configDoc(url.toString(), { listen: { host: '127.0.0.1', port: 0 } })));
-      for (const cmd of ['serve', 'work']) {
+      for (const cmd of ['serve', 'work', 'migrate']) {
         const r = spawnSync(process.execPath, [CLI, cmd, '--config', file], { encoding: 'utf8', timeout: 20_000 });
         expect(r.signal, `${cmd} still running after 20 s`).toBeNull();
-        expect(r.status, cmd).not.toBe(0);
-        expect(r.stderr, cmd).toContain('permission denied for schema public');
+        expect(r.status, cmd).toBe(1);
+        // One line naming the step and the database's reason (it was a driver stack trace).
+        expect(r.stderr, cmd).toContain(`webhook-inbox ${cmd}: PostgreSQL: the schema_migrations table failed: permission denied for schema public; nothing was applied`);
+        expect(r.stderr, `${cmd}: a stack trace`).not.toMatch(/\n\s+at /);
       }
     } finally {
       await admin.end();

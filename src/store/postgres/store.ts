@@ -1,7 +1,7 @@
 import pg from 'pg';
-import { StorageUnavailableError } from '../../errors.js';
+import { MigrationError, StorageUnavailableError } from '../../errors.js';
 import { acceptUnique } from '../dedupe.js';
-import { assertSchemaCurrent, MIGRATIONS } from '../migrations.js';
+import { assertSchemaCurrent, migrationStep, MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
   eventListLimit, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
@@ -154,6 +154,7 @@ export class PostgresStore implements InboxStore {
       return client.query<{ version: number }>(config);
     };
     let failed: Error | undefined;
+    let step = 'the schema_migrations table';
     try {
       await run('BEGIN');
       // Two servers starting together must not both migrate.
@@ -165,15 +166,17 @@ export class PostgresStore implements InboxStore {
       const now: number[] = [];
       for (const m of MIGRATIONS) {
         if (applied.has(m.version)) continue;
+        step = migrationStep(m);
         await run(m.postgres);
         await run('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
         now.push(m.version);
       }
+      step = 'the commit';
       await run('COMMIT');
       return now;
     } catch (err) {
       failed = err as Error;
-      throw err;
+      throw new MigrationError(`PostgreSQL: ${step} failed: ${failed.message}; nothing was applied (every pending migration runs in one transaction)`, { cause: err });
     } finally {
       // Discarded after a failure, as in acceptNotice: closing it rolls the transaction back.
       checkIn(client, unguard, failed);

@@ -1,6 +1,6 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { StorageUnavailableError } from '../../errors.js';
+import { MigrationError, StorageUnavailableError } from '../../errors.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent } from '../migrations.js';
@@ -84,8 +84,14 @@ export class SqliteStore implements InboxStore {
     return this.writer.call<T>({ op, arg, tx }, transfer);
   }
 
-  migrate(): Promise<number[]> {
-    return this.call('migrate');
+  async migrate(): Promise<number[]> {
+    try {
+      return await this.call<number[]>('migrate');
+    } catch (err) {
+      // The store itself unavailable (locked past busyTimeoutMs, its thread stopped) stays that.
+      if (err instanceof StorageUnavailableError) throw err;
+      throw new MigrationError(`SQLite: ${(err as Error).message}; the migrations before it are applied (each runs in its own transaction)`, { cause: err });
+    }
   }
 
   async acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {

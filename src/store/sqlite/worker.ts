@@ -1,7 +1,7 @@
 import { statSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
-import { MIGRATIONS } from '../migrations.js';
+import { migrationStep, MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult } from '../port.js';
 import { bytes, exitOnUnreadableRequest } from '../../threads.js';
 import * as SQL from './schema-sql.js';
@@ -62,21 +62,31 @@ function assertFilesInPlace(): void {
   }
 }
 
+/** Runs `fn`; a failure names `step` in its message (its code kept, e.g. SQLITE_BUSY). */
+function during<T>(step: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    throw Object.assign(new Error(`${step} failed: ${e.message}`), { code: e.code });
+  }
+}
+
 function migrate(): number[] {
-  db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
-    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`);
+  during('the schema_migrations table', () => db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`));
   const applied = new Set((db.prepare('SELECT version FROM schema_migrations').all() as { version: number }[]).map((r) => r.version));
   const now: number[] = [];
   const isApplied = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').pluck();
   for (const m of MIGRATIONS) {
     if (applied.has(m.version)) continue;
     // Another process on this file (a `serve` next to a `work`) may have applied it since the read above: look again under the write lock.
-    const ran = db.transaction(() => {
+    const ran = during(migrationStep(m), () => db.transaction(() => {
       if (isApplied.get(m.version) !== undefined) return false;
       db.exec(m.sqlite);
       db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now());
       return true;
-    }).immediate();
+    }).immediate());
     if (ran) now.push(m.version);
   }
   return now;
