@@ -201,6 +201,15 @@ export interface SecretChecks {
 type CheckLog = { info(obj: object, msg: string): void; warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
 
 /**
+ * A caller's secret check interval (StartOptions / WorkersOptions `secretCheckMs`), checked before
+ * a start opens anything: negative or NaN is a mistake to say at once (setInterval would take it as 1 ms).
+ */
+export function checkedSecretInterval(ms: number | undefined): number | undefined {
+  if (ms !== undefined && !(ms >= 0)) throw new RangeError(`secretCheckMs must be ≥ 0 (0 = never, only reloadSecrets()), not ${ms}`);
+  return ms;
+}
+
+/**
  * Every `everyMs`: re-reads the secrets while any failed to load (a late secret mount heals
  * without a restart), or when a secret file changed (a rotation applies, a removal takes its
  * endpoint offline). serve and work alike; `reload()` (SIGHUP) does the same at once.
@@ -210,15 +219,6 @@ type CheckLog = { info(obj: object, msg: string): void; warn(obj: object, msg: s
  * pool, never the server, which goes on with the secrets it has; after `answerMs` a warning names
  * the file, and no further check starts until it answers.
  */
-/**
- * A caller's secret check interval (StartOptions / WorkersOptions `secretCheckMs`), checked before
- * a start opens anything: negative or NaN is a mistake to say at once (setInterval would take it as 1 ms).
- */
-export function checkedSecretInterval(ms: number | undefined): number | undefined {
-  if (ms !== undefined && !(ms >= 0)) throw new RangeError(`secretCheckMs must be ≥ 0 (0 = never, only reloadSecrets()), not ${ms}`);
-  return ms;
-}
-
 export function keepSecretsCurrent(keyring: KeyRing, log: CheckLog, everyMs = SECRET_RETRY_MS, answerMs = FILE_ANSWER_MS): SecretChecks {
   let running: Promise<void> | undefined;
   let forcedAgain: Promise<void> | undefined;
