@@ -2,6 +2,7 @@ import { ConfigError } from '../errors.js';
 import { CIRCUIT_DEFAULTS, type CircuitOptions } from '../destinations/circuit.js';
 import type { DestinationType } from '../destinations/contract.js';
 import { natsConfigProblem, rabbitMqConfigProblem } from '../destinations/broker-config.js';
+import { isUnmatchableGlob } from '../http/event-filter.js';
 import { asArray, asObject, child, optBool, optInt, optString, optStringArray, reqString, type Obj } from './read.js';
 import { parseSecretRef, resolveSecret, SecretUnavailableError, type SecretRef } from './secrets.js';
 
@@ -202,7 +203,7 @@ export function parseRetry(v: unknown, path: string): RetryPolicy | undefined {
 export function eventGlobs(o: Obj, path: string): string[] | undefined {
   const events = optStringArray(o, 'events', path);
   events?.forEach((g, i) => {
-    if (g.trim() !== g || /[\u0000-\u001f\u007f]/.test(g)) throw new ConfigError(child(child(path, 'events'), i), 'has surrounding whitespace or a control character, so it would match no event type');
+    if (isUnmatchableGlob(g)) throw new ConfigError(child(child(path, 'events'), i), 'has surrounding whitespace or a control character, so it would match no event type');
   });
   return events;
 }

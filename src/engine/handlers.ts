@@ -1,4 +1,4 @@
-import { eventMatcher } from '../http/event-filter.js';
+import { eventMatcher, isUnmatchableGlob } from '../http/event-filter.js';
 import { PROVIDERS } from '../providers/registry.js';
 import type { Row } from '../store/work-port.js';
 
@@ -89,7 +89,7 @@ export class HandlerRegistry {
   on(typePattern: string, fn: Handler, opts: HandlerOptions = {}): this {
     // As the config refuses such an `events` glob: a slip (' payment_intent.*', a trailing newline)
     // would match no event type, and every event meant for this handler would end unsupported_type.
-    if (typePattern === '' || typePattern.trim() !== typePattern || /[\u0000-\u001f\u007f]/.test(typePattern)) {
+    if (typePattern === '' || isUnmatchableGlob(typePattern)) {
       throw new Error(`handler type pattern ${JSON.stringify(typePattern)} is empty or has surrounding whitespace or a control character, so it would match no event type`);
     }
     // An endpoint's provider is always one of these: any other name ('Stripe') would match nothing.

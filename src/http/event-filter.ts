@@ -7,3 +7,12 @@ export function eventMatcher(globs: readonly string[] | undefined): (type: strin
   const re = new RegExp(`^(?:${escaped.join('|')})$`, 's');
   return (type) => re.test(type);
 }
+
+/**
+ * A glob with surrounding whitespace or a control character (a quoting slip: ' payment_intent.*',
+ * a trailing newline) matches no provider's event type: the config's `events` and a handler's
+ * type pattern refuse it rather than let every event meant for it be ignored.
+ */
+export function isUnmatchableGlob(glob: string): boolean {
+  return glob.trim() !== glob || /[\u0000-\u001f\u007f]/.test(glob);
+}
