@@ -1,4 +1,3 @@
-import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { configEnv, type Config } from './config/schema.js';
@@ -7,6 +6,7 @@ import { ListenError } from './errors.js';
 import { checkedSecretInterval, KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
+import { listenOn } from './http/listen.js';
 import { OffloadLane, offloadThreshold } from './http/offload.js';
 import { createHttpServer } from './http/server.js';
 import { createLogger } from './log.js';
@@ -134,29 +134,17 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
 
   const secretChecks = keepSecretsCurrent(keyring, log, secretCheckMs);
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(config.listen.port, config.listen.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  }).catch(async (err: unknown) => {
+  const url = await listenOn(server, config.listen.port, config.listen.host, log, 'HTTP server error (the server goes on)').catch(async (err: unknown) => {
     secretChecks.stop();
     await release();
     return abandon(ListenError.from(err, config.listen.host, config.listen.port));
   });
-  // Once listening, the server's errors are those of accepting connections (EMFILE: out of file
-  // descriptors): the server goes on, and the operator must hear of it. Left to the listen's
-  // one-off listener they were swallowed; with none at all, one would end the process.
-  server.on('error', (err) => log.error({ err }, 'HTTP server error (the server goes on)'));
   if (workersRun) engine.start();
-  const addr = server.address() as AddressInfo;
-  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
 
   let closing: Promise<void> | undefined;
   return {
     server,
-    url: `http://${host}:${addr.port}`,
+    url,
     store,
     keyring,
     metrics,

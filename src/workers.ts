@@ -1,11 +1,11 @@
 import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { configEnv, type Config } from './config/schema.js';
 import { checkedSecretInterval, KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { Engine } from './engine/engine.js';
 import { ListenError } from './errors.js';
 import { createAdminServer } from './http/admin.js';
+import { listenOn } from './http/listen.js';
 import { eventLoopDelay } from './metrics/event-loop.js';
 import { HandlerRegistry } from './engine/handlers.js';
 import { createLogger } from './log.js';
@@ -84,24 +84,13 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
       },
       failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
     });
-    const listening = server;
-    await new Promise<void>((resolve, reject) => {
-      listening.once('error', reject);
-      listening.listen(port, host, () => {
-        listening.off('error', reject);
-        resolve();
-      });
-    }).catch(async (err: unknown) => {
+    metricsUrl = await listenOn(server, port, host, log, 'metrics server error (it goes on)').catch(async (err: unknown) => {
       loop.stop();
       secretChecks.stop();
       await engine.stop().catch(() => undefined); // not started: only its destinations' connections
       await store.close().catch(() => undefined);
       throw ListenError.from(err, host, port, 'pass another --metrics-host / --metrics-port');
     });
-    // As serve's: an accept failure once listening is logged, and the server goes on.
-    listening.on('error', (err) => log.error({ err }, 'metrics server error (it goes on)'));
-    const addr = listening.address() as AddressInfo;
-    metricsUrl = `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}`;
   }
   engine.start();
   let stopping: Promise<void> | undefined;
