@@ -53,6 +53,8 @@ export interface RunningApp {
 /** Wires config → keyring, store, group committer, ingress and HTTP server, and listens. */
 export async function startApp(config: Config, opts: StartOptions = {}): Promise<RunningApp> {
   const secretCheckMs = checkedSecretInterval(opts.secretCheckMs);
+  const handlers = opts.handlers ?? new HandlerRegistry();
+  handlers.sealFor(config.endpoints);
   const log = opts.logger ?? createLogger(config.log.level);
   // The caller's env: given here, or the one it parsed the config with (its references were checked there).
   const env = opts.env ?? configEnv(config);
@@ -91,7 +93,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     (r) => r.payload.ciphertext.length,
   );
   const workersRun = opts.workers ?? config.workers.enabled;
-  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry: metrics.registry, log, env, freshBodies: workersRun });
+  const engine = new Engine({ config, store, keyring, handlers, registry: metrics.registry, log, env, freshBodies: workersRun });
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes, config.limits.minBodyBytesPerSecond);
   const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
   const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes, env) : undefined;

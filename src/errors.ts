@@ -133,6 +133,17 @@ export class MigrationError extends Error {
   }
 }
 
+/**
+ * A handler or effect executor that cannot work as registered (a pattern or option that matches
+ * nothing, a name taken, a registration after start): thrown by `on()` / `effect()` or at start.
+ */
+export class HandlerError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'HandlerError';
+  }
+}
+
 /** The database's schema is older than this build needs (or was never migrated): run `migrate`. */
 export class SchemaOutdatedError extends Error {
   constructor(message: string) {

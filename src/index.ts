@@ -8,7 +8,7 @@ export type { InboxStore, InboxRow, AcceptRecord, AcceptResult } from './store/p
 export { PayloadCipher } from './crypto/payload-cipher.js';
 export { PROVIDERS } from './providers/registry.js';
 export type { ProviderAdapter, Envelope, RequestView } from './providers/contract.js';
-export { IngressError, ConfigError, StorageUnavailableError, ListenError, SchemaOutdatedError, MigrationError, REASONS, type Reason, type Outcome } from './errors.js';
+export { IngressError, ConfigError, StorageUnavailableError, ListenError, SchemaOutdatedError, MigrationError, HandlerError, REASONS, type Reason, type Outcome } from './errors.js';
 export { createInbox, Inbox } from './inbox.js';
 export { HandlerRegistry, type InboxEvent, type HandlerContext, type HandlerTx, type Handler, type HandlerOptions, type EffectContext, type EffectExecutor } from './engine/handlers.js';
 export { RetryableError, NeedsDecisionError } from './engine/failure.js';

@@ -43,6 +43,8 @@ export interface WorkersOptions {
 
 export async function startWorkers(config: Config, opts: WorkersOptions = {}): Promise<RunningWorkers> {
   const secretCheckMs = checkedSecretInterval(opts.secretCheckMs);
+  const handlers = opts.handlers ?? new HandlerRegistry();
+  handlers.sealFor(config.endpoints);
   const log = opts.logger ?? createLogger(config.log.level);
   const env = opts.env ?? configEnv(config);
   const keyring = new KeyRing(config, env);
@@ -61,7 +63,7 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
   const registry = new Registry();
   const loop = eventLoopDelay();
   registry.register(loop.gauge);
-  const engine = new Engine({ config, store, keyring, handlers: opts.handlers ?? new HandlerRegistry(), registry, log, env });
+  const engine = new Engine({ config, store, keyring, handlers, registry, log, env });
   let server: Server | undefined;
   let metricsUrl: string | undefined;
   if (opts.metricsListen) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { ConfigError, ListenError, MigrationError, SchemaOutdatedError, StorageUnavailableError } from '../errors.js';
+import { ConfigError, HandlerError, ListenError, MigrationError, SchemaOutdatedError, StorageUnavailableError } from '../errors.js';
 import { SecretUnavailableError } from '../config/secrets.js';
 import { runServe } from './serve.js';
 import { runMigrate } from './migrate.js';
@@ -274,7 +274,7 @@ async function main(argv: string[]): Promise<number> {
       console.error(`webhook-inbox ${name}: config error: ${err.message}`);
       return 78; // EX_CONFIG
     }
-    if (err instanceof ListenError || err instanceof CommandError || err instanceof SchemaOutdatedError || err instanceof MigrationError) {
+    if (err instanceof ListenError || err instanceof CommandError || err instanceof SchemaOutdatedError || err instanceof MigrationError || err instanceof HandlerError) {
       console.error(`webhook-inbox ${name}: ${err.message}`);
       return 1;
     }

@@ -1,3 +1,5 @@
+import type { EndpointConfig } from '../config/schema.js';
+import { HandlerError } from '../errors.js';
 import { eventMatcher, isUnmatchableGlob } from '../http/event-filter.js';
 import { PROVIDERS } from '../providers/registry.js';
 import type { Row } from '../store/work-port.js';
@@ -65,6 +67,9 @@ export interface HandlerOptions {
 
 export interface RegisteredHandler {
   readonly name: string;
+  /** As given in HandlerOptions (checked against the config's endpoints at start). */
+  readonly provider: string | undefined;
+  readonly endpoint: string | undefined;
   readonly version: string;
   readonly consumer: string;
   readonly readsPayload: boolean;
@@ -86,22 +91,28 @@ export class HandlerRegistry {
   private readonly handlers: RegisteredHandler[] = [];
   private readonly executors = new Map<string, EffectExecutor>();
 
+  /** Set by the first start: registering later would race the workers (see `sealFor`). */
+  private sealed = false;
+
   on(typePattern: string, fn: Handler, opts: HandlerOptions = {}): this {
+    this.refuseAfterStart(`handler "${opts.name ?? typePattern}"`);
     // As the config refuses such an `events` glob: a slip (' payment_intent.*', a trailing newline)
     // would match no event type, and every event meant for this handler would end unsupported_type.
     if (typePattern === '' || isUnmatchableGlob(typePattern)) {
-      throw new Error(`handler type pattern ${JSON.stringify(typePattern)} is empty or has surrounding whitespace or a control character, so it would match no event type`);
+      throw new HandlerError(`handler type pattern ${JSON.stringify(typePattern)} is empty or has surrounding whitespace or a control character, so it would match no event type`);
     }
     // An endpoint's provider is always one of these: any other name ('Stripe') would match nothing.
     if (opts.provider !== undefined && !Object.hasOwn(PROVIDERS, opts.provider)) {
-      throw new Error(`handler option provider: unknown provider ${JSON.stringify(opts.provider)}, so the handler would never run (known: ${Object.keys(PROVIDERS).join(', ')})`);
+      throw new HandlerError(`handler option provider: unknown provider ${JSON.stringify(opts.provider)}, so the handler would never run (known: ${Object.keys(PROVIDERS).join(', ')})`);
     }
     const name = opts.name ?? typePattern;
     const consumer = `handler:${name}`;
-    if (this.handlers.some((h) => h.consumer === consumer)) throw new Error(`a handler named "${name}" is already registered; give it options.name`);
+    if (this.handlers.some((h) => h.consumer === consumer)) throw new HandlerError(`a handler named "${name}" is already registered; give it options.name`);
     const typeMatches = eventMatcher([typePattern]);
     this.handlers.push({
       name,
+      provider: opts.provider,
+      endpoint: opts.endpoint,
       version: opts.version ?? '1',
       consumer,
       readsPayload: opts.readsPayload ?? true,
@@ -113,9 +124,37 @@ export class HandlerRegistry {
   }
 
   effect(name: string, fn: EffectExecutor): this {
-    if (this.executors.has(name)) throw new Error(`an effect executor named "${name}" is already registered`);
+    this.refuseAfterStart(`effect executor "${name}"`);
+    if (this.executors.has(name)) throw new HandlerError(`an effect executor named "${name}" is already registered`);
     this.executors.set(name, fn);
     return this;
+  }
+
+  /**
+   * Called by startApp / startWorkers before they open anything: every `endpoint` option must name
+   * one of `endpoints` (of the handler's `provider`, when both are given), since a typo matched no
+   * event and its events ended FAILED unsupported_type. Then no more registrations: a handler added
+   * after the workers started would miss the events they had already claimed (FAILED the same way).
+   */
+  sealFor(endpoints: readonly EndpointConfig[]): void {
+    const byId = new Map(endpoints.map((e) => [e.id, e]));
+    for (const h of this.handlers) {
+      if (h.endpoint === undefined) continue;
+      const endpoint = byId.get(h.endpoint);
+      if (!endpoint) {
+        throw new HandlerError(`handler "${h.name}": option endpoint ${JSON.stringify(h.endpoint)} is not an endpoint of this config, so the handler would never run (endpoints: ${[...byId.keys()].join(', ')})`);
+      }
+      if (h.provider !== undefined && h.provider !== endpoint.provider) {
+        throw new HandlerError(`handler "${h.name}": option endpoint "${h.endpoint}" is a ${endpoint.provider} endpoint, not ${h.provider}, so the handler would never run`);
+      }
+    }
+    this.sealed = true;
+  }
+
+  private refuseAfterStart(what: string): void {
+    if (this.sealed) {
+      throw new HandlerError(`${what} registered after start: register every handler and effect executor before start(), or events claimed meanwhile end FAILED (unsupported_type, unsupported_effect)`);
+    }
   }
 
   match(provider: string, endpointId: string, type: string): RegisteredHandler[] {
