@@ -50,6 +50,8 @@ interface ResealTally {
   missing: Map<string, number>;
   /** Payload ids that did not authenticate under their key and binding. */
   unauthentic: string[];
+  /** key id → how many of `unauthentic` are sealed under it. */
+  unauthenticByKey: Map<string, number>;
   /** Wall time of the whole run, and the part of it spent waiting to keep the pace. */
   elapsedMs: number;
   pausedMs: number;
@@ -78,8 +80,21 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
       const shown = tally.unauthentic.slice(0, SHOW_IDS).join(', ') + (tally.unauthentic.length > SHOW_IDS ? ', …' : '');
       console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${shown}`);
     }
-    printUsage(await store.payloadKeyUsage(), config, keys);
-    return tally.missing.size === 0 && tally.unauthentic.length === 0 ? 0 : 1;
+    const usage = await store.payloadKeyUsage();
+    // What the pass did not see: payloads stored under an older key after it went by (a process
+    // still sealing under that key, its ids below the cursor or after the last page), or that no
+    // event points at. Exit 0 must mean "the older keys seal nothing this run did not name": a
+    // script that removes them on 0 would otherwise leave those payloads unopenable.
+    const unseen = usage
+      .filter((u) => u.keyId !== cipher.currentKeyId)
+      .map((u) => ({ keyId: u.keyId, n: u.payloads - (tally.missing.get(u.keyId) ?? 0) - (tally.unauthenticByKey.get(u.keyId) ?? 0) }))
+      .filter((u) => u.n > 0);
+    for (const u of unseen) {
+      console.error(`left ${u.n} other payload(s) under "${u.keyId}", stored under it after this run went past them ` +
+        '(a process still sealing under it: restart it with this config) or not bound to any event: run again');
+    }
+    printUsage(usage, config, keys);
+    return tally.missing.size === 0 && tally.unauthentic.length === 0 && unseen.length === 0 ? 0 : 1;
   });
 }
 
@@ -143,7 +158,7 @@ export const DEFAULT_BUSY_PERCENT = 25;
  * changed meanwhile (its nonce is not the one read) is left to the next run.
  */
 export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: ResealOptions = {}): Promise<ResealTally> {
-  const tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'> = { resealed: 0, missing: new Map(), unauthentic: [] };
+  const tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'> = { resealed: 0, missing: new Map(), unauthentic: [], unauthenticByKey: new Map() };
   const pacer = new Pacer(opts);
   // Paced, a slice is small (50 ms of the rate, or PACED_SLICE): many small transactions spread
   // the work evenly, where one 4 MiB UPDATE then a pause made a running server's latency jump
@@ -170,7 +185,10 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
           updates.push({ payloadId: p.payloadId, oldNonce: p.nonce, sealed: cipher.reseal(p, byId.get(p.payloadId)!) });
         } catch (err) {
           if (err instanceof PayloadKeyMissingError) tally.missing.set(err.keyId, (tally.missing.get(err.keyId) ?? 0) + 1);
-          else tally.unauthentic.push(p.payloadId);
+          else {
+            tally.unauthentic.push(p.payloadId);
+            tally.unauthenticByKey.set(p.keyId, (tally.unauthenticByKey.get(p.keyId) ?? 0) + 1);
+          }
         }
       }
       tally.resealed += await store.resealPayloads(updates);

@@ -164,7 +164,8 @@ const COMMANDS: Record<string, Command> = {
       '  list    stored payloads per payload key id, and whether each key is current, old or missing\n' +
       '  reseal  seal every payload under an older key again under payloadKeys.current (same bytes,\n' +
       '          same hash; safe while serve and work run), so the older key can be removed.\n' +
-      '          Exits 1 if some payload could not be resealed (its key missing, or it does not authenticate).\n' +
+      '          Exits 1 if some payload is left under an older key (its key missing, it does not authenticate,\n' +
+      '          or it was stored under an older key while this ran).\n' +
       '  --busy PERCENT  spend at most PERCENT % of the time resealing, waiting in between in proportion\n' +
       `                  to how long each small slice took, so a loaded database slows it down (default ${DEFAULT_BUSY_PERCENT}\n` +
       '                  unless --per-second is given; 100 = no waits, for a maintenance window)\n' +

@@ -7,6 +7,7 @@ import { stringify } from 'yaml';
 import { startApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { resealAll } from '../../src/cli/keys.js';
+import { uuidv7 } from '../../src/crypto/ids.js';
 import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { openStore } from '../../src/store/open.js';
@@ -15,6 +16,7 @@ import { configDoc, PAYLOAD_KEY } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
 import { largeEvent, stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
+import { record } from '../helpers/records.js';
 import { runCli } from '../helpers/server-process.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
@@ -151,6 +153,7 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     expect(busyShare(r.err)).toBeLessThanOrEqual(25); // paced by default: it runs beside a live server
     expect(r.err).toContain('left 1 payload(s) sealed under "k0", which is not configured or not readable');
     expect(r.err).toContain(`left 1 payload(s) that do not authenticate (altered or moved rows): ${tampered}`);
+    expect(r.err).not.toContain('other payload(s)'); // what it named is all that is left
     expect(usageTable(r.out)).toEqual({
       k0: [1, 'NOT CONFIGURED: its payloads cannot be opened'],
       k1: [1, 'old: run "keys reseal" before removing it'],
@@ -307,5 +310,49 @@ describeEachStore('keys reseal with a current key whose value is not the servers
     for (const e of ['evt_old1', 'evt_old2', 'evt_new1']) {
       expect(onlyK2.open(await payloadOf(e), (await store.getInbox(ids.get(e)!))!).equals(sent.get(e)!), e).toBe(true);
     }
+  });
+});
+
+describeEachStore('keys reseal with payloads stored under the old key while it runs', (kind) => {
+  let db: TestDatabase | undefined;
+  let dir: string;
+  let store: InboxStore;
+  const accepted = new Accepted(() => db!.url, () => store);
+  const k1 = new PayloadCipher(new Map([['k1', Buffer.from(PAYLOAD_KEY, 'base64')]]), 'k1');
+
+  beforeAll(async () => {
+    db = await freshDatabase(kind);
+    dir = mkdtempSync(join(tmpdir(), 'wi-keys-late-'));
+    await accepted.accept({ current: 'k1', keys: { k1: PAYLOAD_KEY } }, Array.from({ length: 6 }, (_, i) => [`evt_${i}`, stripeEvent(`evt_${i}`)] as [string, Buffer]));
+    store = openStore(db.url);
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await db?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('exits 1 and names them, rather than 0 with payloads the old key alone still opens', async () => {
+    const rotated = join(dir, 'rotated.yaml');
+    writeFileSync(rotated, stringify(configDoc(db!.url, { payloadKeys: { current: 'k2', keys: { k1: PAYLOAD_KEY, k2: K2 } } })));
+    const run = cli(['keys', 'reseal', '--config', rotated, '--per-second', '2']);
+    const usage = async () => Object.fromEntries((await store.payloadKeyUsage()).map((u) => [u.keyId, u.payloads]));
+    await waitFor(async () => ((await usage()).k2 ?? 0) > 0, 15_000, 'the first slice resealed');
+    // A process still sealing under k1 (its clock a little behind: the payload id sorts before
+    // the run's cursor) stores an event now.
+    const raw = stripeEvent('evt_late');
+    const binding = { provider: 'stripe', endpointId: 'stripe', providerEventId: 'evt_late' };
+    await store.acceptBatch([record('evt_late', raw.toString(), { ...binding, payloadId: uuidv7(Date.now() - 60_000), payload: k1.seal(raw, binding) })]);
+    const r = await run;
+    expect(r.code, r.err).toBe(1);
+    expect(r.err).toContain('resealed 6 payload(s) under "k2"');
+    expect(r.err).toContain('left 1 other payload(s) under "k1"');
+    expect(usageTable(r.out).k1).toEqual([1, 'old: run "keys reseal" before removing it']);
+    // Run again: it is resealed, and now the old key seals nothing.
+    const again = await cli(['keys', 'reseal', '--config', rotated, '--busy', '100']);
+    expect(again.code, again.err).toBe(0);
+    expect(again.err).toContain('resealed 1 payload(s) under "k2"');
+    expect(await usage()).toEqual({ k2: 7 });
   });
 });
