@@ -293,6 +293,18 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * A reader that stops early closes the pipe (`events list --json | head -1`): the rest of the
+ * output has nowhere to go, which is no failure of the command, so it runs to its end and exits
+ * with its own code. Unheard, the EPIPE was an uncaught exception: a stack trace and exit 1,
+ * midway through the command.
+ */
+for (const out of [process.stdout, process.stderr]) {
+  out.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') throw err;
+  });
+}
+
 main(process.argv.slice(2)).then(
   (code) => {
     if (code !== -1) process.exitCode = code;

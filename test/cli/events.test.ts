@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +16,7 @@ import { configDoc, startTestApp, STRIPE_SECRET } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
-import { runCli } from '../helpers/server-process.js';
+import { CLI, runCli } from '../helpers/server-process.js';
 import { describeEachStore, type TestDatabase } from '../helpers/stores.js';
 
 const cli = runCli;
@@ -164,6 +165,18 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     });
     expect(lines.find((l) => l.inbox_id === id('evt_ok'))).toMatchObject({ status: 'PROCESSED', failure_reason: null, processed_at: expect.stringMatching(/Z$/) });
     expect(r.out).not.toContain('"pad"'); // the stored body stays in the database
+  });
+
+  it('events list --json into a reader that stops early (| head -1): no stack trace, its own exit code', async () => {
+    const child = spawn(process.execPath, [CLI, 'events', 'list', '--config', config, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout.destroy(); // the reader is gone before the first line is written
+    let err = '';
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+    expect(err).not.toContain('EPIPE');
+    expect(code, err).toBe(0);
   });
 
   it('events list filters: --status, --endpoint, --type, --reason, combined', async () => {
