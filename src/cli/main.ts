@@ -286,6 +286,14 @@ async function main(argv: string[]): Promise<number> {
       console.error(`webhook-inbox ${name}: database unavailable: ${err.message}${cause}`);
       return 1;
     }
+    const sqliteCode = (err as { code?: unknown }).code;
+    if (typeof sqliteCode === 'string' && sqliteCode.startsWith('SQLITE_')) {
+      // The database refused the statement (a file the operator may only read, a damaged file, a
+      // full disk): its own words say why, as PostgreSQL's do (those arrive as StorageUnavailableError);
+      // the stack would be the writer thread's reply path.
+      console.error(`webhook-inbox ${name}: database error: SQLite: ${(err as Error).message} (${sqliteCode})`);
+      return 1;
+    }
     // The cause says why (the SQLite thread's "cannot open …"); the stack alone does not carry it.
     const cause = (err as Error).cause instanceof Error ? `\ncaused by: ${((err as Error).cause as Error).message}` : '';
     console.error(`webhook-inbox ${name}: ${(err as Error).stack ?? String(err)}${cause}`);

@@ -126,6 +126,27 @@ describe('webhook-inbox CLI', () => {
     }
   });
 
+  it('an operator command the SQLite database refuses (a damaged file here; a file the operator may only read alike) exits 1 with one line, SQLite\'s own reason (it was a stack trace)', () => {
+    const db = join(dir, 'damaged.db');
+    const file = join(dir, 'damaged.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${db}`)));
+    expect(run(['migrate', '--config', file]).code).toBe(0);
+    // The inbox table and its indexes overwritten: the file still opens and its schema version
+    // reads (the command gets past its ping), the inbox does not.
+    const conn = new Database(db);
+    const pages = conn.prepare("SELECT rootpage FROM sqlite_master WHERE tbl_name = 'webhook_inbox' AND rootpage > 0").pluck().all() as number[];
+    const pageSize = conn.pragma('page_size', { simple: true }) as number;
+    conn.close(); // the last connection: the WAL is checkpointed into the file
+    const fd = openSync(db, 'r+');
+    for (const p of pages) writeSync(fd, Buffer.alloc(pageSize, 0xff), 0, pageSize, (p - 1) * pageSize);
+    closeSync(fd);
+    for (const args of [['events', 'list'], ['requeue', '--reason', 'technical']]) {
+      const r = run([...args, '--config', file]);
+      expect(r.code, args.join(' ')).toBe(1);
+      expect(r.err, args.join(' ')).toBe(`webhook-inbox ${args[0]}: database error: SQLite: database disk image is malformed (SQLITE_CORRUPT)\n`);
+    }
+  });
+
   it('serve, migrate and events against a PostgreSQL server that is not there exit 1 with one line naming the reason, no stack trace', async () => {
     const closed = createServer();
     await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
