@@ -8,6 +8,14 @@ import { parseSqliteUrl } from '../store/sqlite/url.js';
 import type { InboxDetail } from '../store/work-port.js';
 import { CommandError } from './usage-error.js';
 
+/**
+ * How long an operator command waits for one PostgreSQL statement. The store's default (10 s) is
+ * an accept's bound; `keys list` counts and a reseal's page search read whole tables, which on a
+ * few million payloads took longer, so those commands failed at every try. Unreachable still
+ * fails at once (the connect timeout); a stuck command can be interrupted.
+ */
+export const OPERATOR_QUERY_TIMEOUT_MS = 10 * 60_000;
+
 /** Operator commands over the inbox: list, show, retry one FAILED event, requeue technical failures. */
 export async function withStore<T>(configFile: string, fn: (s: InboxStore, config: Config) => Promise<T>): Promise<T> {
   const config = loadConfigFile(configFile);
@@ -16,7 +24,7 @@ export async function withStore<T>(configFile: string, fn: (s: InboxStore, confi
     const { file } = parseSqliteUrl(config.database);
     if (file !== ':memory:' && !existsSync(file)) throw new CommandError(`no SQLite database at ${file}: check the config's database (or DATABASE_URL), or run webhook-inbox migrate to create it`);
   }
-  const store = openStore(config.database);
+  const store = openStore(config.database, { queryTimeoutMs: OPERATOR_QUERY_TIMEOUT_MS });
   try {
     // Unreachable, or never migrated: one clear line (SchemaOutdatedError says to run migrate), not "no such table".
     await store.ping();
