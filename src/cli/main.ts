@@ -109,6 +109,8 @@ const COMMANDS: Record<string, Command> = {
       if (v.before !== undefined && !INBOX_ID_RE.test(String(v.before))) throw new UsageError('--before must be an inbox id (a UUID, as "events list" prints it)');
       const status = (v.status as string | undefined)?.toUpperCase();
       if (status !== undefined && !STATUSES.includes(status)) throw new UsageError(`--status must be one of: ${STATUSES.join(', ').toLowerCase()}`);
+      // A failure reason is kept on FAILED rows only: with another --status the list was always empty.
+      if (v.reason !== undefined && status !== undefined && status !== 'FAILED') throw new UsageError(`--reason lists FAILED events; it cannot be combined with --status ${status.toLowerCase()}`);
       return runEventsList(String(v.config), { status, endpoint: v.endpoint as string | undefined, type: v.type as string | undefined,
         reason: v.reason as string | undefined, limit, before: (v.before as string | undefined)?.toLowerCase(), json: Boolean(v.json) });
     },

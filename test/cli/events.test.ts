@@ -217,6 +217,10 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     const badStatus = await cli(['events', 'list', '--config', config, '--status', 'bogus']);
     expect(badStatus.code).toBe(2);
     expect(badStatus.err).toContain('--status must be one of: pending, processing, processed, failed');
+    // A failure reason is kept on FAILED rows only: with another status the list was always empty, exit 0.
+    const reasonNotFailed = await cli(['events', 'list', '--config', config, '--status', 'pending', '--reason', 'retries_exhausted']);
+    expect(reasonNotFailed.code, reasonNotFailed.out).toBe(2);
+    expect(reasonNotFailed.err).toContain('--reason lists FAILED events; it cannot be combined with --status pending');
     for (const r of await Promise.all(['0', '1001', 'x'].map((bad) => cli(['events', 'list', '--config', config, '--limit', bad])))) {
       expect(r.code).toBe(2);
       expect(r.err).toContain('--limit must be an integer from 1 to 1000');
