@@ -25,8 +25,9 @@ const adapter: ProviderAdapter = {
   name: 'stripe',
   contentTypes: ['application/json'],
   defaultToleranceSeconds: 300,
-  // live mode: automatic retries for up to 3 days.
-  redeliveryWindowSeconds: 3 * DAY,
+  // live mode: automatic retries for up to 3 days; a manual resend (`stripe events resend --webhook-endpoint`,
+  // same evt_ id) of any event created in the last 30 days.
+  redeliveryWindowSeconds: 30 * DAY,
   prepareSecret(value) {
     if (!value.startsWith('whsec_')) throw new Error('a Stripe endpoint secret starts with "whsec_"');
     return Buffer.from(value, 'utf8');

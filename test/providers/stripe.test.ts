@@ -149,6 +149,12 @@ describe('stripe: secrets', () => {
   });
 });
 
+describe('stripe: redelivery window', () => {
+  it('covers a manual resend (stripe events resend --webhook-endpoint, same evt_ id) of an event up to 30 days old, not only the 3 days of automatic retries', () => {
+    expect(adapter.redeliveryWindowSeconds).toBe(30 * 24 * 60 * 60);
+  });
+});
+
 describe('stripe: envelope (verified body → logical event)', () => {
   it('takes id, type, data.object.id and created from the body', () => {
     const meta = adapter.parseSignature(view([['stripe-signature', adapter.sign(EVENT, SECRET, { timestamp: NOW })['stripe-signature']!]]));
