@@ -380,8 +380,8 @@ export const createPaypal: AdapterFactory = (options, path) => {
     contentTypes: ['application/json'],
     // Retries are new transmissions with a new, signed time; PayPal sends within seconds of it.
     defaultToleranceSeconds: 600,
-    // up to 25 retries over 3 days.
-    redeliveryWindowSeconds: 3 * DAY,
+    // up to 25 retries over 3 days; "Resend" (Webhooks Events dashboard, same WH- id) of any event of the last 30 days.
+    redeliveryWindowSeconds: 30 * DAY,
     prepareSecret(value) {
       if (!WEBHOOK_ID_RE.test(value)) throw new Error('a PayPal webhook id is 1-50 letters or digits, e.g. 4JH86294D6297924G (not a WH- event id, not the client secret)');
       return Buffer.from(value, 'utf8');

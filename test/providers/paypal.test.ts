@@ -615,6 +615,12 @@ describe('paypal: envelope (verified body → logical event)', () => {
   });
 });
 
+describe('paypal: redelivery window', () => {
+  it('covers "Resend" of an event of the last 30 days (Webhooks Events dashboard, same WH- id), not only the 3 days of automatic retries', () => {
+    expect(adapterWith().redeliveryWindowSeconds).toBe(30 * 24 * 60 * 60);
+  });
+});
+
 describe('paypal: secrets (webhook ids) and options', () => {
   const a = adapterWith();
 
