@@ -1,5 +1,5 @@
 import { sha256 } from '../crypto/payload-cipher.js';
-import { HOUR } from './contract.js';
+import { DAY } from './contract.js';
 import { digestHeader, utf8Secret } from './signature.js';
 import { hmac, matchHmac, digestsEqual } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
@@ -49,8 +49,8 @@ export const createCheckout: AdapterFactory = (options, path, env) => {
     name: 'checkout',
     contentTypes: ['application/json'],
     defaultToleranceSeconds: null,
-    // 8 retries over about 30 h.
-    redeliveryWindowSeconds: 30 * HOUR,
+    // 8 retries over about 30 h; Dashboard/API resends (same evt_ id) of events of the last 90 days.
+    redeliveryWindowSeconds: 90 * DAY,
     prepareSecret: utf8Secret,
     ...(authorization ? { optionSecrets: authorization } : {}),
     parseSignature(req): CheckoutSignature {

@@ -151,6 +151,12 @@ describe('checkout: options.authorization (the optional Authorization header key
   });
 });
 
+describe('checkout: redelivery window', () => {
+  it('covers a Dashboard/API resend (same evt_ id) of an event up to 90 days old, not only the ~30 h of automatic retries', () => {
+    expect(adapter.redeliveryWindowSeconds).toBe(90 * 24 * 60 * 60);
+  });
+});
+
 describe('checkout: envelope', () => {
   const meta = { timestamp: null };
 
