@@ -1,11 +1,14 @@
 import { createPublicKey, verify as edVerify } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hmac, type TrustedKey } from '../../src/crypto/hmac.js';
 import type { ProviderAdapter } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
-import { decodeStandardSecret, isEd25519Key, MAX_V1A_SIGNATURES, standardPublicKeyOf } from '../../src/providers/standard-webhooks.js';
+import { decodeStandardSecret, isEd25519Key, MAX_V1A_SIGNATURES, standardPublicKeyOf, UNTYPED_EVENT } from '../../src/providers/standard-webhooks.js';
 import { expectedFirst, reasonOf, trustedKeys, verifyWith, view } from '../helpers/adapter.js';
+import { startTestApp, type TestApp } from '../helpers/app.js';
+import { post } from '../helpers/http.js';
+import { describeEachStore } from '../helpers/stores.js';
 
 const adapter: ProviderAdapter = PROVIDERS['standard-webhooks']!(undefined, 'endpoints[0].options');
 
@@ -161,11 +164,54 @@ describe('standard-webhooks: envelope', () => {
   });
 
   it.each([
-    ['no type', '{"data":{}}', 'missing_event_type'],
     ['not JSON', '{', 'malformed_payload'],
+    ['a JSON array', '[{"type":"invoice.paid"}]', 'malformed_payload'],
   ])('%s → %s', (_name, body, reason) => {
     const meta = adapter.parseSignature(view(headers(V_ID, V_TS, V_SIG)));
     expect(reasonOf(() => adapter.envelope(Buffer.from(body), view([]), meta))).toBe(reason);
+  });
+
+  it.each([
+    ['no type', '{"data":{}}'],
+    ['an empty type', '{"type":"","data":{}}'],
+    ['a type that is an object', '{"type":{"name":"x"},"data":{}}'],
+  ])('%s: the spec does not require one, so the event is kept with type "untyped" (not refused)', (_name, body) => {
+    const meta = adapter.parseSignature(view(headers(V_ID, V_TS, V_SIG)));
+    expect(adapter.envelope(Buffer.from(body), view([]), meta)).toMatchObject({ eventId: V_ID, eventType: UNTYPED_EVENT });
+  });
+
+  it('Svix\'s published manual-verification example (payload {"event_type":"ping",…}, no type) verifies and is an event', () => {
+    // svix/svix-docs content/receiving/verifying-payloads/how-manual.mdx, "Example signatures".
+    const body = Buffer.from('{"event_type":"ping","data":{"success":true}}');
+    const pairs = headers('msg_loFOjxBNrRLzqYUf', 1731705121, 'v1,rAvfW3dJ/X/qxhsaXPOyyCGmRKsaKWcsNccKXlIktD0=', 'svix-');
+    expect(check(pairs, body, keys(['v1', 'whsec_plJ3nmyCDGBKInavdOK15jsl']), 1731705121_000)).toBe('v1');
+    expect(adapter.envelope(body, view([]), adapter.parseSignature(view(pairs)))).toEqual({
+      eventId: 'msg_loFOjxBNrRLzqYUf', eventType: UNTYPED_EVENT, objectId: null, objectVersion: null, providerCreatedAtMs: null,
+    });
+  });
+});
+
+describeEachStore('standard-webhooks over HTTP: a payload without `type`', (kind) => {
+  const SVIX_SECRET = 'whsec_plJ3nmyCDGBKInavdOK15jsl';
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp(kind, { endpoints: [{ id: 'svix', provider: 'standard-webhooks', secrets: [{ version: 'v1', value: SVIX_SECRET }] }] });
+  });
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  it('signed and fresh → 200 and stored once under type "untyped" (a 400 would be retried for a day, then disable the endpoint)', async () => {
+    const id = `msg_untyped_${Math.random().toString(36).slice(2, 12)}`;
+    const body = Buffer.from('{"event_type":"ping","data":{"success":true}}');
+    const send = () => post(`${app.url}/webhooks/svix`, body, { 'content-type': 'application/json', ...adapter.sign(body, SVIX_SECRET, { id }) });
+    const first = await send();
+    expect(first.status, first.text).toBe(200);
+    expect(first.json().duplicate).toBe(false);
+    const row = await app.store.getInbox(first.json().inbox_id);
+    expect(row).toMatchObject({ providerEventId: id, eventType: UNTYPED_EVENT });
+    const retry = await send();
+    expect(retry.json()).toEqual({ inbox_id: first.json().inbox_id, duplicate: true });
   });
 });
 
