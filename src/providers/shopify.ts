@@ -44,9 +44,12 @@ function familyOf(req: RequestView): Family {
   return present[0] ?? 'x-shopify-';
 }
 
-/** A header value of the signature's family; '' counts as absent. */
+/**
+ * An unsigned header of the signature's family (topic, ids, Triggered-At); '' counts as absent. Sent twice →
+ * 400 ambiguous_header (the contract's reason for unsigned metadata): the signature itself was fine.
+ */
 function header(req: RequestView, family: Family, name: string): string | undefined {
-  const v = req.single(family + name);
+  const v = req.single(family + name, 'ambiguous_header');
   return v === undefined || v === '' ? undefined : v;
 }
 

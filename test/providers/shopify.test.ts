@@ -349,6 +349,18 @@ describeEachStore('shopify over HTTP', (kind) => {
     expect((await app.store.getInbox(a.json().inbox_id))!.providerEventId).toBe(m.headers['x-shopify-webhook-id']);
   });
 
+  it.each(['x-shopify-topic', 'x-shopify-event-id', 'x-shopify-webhook-id', 'x-shopify-triggered-at'])(
+    'an unsigned %s sent twice → 400 ambiguous_header (the signature was fine), nothing stored', async (name) => {
+      const m = c.make();
+      const h = signed(m);
+      const before = await app.store.countRows();
+      const r = await send('shopify', m.body, [...Object.entries(h), [name, h[name] ?? 'x']]);
+      expect(r.status, r.text).toBe(400);
+      expect(r.json().error).toBe('ambiguous_header');
+      expect(await app.store.countRows()).toEqual(before);
+    },
+  );
+
   it('an XML-format subscription is refused with 415 (configure JSON deliveries)', async () => {
     const body = Buffer.from('<?xml version="1.0"?><order><id>1</id></order>');
     const r = await send('shopify', body, { ...signed({ body, headers: c.make().headers }), 'content-type': 'application/xml' });
