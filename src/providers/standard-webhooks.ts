@@ -3,7 +3,7 @@ import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify, 
 import { hmac, isRetired, matchHmac, decodeBase64, type TrustedKey } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
-import { envelope, jsonFields, idString, requireEventId, toEpochMs, parseUnixSeconds } from './json.js';
+import { envelope, jsonFields, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
 
 /**
  * Standard Webhooks (Svix and others): `webhook-id`, `webhook-timestamp`,
@@ -211,7 +211,7 @@ export function signStandardEntries(secrets: string, id: string, timestamp: numb
 const readFields = jsonFields(['type', 'data.id', 'timestamp']);
 
 /**
- * The event type of a payload that names none. The spec only recommends a body `type` ("this specification does
+ * The event type of a payload that has no `type` (or a null one). The spec only recommends a body `type` ("this specification does
  * not dictate the structure, or impose any requirements, on the shape, format, and content of the payload"), and
  * producers leave it out — Svix's own verification example sends `{"event_type":"ping",…}`. Such a delivery is
  * signed, fresh and keyed by its `webhook-id`: it is stored under this type, not refused (a 400 would be retried
@@ -234,7 +234,8 @@ const adapter: ProviderAdapter = {
     const [type, dataId, timestamp] = readFields(body);
     return envelope({
       eventId: requireEventId((meta as StandardSignature).id, 'webhook-id header'),
-      eventType: idString(type) ?? UNTYPED_EVENT,
+      // Absent (or null): the producer sends none. Present but unusable (empty, an object) is still refused.
+      eventType: type === undefined || type === null ? UNTYPED_EVENT : requireEventType(type, 'type'),
       objectId: idString(dataId),
       providerCreatedAtMs: toEpochMs(timestamp),
     });

@@ -173,11 +173,18 @@ describe('standard-webhooks: envelope', () => {
 
   it.each([
     ['no type', '{"data":{}}'],
-    ['an empty type', '{"type":"","data":{}}'],
-    ['a type that is an object', '{"type":{"name":"x"},"data":{}}'],
+    ['a null type', '{"type":null,"data":{}}'],
   ])('%s: the spec does not require one, so the event is kept with type "untyped" (not refused)', (_name, body) => {
     const meta = adapter.parseSignature(view(headers(V_ID, V_TS, V_SIG)));
     expect(adapter.envelope(Buffer.from(body), view([]), meta)).toMatchObject({ eventId: V_ID, eventType: UNTYPED_EVENT });
+  });
+
+  it.each([
+    ['an empty type', '{"type":"","data":{}}'],
+    ['a type that is an object', '{"type":{"name":"x"},"data":{}}'],
+  ])('%s: a type that is there but unusable is still refused (400 missing_event_type)', (_name, body) => {
+    const meta = adapter.parseSignature(view(headers(V_ID, V_TS, V_SIG)));
+    expect(() => adapter.envelope(Buffer.from(body), view([]), meta)).toThrow(expect.objectContaining({ reason: 'missing_event_type' }));
   });
 
   it('Svix\'s published manual-verification example (payload {"event_type":"ping",…}, no type) verifies and is an event', () => {
