@@ -2,7 +2,7 @@ import { bytes } from '../threads.js';
 import type { PayloadEncoding } from '../crypto/payload-cipher.js';
 import type { InboxRow, StoredPayload } from './port.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
 } from './work-port.js';
 
 /**
@@ -77,6 +77,20 @@ export function toEffectRow(r: RawRow): EffectRow {
     failureReason: r.failure_reason as string | null,
     createdAtMs: Number(r.created_at),
     doneAtMs: ms(r.done_at),
+  };
+}
+
+/** A FAILED effect without its data. */
+export function toFailedEffect(r: RawRow): FailedEffect {
+  return {
+    effectId: r.effect_id as string,
+    inboxId: r.inbox_id as string,
+    name: r.name as string,
+    idempotencyKey: r.idempotency_key as string,
+    attemptCount: Number(r.attempt_count),
+    failureReason: r.failure_reason as string,
+    lastError: r.last_error as string | null,
+    createdAtMs: Number(r.created_at),
   };
 }
 

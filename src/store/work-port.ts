@@ -133,6 +133,23 @@ export interface EffectRow {
   readonly doneAtMs: number | null;
 }
 
+/**
+ * An effect that ended FAILED, as an operator lists it. Never its data: that may carry customer
+ * details (`events show` lists an event's effects by name and key).
+ */
+export interface FailedEffect {
+  readonly effectId: string;
+  readonly inboxId: string;
+  readonly name: string;
+  readonly idempotencyKey: string;
+  readonly attemptCount: number;
+  readonly failureReason: string;
+  /** Already redacted when it was stored (engine/failure.ts). */
+  readonly lastError: string | null;
+  /** When the handler recorded it (no failure time is stored). */
+  readonly createdAtMs: number;
+}
+
 export type EffectSettlement =
   | { readonly status: 'DONE'; readonly nowMs: number }
   | { readonly status: 'PENDING'; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number }
@@ -259,6 +276,14 @@ export interface WorkStore {
   claimEffects(n: number, owner: string, leaseMs: number, nowMs: number): Promise<EffectRow[]>;
   settleEffect(effectId: string, owner: string, s: EffectSettlement): Promise<boolean>;
   listEffects(inboxId: string): Promise<EffectRow[]>;
+  /** FAILED effects, oldest first, at most `limit`. */
+  listFailedEffects(limit: number): Promise<FailedEffect[]>;
+  /**
+   * FAILED effects (these ids; null: every one) → PENDING due now with a fresh attempt count and
+   * the same idempotency key; any other status is left alone (a DONE effect never runs again).
+   * Returns how many were requeued.
+   */
+  retryFailedEffects(effectIds: readonly string[] | null, nowMs: number): Promise<number>;
 
   claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]>;
   /**

@@ -115,6 +115,21 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
     expect((await store.queueStats()).effects).toEqual({ PENDING: GROWN_TO / 50, PROCESSING: 0, FAILED: GROWN_TO / 50 });
   });
 
+  it('effects failed and effects retry read the FAILED effects\' index, not every DONE effect (after the test above filled the table)', async () => {
+    const work = await connect(WORK_PLANS);
+    const statements: [string, string, string][] = [
+      ['list_failed_effects', W.LIST_FAILED_EFFECTS.text, '(100)'],
+      ['retry_failed_effects', W.RETRY_FAILED_EFFECTS.text, `(NULL, ${Date.now()})`],
+      ['retry_failed_effect_ids', W.RETRY_FAILED_EFFECTS.text, `('{${NIL}}', ${Date.now()})`],
+    ];
+    for (const [name, text, args] of statements) {
+      await work.query(`PREPARE ${name} AS ${text}`);
+      const plan = (await work.query<{ 'QUERY PLAN': string }>(`EXPLAIN EXECUTE ${name}${args}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(plan, `${name}:\n${plan}`).not.toMatch(/Seq Scan on webhook_effects\b/);
+    }
+    expect(await store.listFailedEffects(1000)).toHaveLength(GROWN_TO / 50);
+  });
+
   it('a batch with a duplicate still answers the winner after the inbox grew (the lateral lookup)', async () => {
     const [dup, fresh] = await store.acceptBatch([record('evt_0_7'), record('evt_new')]);
     expect(dup!.duplicate).toBe(true);

@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { MIGRATIONS } from '../../src/store/migrations.js';
-import { BACKLOG, listEventsSql, PAYLOADS_TO_RESEAL, QUEUE_STATS } from '../../src/store/sqlite/work-sql.js';
+import { BACKLOG, LIST_FAILED_EFFECTS, listEventsSql, PAYLOADS_TO_RESEAL, QUEUE_STATS, RETRY_FAILED_EFFECTS } from '../../src/store/sqlite/work-sql.js';
 
 /** SQLite's query plan of `sql` on a freshly migrated database, one line per step. */
 function planOf(sql: string, params: Record<string, unknown> = {}): string[] {
@@ -30,6 +30,13 @@ describe('SQLite plans', () => {
     expect(plan).toContain('SCAN webhook_effects USING INDEX webhook_effects_due');
     expect(plan).toContain('SCAN webhook_effects USING COVERING INDEX webhook_effects_failed');
     expect(plan).not.toContain('SCAN webhook_effects');
+  });
+
+  it('effects failed and effects retry read the FAILED effects\' index, not every DONE effect ever recorded', () => {
+    for (const plan of [planOf(LIST_FAILED_EFFECTS, { limit: 100 }), planOf(RETRY_FAILED_EFFECTS, { ids: '["x"]', now: 1 }), planOf(RETRY_FAILED_EFFECTS, { ids: null, now: 1 })]) {
+      expect(plan[0], plan.join(' / ')).toBe('SCAN webhook_effects USING INDEX webhook_effects_failed');
+      expect(plan).not.toContain('SCAN webhook_effects');
+    }
   });
 
   it('events list --status failed (newest first) reads the FAILED rows\' index, not the whole inbox from its newest row down', () => {

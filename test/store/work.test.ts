@@ -561,6 +561,36 @@ describeEachStore('work store', (kind) => {
       expect(await effectById(inboxId, id!)).toMatchObject({ status: 'PROCESSING', attemptCount: 2, doneAtMs: null });
     });
 
+    it('FAILED effects are listed oldest first without their data, and retry (by id or all) only FAILED ones: PENDING, due now, fresh attempts, same key', async () => {
+      const { inboxId, effectIds: [failedA, failedB, done, pending] } = await withEffects('mail', 'refund', 'sms', 'later');
+      const claimed = await store.claimEffects(3, 'e1', LEASE, T + 200); // mail, refund, sms
+      expect(claimed.map((e) => e.effectId)).toEqual([failedA, failedB, done]);
+      expect(await store.settleEffect(failedA!, 'e1', { status: 'FAILED', reason: 'retries_exhausted', error: 'Error: mail down', nowMs: T + 210 })).toBe(true);
+      expect(await store.settleEffect(failedB!, 'e1', { status: 'FAILED', reason: 'unsupported_effect', error: 'no executor', nowMs: T + 210 })).toBe(true);
+      expect(await store.settleEffect(done!, 'e1', { status: 'DONE', nowMs: T + 210 })).toBe(true);
+
+      expect(await store.listFailedEffects(10)).toEqual([
+        { effectId: failedA, inboxId, name: 'mail', idempotencyKey: `${inboxId}:mail`, attemptCount: 1, failureReason: 'retries_exhausted', lastError: 'Error: mail down', createdAtMs: T + 100 },
+        { effectId: failedB, inboxId, name: 'refund', idempotencyKey: `${inboxId}:refund`, attemptCount: 1, failureReason: 'unsupported_effect', lastError: 'no executor', createdAtMs: T + 101 },
+      ]);
+      expect((await store.listFailedEffects(1)).map((e) => e.effectId)).toEqual([failedA]);
+
+      // Only FAILED effects move: the DONE one, the PENDING one and an unknown id are left alone.
+      expect(await store.retryFailedEffects([failedA!, done!, pending!, uuidv7()], T + 300)).toBe(1);
+      expect(await store.retryFailedEffects([], T + 300)).toBe(0);
+      expect(await effectById(inboxId, failedA!)).toMatchObject({ status: 'PENDING', attemptCount: 0, nextAttemptAtMs: T + 300, failureReason: null, lastError: 'Error: mail down' });
+      expect(await effectById(inboxId, done!)).toMatchObject({ status: 'DONE', doneAtMs: T + 210 });
+      expect((await store.listFailedEffects(10)).map((e) => e.effectId)).toEqual([failedB]);
+      // Due at the given now, not before (`later` was due all along).
+      expect((await store.claimEffects(10, 'e2', LEASE, T + 299)).map((e) => e.effectId)).toEqual([pending]);
+      const [again] = await store.claimEffects(10, 'e3', LEASE, T + 300);
+      expect(again).toMatchObject({ effectId: failedA, status: 'PROCESSING', attemptCount: 1, idempotencyKey: `${inboxId}:mail` });
+
+      expect(await store.retryFailedEffects(null, T + 400)).toBe(1);
+      expect(await store.listFailedEffects(10)).toEqual([]);
+      expect((await store.queueStats()).effects.FAILED).toBe(0);
+    });
+
     it('listEffects lists one event’s effects in creation order', async () => {
       const first = await withEffects('x', 'y');
       const second = await withEffects('z');

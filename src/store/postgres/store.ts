@@ -5,10 +5,10 @@ import { assertSchemaCurrent, migrationStep, MIGRATIONS } from '../migrations.js
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
   eventListLimit, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
-  toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
+  toFailedEffect, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
@@ -335,6 +335,16 @@ export class PostgresStore implements InboxStore {
   async listEffects(inboxId: string): Promise<EffectRow[]> {
     if (!UUID_RE.test(inboxId)) return [];
     return (await this.rows(W.LIST_EFFECTS, [inboxId])).map(toEffectRow);
+  }
+
+  async listFailedEffects(limit: number): Promise<FailedEffect[]> {
+    return (await this.rows(W.LIST_FAILED_EFFECTS, [limit])).map(toFailedEffect);
+  }
+
+  async retryFailedEffects(effectIds: readonly string[] | null, nowMs: number): Promise<number> {
+    const ids = effectIds?.filter((id) => UUID_RE.test(id)) ?? null;
+    if (ids?.length === 0) return 0;
+    return (await this.query({ ...W.RETRY_FAILED_EFFECTS, values: [ids, nowMs] }, this.workPool)).rowCount ?? 0;
   }
 
   async claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]> {

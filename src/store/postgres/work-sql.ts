@@ -235,6 +235,21 @@ export function finishBatchValues(owner: string, o: BatchOutcome): unknown[] {
 export const LIST_EFFECTS = named('list_effects', `
   SELECT ${EFFECT_COLS('e')} FROM webhook_effects e WHERE e.inbox_id = $1 ORDER BY e.created_at, e.effect_id`);
 
+/** Matches the partial index webhook_effects_failed. Never the data column (it may carry customer details). $1 limit. */
+export const LIST_FAILED_EFFECTS = named('list_failed_effects', `
+  SELECT e.effect_id::text AS effect_id, e.inbox_id::text AS inbox_id, e.name, e.idempotency_key, e.attempt_count,
+    e.failure_reason, e.last_error, ${epochMs('e.created_at')} AS created_at
+  FROM webhook_effects e WHERE e.status = 'FAILED' ORDER BY e.created_at, e.effect_id LIMIT $1`);
+
+/**
+ * FAILED → PENDING due now, a fresh attempt count, the same idempotency key; last_error stays as
+ * the history. Any other status is left alone. $1 ids (NULL: every FAILED effect), $2 now ms.
+ */
+export const RETRY_FAILED_EFFECTS = named('retry_failed_effects', `
+  UPDATE webhook_effects SET status = 'PENDING', attempt_count = 0, next_attempt_at = ${ts('$2')}, failure_reason = NULL,
+    lease_owner = NULL, lease_until = NULL
+  WHERE status = 'FAILED' AND ($1::uuid[] IS NULL OR effect_id = ANY($1::uuid[]))`);
+
 export const GET_EVENT = named('get_event', `SELECT ${INBOX_COLS('w')} FROM webhook_inbox w WHERE w.inbox_id = $1`);
 
 /**

@@ -6,10 +6,10 @@ import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
-  toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
+  toBacklogStat, toClaimedInbox, toEffectRow, toFailedEffect, toInboxDetail, toInboxRow, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealRef, StoreTx,
 } from '../work-port.js';
 import { LeaseLostError } from '../work-port.js';
@@ -160,6 +160,14 @@ export class SqliteStore implements InboxStore {
 
   async listEffects(inboxId: string): Promise<EffectRow[]> {
     return (await this.call<RawRow[]>('listEffects', inboxId)).map(toEffectRow);
+  }
+
+  async listFailedEffects(limit: number): Promise<FailedEffect[]> {
+    return (await this.call<RawRow[]>('listFailedEffects', limit)).map(toFailedEffect);
+  }
+
+  async retryFailedEffects(effectIds: readonly string[] | null, nowMs: number): Promise<number> {
+    return effectIds?.length === 0 ? 0 : this.call('retryFailedEffects', { ids: effectIds, nowMs });
   }
 
   async claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]> {

@@ -98,6 +98,9 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     finishBatchTx: (a: { owner: string; outcome: BatchOutcome }) => finishBatchTx.immediate(a),
     readPayloads: (a: { ids: string; maxBytes: number }) => st(W.READ_PAYLOADS).all(a),
     listEffects: (inboxId: string) => st(W.LIST_EFFECTS).all(inboxId),
+    listFailedEffects: (limit: number) => st(W.LIST_FAILED_EFFECTS).all({ limit }),
+    retryFailedEffects: (a: { ids: string[] | null; nowMs: number }) =>
+      st(W.RETRY_FAILED_EFFECTS).run({ ids: a.ids === null ? null : JSON.stringify(a.ids), now: a.nowMs }).changes,
     getEvent: (inboxId: string) => st(W.GET_EVENT).get(inboxId) ?? null,
     // Parameters the statement's shape does not name are ignored.
     listEvents: (f: EventFilter) => st(W.listEventsSql(f)).all({ ...f, limit: eventListLimit(f.limit) }),
