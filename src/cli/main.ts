@@ -11,6 +11,7 @@ import { runWork } from './work.js';
 import { runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
 import { DEFAULT_BUSY_PERCENT, runKeysList, runKeysReseal } from './keys.js';
 import { runOutboxParked, runOutboxRequeue } from './outbox.js';
+import { runEffectsFailed, runEffectsRetry } from './effects.js';
 
 interface Command {
   readonly summary: string;
@@ -25,7 +26,7 @@ interface Command {
 
 const CONFIG = { config: { type: 'string', short: 'c' } } as const;
 const STATUSES = ['PENDING', 'PROCESSING', 'PROCESSED', 'FAILED'];
-/** Inbox and outbox ids alike (UUIDs). */
+/** Inbox, outbox and effect ids alike (UUIDs). */
 const INBOX_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** An optional integer option within [min, max]; anything else is a usage error with `message`. */
@@ -158,6 +159,34 @@ const COMMANDS: Record<string, Command> = {
       const bad = ids.find((id) => !INBOX_ID_RE.test(id));
       if (bad !== undefined) throw new UsageError(`"${bad}" is not an outbox id (a UUID, as "outbox parked" prints it)`);
       return runOutboxRequeue(String(v.config), v.all ? null : ids);
+    },
+  },
+  effects: {
+    summary: 'Effects that ended FAILED (retries exhausted, no executor, needs decision): effects failed | effects retry.',
+    usage: 'webhook-inbox effects failed --config FILE [--limit N] [--json]\n       webhook-inbox effects retry --config FILE (--all | EFFECT_ID…)\n\n' +
+      '  failed  the FAILED effects, oldest first (default --limit 100, at most 1000): name, idempotency key,\n' +
+      '          attempts, failure reason and last error. Never the effect\'s data (it may carry customer details).\n' +
+      '  retry   after fixing the cause: the given FAILED effects (or --all) are PENDING again, due now, with a\n' +
+      '          fresh attempt count. The executor runs again with the SAME idempotency key (<inbox_id>:<name>),\n' +
+      '          so a downstream that did get the call can drop the repeat. Effects in any other status are left\n' +
+      '          alone (a DONE one never runs again). Exits 1 if an id given was not a FAILED effect.',
+    options: { ...CONFIG, limit: { type: 'string' }, json: { type: 'boolean' }, all: { type: 'boolean' } },
+    optional: ['limit'],
+    positionals: ['failed|retry'],
+    run: (v, args) => {
+      if (args[0] === 'failed') {
+        noMoreThan(args, 1);
+        onlyFor(v, ['all'], 'effects retry');
+        const limit = intOption(v.limit, 1, 1000, '--limit must be an integer from 1 to 1000') ?? 100;
+        return runEffectsFailed(String(v.config), { limit, json: Boolean(v.json) });
+      }
+      if (args[0] !== 'retry') throw new UsageError(`unknown effects subcommand "${args[0]}" (failed or retry)`);
+      onlyFor(v, ['limit', 'json'], 'effects failed');
+      const ids = [...new Set(args.slice(1).map((id) => id.toLowerCase()))];
+      if (v.all ? ids.length > 0 : ids.length === 0) throw new UsageError('effects retry needs either --all or EFFECT_IDs (as "effects failed" prints them)');
+      const bad = ids.find((id) => !INBOX_ID_RE.test(id));
+      if (bad !== undefined) throw new UsageError(`"${bad}" is not an effect id (a UUID, as "effects failed" prints it)`);
+      return runEffectsRetry(String(v.config), v.all ? null : ids);
     },
   },
   keys: {

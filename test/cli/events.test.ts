@@ -22,7 +22,7 @@ import { describeEachStore, type TestDatabase } from '../helpers/stores.js';
 const cli = runCli;
 
 describe('operator commands: --help', () => {
-  it.each(['work', 'events', 'retry', 'requeue', 'outbox'])('%s --help prints usage and exits 0', async (cmd) => {
+  it.each(['work', 'events', 'retry', 'requeue', 'outbox', 'effects'])('%s --help prints usage and exits 0', async (cmd) => {
     const r = await cli([cmd, '--help']);
     expect(r.code).toBe(0);
     expect(r.out).toContain(`Usage: webhook-inbox ${cmd}`);
@@ -32,7 +32,7 @@ describe('operator commands: --help', () => {
   it('the top-level help lists the operator commands', async () => {
     const r = await cli(['--help']);
     expect(r.code).toBe(0);
-    for (const cmd of ['work', 'events', 'retry', 'requeue', 'outbox', 'keys']) expect(r.out).toMatch(new RegExp(`^  ${cmd} +\\S`, 'm'));
+    for (const cmd of ['work', 'events', 'retry', 'requeue', 'outbox', 'effects', 'keys']) expect(r.out).toMatch(new RegExp(`^  ${cmd} +\\S`, 'm'));
   });
 });
 

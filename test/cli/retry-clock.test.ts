@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
+import { uuidv7 } from '../../src/crypto/ids.js';
 import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
 import { configDoc } from '../helpers/app.js';
@@ -89,5 +90,20 @@ describe.runIf(await pgAvailable())('retry and requeue: due by the database cloc
     expect(q.out.trim()).toBe('requeued 1 parked outbox row(s): due now');
     const dbNow = (await store.databaseNowMs())!;
     expect((await store.claimOutbox(10, 'relay-2', 30_000, dbNow)).map((o) => o.outboxId)).toEqual([c!.outboxId]);
+  });
+
+  it('effects retry from an operator host whose clock runs ahead makes FAILED effects due now, where the effects runner claims them', async () => {
+    const r = record('evt_effect', undefined, { receivedAtMs: Date.now() - 60_000 });
+    await store.acceptBatch([r]);
+    const effect = { effectId: uuidv7(), inboxId: r.inboxId, name: 'send-receipt', idempotencyKey: `${r.inboxId}:send-receipt`, data: '{}', nowMs: Date.now() };
+    await store.transaction((tx) => tx.finishBatch('nobody', { markers: [], effects: [effect], settlements: [] }));
+    const [claimed] = await store.claimEffects(10, 'e-1', 30_000, Date.now());
+    expect(claimed!.effectId).toBe(effect.effectId);
+    expect(await store.settleEffect(effect.effectId, 'e-1', { status: 'FAILED', reason: 'retries_exhausted', error: 'Error: mail down', nowMs: Date.now() })).toBe(true);
+    const q = await runCli(['effects', 'retry', '--config', config, effect.effectId], 30_000, skewed);
+    expect(q.code, q.err).toBe(0);
+    expect(q.out.trim()).toBe('requeued 1 FAILED effect(s): due now, same idempotency keys');
+    const dbNow = (await store.databaseNowMs())!;
+    expect((await store.claimEffects(10, 'e-2', 30_000, dbNow)).map((e) => e.effectId)).toEqual([effect.effectId]);
   });
 });
