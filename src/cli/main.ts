@@ -145,21 +145,7 @@ const COMMANDS: Record<string, Command> = {
     options: { ...CONFIG, limit: { type: 'string' }, json: { type: 'boolean' }, all: { type: 'boolean' } },
     optional: ['limit'],
     positionals: ['parked|requeue'],
-    run: (v, args) => {
-      if (args[0] === 'parked') {
-        noMoreThan(args, 1);
-        onlyFor(v, ['all'], 'outbox requeue');
-        const limit = intOption(v.limit, 1, 1000, '--limit must be an integer from 1 to 1000') ?? 100;
-        return runOutboxParked(String(v.config), { limit, json: Boolean(v.json) });
-      }
-      if (args[0] !== 'requeue') throw new UsageError(`unknown outbox subcommand "${args[0]}" (parked or requeue)`);
-      onlyFor(v, ['limit', 'json'], 'outbox parked');
-      const ids = [...new Set(args.slice(1).map((id) => id.toLowerCase()))];
-      if (v.all ? ids.length > 0 : ids.length === 0) throw new UsageError('outbox requeue needs either --all or OUTBOX_IDs (as "outbox parked" prints them)');
-      const bad = ids.find((id) => !INBOX_ID_RE.test(id));
-      if (bad !== undefined) throw new UsageError(`"${bad}" is not an outbox id (a UUID, as "outbox parked" prints it)`);
-      return runOutboxRequeue(String(v.config), v.all ? null : ids);
-    },
+    run: listAndRequeue({ command: 'outbox', list: 'parked', requeue: 'requeue', id: 'outbox', runList: runOutboxParked, runRequeue: runOutboxRequeue }),
   },
   effects: {
     summary: 'Effects that ended FAILED (retries exhausted, no executor, needs decision): effects failed | effects retry.',
@@ -173,21 +159,7 @@ const COMMANDS: Record<string, Command> = {
     options: { ...CONFIG, limit: { type: 'string' }, json: { type: 'boolean' }, all: { type: 'boolean' } },
     optional: ['limit'],
     positionals: ['failed|retry'],
-    run: (v, args) => {
-      if (args[0] === 'failed') {
-        noMoreThan(args, 1);
-        onlyFor(v, ['all'], 'effects retry');
-        const limit = intOption(v.limit, 1, 1000, '--limit must be an integer from 1 to 1000') ?? 100;
-        return runEffectsFailed(String(v.config), { limit, json: Boolean(v.json) });
-      }
-      if (args[0] !== 'retry') throw new UsageError(`unknown effects subcommand "${args[0]}" (failed or retry)`);
-      onlyFor(v, ['limit', 'json'], 'effects failed');
-      const ids = [...new Set(args.slice(1).map((id) => id.toLowerCase()))];
-      if (v.all ? ids.length > 0 : ids.length === 0) throw new UsageError('effects retry needs either --all or EFFECT_IDs (as "effects failed" prints them)');
-      const bad = ids.find((id) => !INBOX_ID_RE.test(id));
-      if (bad !== undefined) throw new UsageError(`"${bad}" is not an effect id (a UUID, as "effects failed" prints it)`);
-      return runEffectsRetry(String(v.config), v.all ? null : ids);
-    },
+    run: listAndRequeue({ command: 'effects', list: 'failed', requeue: 'retry', id: 'effect', runList: runEffectsFailed, runRequeue: runEffectsRetry }),
   },
   keys: {
     summary: 'Payload key rotation: keys list (payloads per key) | keys reseal (seal old ones under the current key).',
@@ -224,6 +196,33 @@ const COMMANDS: Record<string, Command> = {
  * Options of another subcommand of the same command are a mistake to report, not to ignore
  * (`events show ID --status failed` showed the event whatever its status).
  */
+/**
+ * `COMMAND LIST [--limit N] [--json]` | `COMMAND REQUEUE (--all | ID…)`: rows an operator lists,
+ * fixes the cause of, then sends back (parked outbox rows, FAILED effects).
+ */
+function listAndRequeue(o: {
+  command: string; list: string; requeue: string; id: string;
+  runList(config: string, opts: { limit: number; json: boolean }): Promise<number>;
+  runRequeue(config: string, ids: readonly string[] | null): Promise<number>;
+}): Command['run'] {
+  const listCmd = `${o.command} ${o.list}`;
+  return (v, args) => {
+    if (args[0] === o.list) {
+      noMoreThan(args, 1);
+      onlyFor(v, ['all'], `${o.command} ${o.requeue}`);
+      const limit = intOption(v.limit, 1, 1000, '--limit must be an integer from 1 to 1000') ?? 100;
+      return o.runList(String(v.config), { limit, json: Boolean(v.json) });
+    }
+    if (args[0] !== o.requeue) throw new UsageError(`unknown ${o.command} subcommand "${args[0]}" (${o.list} or ${o.requeue})`);
+    onlyFor(v, ['limit', 'json'], listCmd);
+    const ids = [...new Set(args.slice(1).map((id) => id.toLowerCase()))];
+    if (v.all ? ids.length > 0 : ids.length === 0) throw new UsageError(`${o.command} ${o.requeue} needs either --all or ${o.id.toUpperCase()}_IDs (as "${listCmd}" prints them)`);
+    const bad = ids.find((id) => !INBOX_ID_RE.test(id));
+    if (bad !== undefined) throw new UsageError(`"${bad}" is not an ${o.id} id (a UUID, as "${listCmd}" prints it)`);
+    return o.runRequeue(String(v.config), v.all ? null : ids);
+  };
+}
+
 function onlyFor(values: Record<string, unknown>, options: readonly string[], subcommand: string): void {
   const given = options.find((o) => values[o] !== undefined);
   if (given !== undefined) throw new UsageError(`--${given} is for ${subcommand}`);
