@@ -150,8 +150,9 @@ const COMMANDS: Record<string, Command> = {
   effects: {
     summary: 'Effects that ended FAILED (retries exhausted, no executor, needs decision): effects failed | effects retry.',
     usage: 'webhook-inbox effects failed --config FILE [--limit N] [--json]\n       webhook-inbox effects retry --config FILE (--all | EFFECT_ID…)\n\n' +
-      '  failed  the FAILED effects, oldest first (default --limit 100, at most 1000): name, idempotency key,\n' +
-      '          attempts, failure reason and last error. Never the effect\'s data (it may carry customer details).\n' +
+      '  failed  the FAILED effects, oldest first (default --limit 100, at most 1000): inbox id and name (the\n' +
+      '          idempotency key is <inbox_id>:<name>; --json prints it), attempts, failure reason and last\n' +
+      '          error. Never the effect\'s data (it may carry customer details).\n' +
       '  retry   after fixing the cause: the given FAILED effects (or --all) are PENDING again, due now, with a\n' +
       '          fresh attempt count. The executor runs again with the SAME idempotency key (<inbox_id>:<name>),\n' +
       '          so a downstream that did get the call can drop the repeat. Effects in any other status are left\n' +

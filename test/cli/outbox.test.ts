@@ -54,7 +54,8 @@ describeEachStore('operator CLI: parked outbox rows', (kind) => {
       expect.objectContaining({ outbox_id: b.outboxId, failure_reason: 'routing_key_too_long', published_to: [] }),
     ]);
     const table = await cli(['outbox', 'parked', '--config', config]);
-    expect(table.out).toContain(a.outboxId);
+    // The table says why too (--help: "reason, last error"); it had only the reason.
+    expect(table.out.split('\n').find((l) => l.startsWith(a.outboxId))).toMatch(/routing_key_too_long\s+bus\s+NeedsDecisionError \[routing_key_too_long\]: too long$/);
     expect(table.err).toContain('2 parked outbox row(s)');
   });
 
