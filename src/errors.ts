@@ -65,7 +65,6 @@ export const REASONS = {
   verification_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 30 },
   storage_unavailable: { status: 503, outcome: 'unavailable', retryAfter: 5 },
   overloaded: { status: 503, outcome: 'unavailable', retryAfter: 1 },
-  shutting_down: { status: 503, outcome: 'unavailable', retryAfter: 5 },
 } as const satisfies Record<string, ReasonSpec>;
 
 export type Reason = keyof typeof REASONS;
