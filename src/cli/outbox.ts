@@ -20,9 +20,9 @@ export function runOutboxParked(configFile: string, o: { limit: number; json: bo
       for (const r of rows) console.log(JSON.stringify(parkedJson(r)));
       return 0;
     }
-    console.log(['outbox_id'.padEnd(36), 'inbox_id'.padEnd(36), 'endpoint'.padEnd(16), 'type'.padEnd(32), 'reason'.padEnd(24), 'published_to'].join('  '));
+    console.log(['outbox_id'.padEnd(36), 'inbox_id'.padEnd(36), 'endpoint'.padEnd(16), 'type'.padEnd(32), 'reason'.padEnd(24), 'published_to'.padEnd(16), 'last_error'].join('  '));
     for (const r of rows) {
-      console.log([r.outboxId, r.inboxId, r.endpointId.padEnd(16), r.eventType.padEnd(32), r.failureReason.padEnd(24), r.publishedTo.join(',') || '-'].join('  '));
+      console.log([r.outboxId, r.inboxId, r.endpointId.padEnd(16), r.eventType.padEnd(32), r.failureReason.padEnd(24), (r.publishedTo.join(',') || '-').padEnd(16), r.lastError ?? '-'].join('  '));
     }
     console.error(`${rows.length} parked outbox row(s)${rows.length === o.limit ? ` (the oldest ${o.limit}: --limit for more)` : ''}`);
     return 0;
