@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { PgListener } from '../../src/store/postgres/listener.js';
 import { waitFor } from '../helpers/engine.js';
-import { PG_ADMIN_URL, pgAvailable } from '../helpers/pg.js';
+import { PG_ADMIN_URL, pgAvailable, PG_REQUIRED } from '../helpers/pg.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 
 /** What a backend ended by pg_terminate_backend() sends: an ErrorResponse, FATAL 57P01. */
@@ -13,7 +13,8 @@ const TERMINATED = (() => {
   return Buffer.concat([head, fields]);
 })();
 
-describe.runIf(await pgAvailable())('PostgreSQL new-work listener [postgres]', () => {
+// CI (WEBHOOK_INBOX_REQUIRE_PG=1) runs it even when PostgreSQL is unreachable, so that it fails there instead of skipping.
+describe.runIf(PG_REQUIRED || (await pgAvailable()))('PostgreSQL new-work listener [postgres]', () => {
   const cleanups: (() => Promise<void>)[] = [];
   afterEach(async () => {
     for (const c of cleanups.splice(0).reverse()) await c();
