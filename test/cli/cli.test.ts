@@ -360,10 +360,13 @@ describe('webhook-inbox CLI', () => {
     // could land before Node ran any of our code on a loaded box: a SIGHUP then no one can catch).
     writeFileSync(slow, `import { writeFileSync } from 'node:fs';\nexport default async () => { writeFileSync(${JSON.stringify(loading)}, ''); await new Promise((r) => setTimeout(r, 1500)); };\n`);
     const file = join(dir, `hup-${cmd}.yaml`);
-    writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, `hup-${cmd}.db`)}`)));
-    const child = spawn(process.execPath, [CLI, cmd, '--config', file, '--handlers', slow], { stdio: ['ignore', 'ignore', 'pipe'] });
+    // serve logs the reload as a JSON line on stdout: at level info, and read, so that it can be checked.
+    writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, `hup-${cmd}.db`)}`, cmd === 'serve' ? { log: { level: 'info' } } : {})));
+    const child = spawn(process.execPath, [CLI, cmd, '--config', file, '--handlers', slow], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
+    let stdout = '';
     child.stderr!.on('data', (c: Buffer) => { stderr += c.toString(); });
+    child.stdout!.on('data', (c: Buffer) => { stdout += c.toString(); });
     try {
       for (let i = 0; i < 200 && !existsSync(loading); i++) await new Promise((r) => setTimeout(r, 50));
       expect(existsSync(loading), stderr).toBe(true);
@@ -371,11 +374,11 @@ describe('webhook-inbox CLI', () => {
       for (let i = 0; i < 100 && !/listening on|workers running/.test(stderr) && child.exitCode === null && child.signalCode === null; i++) await new Promise((r) => setTimeout(r, 50));
       expect(child.signalCode, stderr).toBeNull();
       expect(stderr).toMatch(/listening on|workers running/);
-      if (cmd === 'work') {
-        // serve logs it as JSON on stdout; the reload reads the files off the event loop, so it may follow the start line.
-        for (let i = 0; i < 100 && !stderr.includes('secrets reloaded'); i++) await new Promise((r) => setTimeout(r, 50));
-        expect(stderr).toContain('secrets reloaded');
-      }
+      // work says it on stderr, serve logs it as JSON on stdout (flushed within 250 ms); the reload
+      // reads the files off the event loop, so it may follow the start line.
+      const reloaded = () => (cmd === 'work' ? stderr.includes('secrets reloaded') : stdout.includes('"msg":"secrets reloaded"'));
+      for (let i = 0; i < 100 && !reloaded(); i++) await new Promise((r) => setTimeout(r, 50));
+      expect(reloaded(), `${cmd}: the SIGHUP was not acted on once up\n${stderr}\n${stdout}`).toBe(true);
     } finally {
       child.kill('SIGTERM');
     }
