@@ -116,6 +116,12 @@ describeEachStore('worker crash recovery', (kind) => {
     expect(await exited(crashing)).toBe('SIGKILL');
     const committed = await Promise.all(inboxIds.map((id) => store.getEvent(id)));
     expect(committed.some((e) => e?.status === 'PROCESSED')).toBe(true);
+    // Killed before any effect ran: none executed, and a committed event's effect is still owed.
+    expect(readFileSync(effectLog, 'utf8'), 'an effect ran before the kill').toBe('');
+    for (const [i, e] of committed.entries()) {
+      if (e?.status !== 'PROCESSED') continue;
+      expect((await store.listEffects(inboxIds[i]!)).map((f) => [f.name, f.status]), ids[i]).toEqual([['notify', 'PENDING']]);
+    }
 
     await runUntilTerminal(inboxIds, effectLog);
     const l = await ledger();
