@@ -202,9 +202,12 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
     subscribe();
     await hearsAccepts('the listener to hear a NOTIFY');
     proxy.freeze(); // the listener's connection: open, silent both ways
+    const frozenAt = performance.now();
     // Within 2 × 500 ms it notices and reconnects (through the proxy: new connections pass), which
     // wakes it once, as NOTIFYs sent meanwhile are lost; TCP keepalive alone would take ~2 h.
     await hearsAccepts('the listener to be woken after its connection went silent');
+    // 2 × 500 ms, the reconnect and one 100 ms accept-and-wait round, with room for a loaded CI box.
+    expect(performance.now() - frozenAt, 'noticed the silent connection late').toBeLessThan(3000);
     await hearsAccepts('the reconnected listener to hear a NOTIFY');
     expect(seen.lost.length).toBeGreaterThan(0);
     expect(seen.lost[0]!.message).toMatch(/^liveness check failed/);
