@@ -1,5 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
 import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
 import { OFFLOAD_THREAD_NICE_STEPS, OffloadLane, offloadThreshold } from '../../src/http/offload.js';
@@ -20,17 +20,28 @@ import { RICH, signed } from './cases/types.js';
 
 describeEachStore('large bodies parsed and sealed off the event loop', (kind) => {
   let app: TestApp;
+  /** Every request the app handed to its helper thread (the real lane, watched). */
+  let lane: MockInstance<OffloadLane['run']>;
   beforeAll(async () => {
+    lane = vi.spyOn(OffloadLane.prototype, 'run');
     app = await startTestApp(kind, { endpoints: CASES.map((c) => c.config), limits: { offloadBodyBytes: 1 } });
   });
   afterAll(async () => {
+    lane?.mockRestore();
     await app?.stop();
   });
+  /** How many requests to `endpoint` went to the helper thread (run() took them: a promise, not null). */
+  const offloadedTo = (endpoint: string) => lane.mock.calls.filter(([ep], i) => ep.id === endpoint && lane.mock.results[i]!.value !== null).length;
 
   it.each(CASES)('$name: accepted with the same row, hash and exact stored bytes; a retry is a duplicate', async (c) => {
     const m = c.make(RICH);
     const headers = signed(c, m);
+    const before = offloadedTo(c.endpoint);
     const r = await post(`${app.url}/webhooks/${c.endpoint}`, m.body, headers);
+    // Parsed and sealed on the helper thread, where the adapter's envelope can move there (not a
+    // multi-event adapter's, nor PayPal's: its signature metadata holds a URL, which does not clone).
+    const stays = Boolean(c.adapter.envelopes || c.adapter.acceptedReply) || c.name === 'paypal';
+    expect(offloadedTo(c.endpoint) - before, 'requests handed to the helper thread').toBe(stays ? 0 : 1);
     expect(r.status, r.text).toBe(200);
     expect(r.json()).toEqual({ inbox_id: expect.any(String), duplicate: false });
     const row = (await app.store.getInbox(r.json().inbox_id))!;
@@ -51,7 +62,9 @@ describeEachStore('large bodies parsed and sealed off the event loop', (kind) =>
       ['an event id read from invalid UTF-8', 'invalid_event_id', Buffer.concat([Buffer.from('{"id":"evt_off_'), Buffer.from([0xfe]), Buffer.from('","object":"event","type":"payment_intent.succeeded"}')])],
     ])('%s → 400 %s', async (_name, reason, body) => {
       const before = await app.store.countRows();
+      const sent = offloadedTo('stripe');
       const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body, CASES.find((c) => c.name === 'stripe')!.secrets.v2));
+      expect(offloadedTo('stripe') - sent, 'parsed on the helper thread').toBe(1);
       expect(r.status, r.text).toBe(400);
       expect(r.json().error).toBe(reason);
       expect(await app.store.countRows()).toEqual(before);
