@@ -1,4 +1,5 @@
-import { afterEach, expect, it } from 'vitest';
+import { afterEach, expect, it, vi } from 'vitest';
+import { OffloadLane } from '../../src/http/offload.js';
 import { sha256 } from '../../src/crypto/payload-cipher.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
@@ -16,6 +17,7 @@ import { describeEachStore } from '../helpers/stores.js';
 describeEachStore('large bodies stored compressed', (kind) => {
   let app: TestApp | undefined;
   afterEach(async () => {
+    vi.restoreAllMocks();
     await app?.stop();
     app = undefined;
   });
@@ -28,6 +30,7 @@ describeEachStore('large bodies stored compressed', (kind) => {
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', (event) => {
       seen.set(event.providerEventId, event.raw);
     });
+    const lane = vi.spyOn(OffloadLane.prototype, 'run'); // the real lane, watched
     app = await startTestApp(kind, { ...FAST_WORKERS, limits: { offloadBodyBytes } }, {}, { workers: true, handlers });
     const body = largeEvent('evt_large');
     const small = Buffer.from(JSON.stringify({ id: 'evt_small', object: 'event', type: 'payment_intent.succeeded', created: 1700000000, data: { object: { id: 'pi_s' } } }));
@@ -36,6 +39,8 @@ describeEachStore('large bodies stored compressed', (kind) => {
     const [big, little] = await Promise.all([body, small].map((b) => post(`${app!.url}/webhooks/stripe`, b, stripeHeaders(b))));
     expect(big!.status, big!.text).toBe(200);
     expect(little!.status, little!.text).toBe(200);
+    // Where it was compressed: both bodies went to the helper thread, or neither did.
+    expect(lane.mock.results.filter((r) => r.value !== null)).toHaveLength(offloadBodyBytes ? 2 : 0);
 
     const row = (await app.store.getInbox(big!.json().inbox_id))!;
     expect(row.payloadHash.equals(sha256(body))).toBe(true);
