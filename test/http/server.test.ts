@@ -31,6 +31,7 @@ describe('operational endpoints whose check fails', () => {
     const r = await post(`${url}/readyz`, '', {}, 'GET');
     expect(r.status).toBe(503);
     expect(r.json()).toEqual({ status: 'not_ready', problems: ['readiness check failed'] });
+    expect(r.headers['retry-after']).toBe('5');
     expect((await post(`${url}/healthz`, '', {}, 'GET')).status).toBe(200);
     expect(reported).toEqual(['/metrics: gauges unreachable', '/readyz: gauges unreachable']);
   });
