@@ -441,7 +441,8 @@ describe('paypal: certificate download, cache and failures', () => {
     const agent = new Agent({ connect: { lookup: lookupLocal as never } });
     try {
       const strict = createCertFetcher({ dispatcher: agent, timeoutMs: 2_000 });
-      await expect(strict(new URL(`https://api.sandbox.paypal.com:${fake.port}${path('CERT-sandbox')}`))).rejects.toThrow();
+      // Refused for its certificate (self-signed here), not for any other reason a download can fail.
+      await expect(strict(new URL(`https://api.sandbox.paypal.com:${fake.port}${path('CERT-sandbox')}`))).rejects.toMatchObject({ code: 'DEPTH_ZERO_SELF_SIGNED_CERT' });
     } finally {
       await agent.destroy();
     }
