@@ -56,7 +56,9 @@ describeEachStore('clock skew between a process and the database', (kind) => {
 
     offsetMs = 0;
     expect(Math.abs((await watch.check())!)).toBeLessThan(1000);
+    await watch.check(); // still in step: nothing more to say
     expect(lines.filter((l) => l.level === 30).map((l) => l.msg)).toEqual(["this process's clock is in step with the database's again"]);
+    expect(lines.filter((l) => l.level === 40)).toHaveLength(1);
   });
 
   it('the workers publish the gauge: near 0 on PostgreSQL with one clock, absent on SQLite', async () => {
