@@ -989,6 +989,9 @@ it('SQLite: a batch whose handlers outlast the store\'s transaction limit settle
       const slow = await terminal('evt_slow');
       expect(slow).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted' });
       expect(slow.lastError).toContain('did not finish within 500 ms');
+      // Its retries are counted under their own reason, not as a bare "error" (maxAttempts 3: two retries).
+      expect(workers.engine.metrics.attempts.get(['retry', 'handler_timeout'])).toBe(2);
+      expect(workers.engine.metrics.attempts.get(['retry', 'error']) ?? 0).toBe(0);
     } finally {
       await workers.stop();
     }
