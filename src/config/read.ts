@@ -13,9 +13,13 @@ export function child(path: string, key: string | number): string {
 
 export function asObject(v: unknown, path: string, allowed: readonly string[]): Obj {
   if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new ConfigError(path || '(root)', 'must be an object');
-  for (const k of Object.keys(v)) {
+  for (const [k, value] of Object.entries(v)) {
+    if (allowed.includes(k)) continue;
     // A long "key" is more likely a value in the wrong place (a secret, say) than a typo: not echoed.
-    if (!allowed.includes(k)) throw new ConfigError(child(path, k.length <= 32 ? k : `(a ${k.length}-character key)`), `unknown key (allowed: ${allowed.join(', ') || 'none'})`);
+    // Nor is a key without a value, whatever its length: that is a value written alone, without its
+    // key (`{ version: v1, <a 32-character Slack signing secret> }` in YAML is a key with a null value).
+    const shown = value === null || k.length > 32 ? `(a ${k.length}-character key)` : k;
+    throw new ConfigError(child(path, shown), `unknown key (allowed: ${allowed.join(', ') || 'none'})`);
   }
   return v as Obj;
 }

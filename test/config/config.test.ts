@@ -86,6 +86,32 @@ describe('config validation names the bad path', () => {
     expect(message).not.toContain('TOPSECRET');
   });
 
+  // A Slack signing secret (or a Twilio auth token) is 32 characters: written without its `value:`
+  // key in a YAML flow mapping it becomes a key with a null value, and the error printed it.
+  it('a value written without its key (a short secret) is not echoed', () => {
+    const secret = '8f742231b10e8888abcd99eeff0085a5';
+    const dir = mkdtempSync(join(tmpdir(), 'wi-cfg-'));
+    const file = join(dir, 'c.yaml');
+    const doc = stringify({ ...base(), endpoints: [{ id: 'ep', provider: 'slack', secrets: [{ version: 'v1', value: 'x' }] }] })
+      .replace('- version: v1\n        value: x', `- { version: v1, ${secret} }`);
+    writeFileSync(file, doc);
+    expect(doc).toContain(`{ version: v1, ${secret} }`);
+    let message = '';
+    try {
+      loadConfigFile(file, {});
+    } catch (err) {
+      message = (err as Error).message;
+    }
+    expect(message).toMatch(/^endpoints\[0\]\.secrets\[0\]\.\(a 32-character key\): unknown key/);
+    expect(message).not.toContain(secret);
+    // The basicAuth password, the same way.
+    const adyen = errorOf(withEndpoint({ id: 'a', provider: 'adyen', secrets: [{ version: 'v1', value: '00'.repeat(32) }], options: { basicAuth: { username: 'u', hunter2: null } } }));
+    expect(adyen).toMatch(/basicAuth\.\(a 7-character key\): unknown key/);
+    expect(adyen).not.toContain('hunter2');
+    // A typo with a value is still named.
+    expect(errorOf(withEndpoint(stripeEp({ secrets: [{ version: 'v1', valeu: 'whsec_a' }] })))).toMatch(/^endpoints\[0\]\.secrets\[0\]\.valeu: unknown key/);
+  });
+
   it('DATABASE_URL overrides database, and a bad one is named', () => {
     expect(parseConfig(base(), { DATABASE_URL: 'postgres://u@h/db' }).database).toBe('postgres://u@h/db');
     expect(errorOf(base(), { DATABASE_URL: 'oracle://x' })).toMatch(/^DATABASE_URL: /);
