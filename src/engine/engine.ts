@@ -10,6 +10,7 @@ import type { InboxStore } from '../store/port.js';
 import { Budget } from './budget.js';
 import { EffectsRunner } from './effects-runner.js';
 import type { HandlerRegistry } from './handlers.js';
+import { loggable } from './failure.js';
 import { InboxWorker, opensBody } from './inbox-worker.js';
 import { FreshBodies } from './fresh-bodies.js';
 import { ClaimLoop } from './loop.js';
@@ -76,7 +77,7 @@ export class Engine {
     this.fresh = o.freshBodies ? new FreshBodies(FRESH_BODY_BYTES, (provider, endpointId, type) =>
       opensBody(router.route(endpointId, type)?.direct ?? [], o.handlers.match(provider, endpointId, type))) : undefined;
     const w = config.workers;
-    const onError = (what: string) => (err: unknown) => log.error({ err }, `${what} failed`);
+    const onError = (what: string) => (err: unknown) => log.error({ err: loggable(err) }, `${what} failed`);
 
     const effects = new EffectsRunner({ store, handlers: o.handlers, owner: this.owner, leaseMs: w.leaseMs, retry: config.retry, metrics: this.metrics, log });
     const effectsLoop = new ClaimLoop({ ...w, concurrency: w.effectsConcurrency, batchSize: Math.min(w.batchSize, w.effectsConcurrency) },
@@ -100,7 +101,7 @@ export class Engine {
       relay!.wake();
     }, (reason) => {
       this.metrics.listenerLost.inc();
-      this.o.log.warn({ err: reason }, 'new-work listener lost its database connection; reconnecting (the workers poll meanwhile)');
+      this.o.log.warn({ err: loggable(reason) }, 'new-work listener lost its database connection; reconnecting (the workers poll meanwhile)');
     });
     for (const l of this.loops) l.start();
     this.clock.start();

@@ -95,6 +95,27 @@ export function redact(err: unknown): string {
 }
 
 /**
+ * An error as the engine's log lines carry it: the class, the code, a one-line message redacted
+ * as for `last_error` and our stack frames, nothing else. A logger's own serializer (pino's)
+ * prints every field of the error, and a driver's error holds row data: PostgreSQL's `detail`
+ * (`Key (email)=(alice@example.com) already exists.`, `Failing row contains (…)`), `where`
+ * (`JSON data, line 1: …`). A constraint a handler's writes break only at COMMIT (a deferred
+ * one) fails the settle transaction, which is logged, not classified, so its body data went to
+ * the log on every attempt. The cause is kept, redacted the same way.
+ */
+export function loggable(err: unknown, depth = 0): unknown {
+  if (!(err instanceof Error)) return typeof err === 'string' ? err : redact(err);
+  const line = redact(err);
+  const e = err as Error & { code?: unknown };
+  const head = `${e.name}: ${e.message}`;
+  const stack = typeof e.stack === 'string' && e.stack.startsWith(head) ? line + e.stack.slice(head.length) : line;
+  const safe = new Error(line, depth < 4 && e.cause !== undefined ? { cause: loggable(e.cause, depth + 1) } : undefined);
+  safe.stack = stack;
+  if (typeof e.code === 'string') Object.assign(safe, { code: e.code });
+  return safe;
+}
+
+/**
  * Two kinds of error quote the data they refused, which in a handler is usually a body field
  * (a card number, an e-mail): PostgreSQL's data exceptions (SQLSTATE class 22:
  * `invalid input syntax for type integer: "…"`, `value "…" is out of range`, `invalid byte

@@ -12,7 +12,7 @@ import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
-import { abandonedMessage, classify, FAILURE, NeedsDecisionError, redact, RetryableError, SetupUnavailableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, redact, RetryableError, SetupUnavailableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
@@ -156,7 +156,7 @@ export class InboxWorker {
     const ids = rows.map((r) => r.inboxId);
     const owner = rows[0]!.leaseOwner;
     const heartbeat = setInterval(() => {
-      this.d.store.extendInboxLeases(ids, owner, this.now() + this.d.leaseMs).catch((err) => this.d.log.warn({ err }, 'lease heartbeat failed'));
+      this.d.store.extendInboxLeases(ids, owner, this.now() + this.d.leaseMs).catch((err) => this.d.log.warn({ err: loggable(err) }, 'lease heartbeat failed'));
     }, Math.max(100, Math.floor(this.d.leaseMs / 3)));
     try {
       const plans = rows.map((r) => this.plan(r));
@@ -220,12 +220,12 @@ export class InboxWorker {
           // One event's failure outside its handlers (a constraint or trigger of the store, a bug)
           // must not fail the events beside it, attempt after attempt: each goes alone. Their
           // handlers run again, their earlier writes having been rolled back with the rest.
-          this.d.log.warn({ err, events: attempt.length }, 'settle transaction failed; settling its events one at a time');
+          this.d.log.warn({ err: loggable(err), events: attempt.length }, 'settle transaction failed; settling its events one at a time');
           for (const p of attempt) {
             p.settled = undefined;
             await settle([p]).catch((e: unknown) => {
               p.settled = undefined;
-              this.d.log.error({ err: e, inboxId: p.row.inboxId }, 'settling this event failed; it is retried when its lease expires');
+              this.d.log.error({ err: loggable(e), inboxId: p.row.inboxId }, 'settling this event failed; it is retried when its lease expires');
             });
           }
           rest = [];

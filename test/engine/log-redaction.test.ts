@@ -1,0 +1,47 @@
+import pino from 'pino';
+import { afterEach, expect, it } from 'vitest';
+import { HandlerRegistry } from '../../src/engine/handlers.js';
+import { startTestApp, type TestApp } from '../helpers/app.js';
+import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
+import { stripeHeaders } from '../helpers/events.js';
+import { post } from '../helpers/http.js';
+import { describeEachStore } from '../helpers/stores.js';
+
+// A handler's write that breaks a DEFERRED constraint fails only at COMMIT: the settle transaction
+// fails, which the engine logs (not classified into last_error). PostgreSQL's error carries the row
+// data in `detail` ("Key (email)=(…) already exists."), and pino printed every field of it.
+describeEachStore('engine log lines never carry the row data of a database error', (kind) => {
+  let app: TestApp | undefined;
+  afterEach(async () => {
+    await app?.stop();
+    app = undefined;
+  });
+
+  it.runIf(kind === 'postgres')('a deferred unique violation at COMMIT: logged with its code and constraint, without the body value it quoted', async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: 'debug' }, { write: (s: string) => void lines.push(s) });
+    const secretEmail = 'alice.private@example.com';
+    const handlers = new HandlerRegistry().on('payment_intent.*', async (event, ctx) => {
+      const email = (event.payload as { data: { object: { receipt_email: string } } }).data.object.receipt_email;
+      await ctx.tx.query('INSERT INTO customers (email) VALUES ($1)', [email]);
+    });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers, logger });
+    await app.store.transaction(async (tx) => {
+      await tx.query('CREATE TABLE customers (email text, CONSTRAINT customers_email UNIQUE (email) DEFERRABLE INITIALLY DEFERRED)');
+      await tx.query('INSERT INTO customers VALUES ($1)', [secretEmail]);
+    });
+    const send = (id: string) => {
+      const body = Buffer.from(JSON.stringify({ id, type: 'payment_intent.succeeded', created: 1, data: { object: { id: `pi_${id}`, receipt_email: secretEmail } } }));
+      return post(`${app!.url}/webhooks/stripe`, body, stripeHeaders(body));
+    };
+    // Two events (one settle transaction, then each alone) and one more later (a batch of one).
+    const answers = await Promise.all([send('evt_a'), send('evt_b')]);
+    expect(answers.map((a) => a.status)).toEqual([200, 200]);
+    await waitFor(() => lines.some((l) => l.includes('settle transaction failed')), 10_000, 'the settle failure logged');
+    await waitFor(() => lines.some((l) => l.includes('inbox batch failed') || l.includes('settling this event failed')), 10_000, 'the single settle failure logged');
+    const failures = lines.filter((l) => l.includes('23505'));
+    expect(failures.length).toBeGreaterThan(0);
+    expect(failures.join('\n')).toContain('customers_email');
+    for (const l of lines) expect(l).not.toContain(secretEmail);
+  }, 30_000);
+});
