@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
+import { duplicateKeyOffset } from '../providers/json-slices.js';
 import { parseConfig, type Config } from './schema.js';
 
 /** Reads a YAML or JSON config file (same keys) and validates it. */
@@ -56,41 +57,6 @@ function where(err: unknown, json: boolean, text: string): string {
 function lineColumn(text: string, at: number): string {
   const before = text.slice(0, at).split('\n');
   return `line ${before.length}, column ${before[before.length - 1]!.length + 1}`;
-}
-
-/**
- * The offset of the first key that repeats one before it in the same object, in text that
- * JSON.parse accepted; undefined when none does. Keys compare as parsed ("a" and "\u0061" are equal).
- */
-function duplicateKeyOffset(text: string): number | undefined {
-  // Per open container: the keys seen (objects) or null (arrays); expectKey while a key may come next.
-  const stack: (Set<string> | null)[] = [];
-  let expectKey = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (c === '"') {
-      let j = i + 1;
-      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
-      const top = stack[stack.length - 1];
-      if (expectKey && top) {
-        const key = JSON.parse(text.slice(i, j + 1)) as string;
-        if (top.has(key)) return i;
-        top.add(key);
-      }
-      expectKey = false;
-      i = j;
-    } else if (c === '{') {
-      stack.push(new Set());
-      expectKey = true;
-    } else if (c === '[') {
-      stack.push(null);
-    } else if (c === '}' || c === ']') {
-      stack.pop();
-    } else if (c === ',') {
-      expectKey = stack[stack.length - 1] != null;
-    }
-  }
-  return undefined;
 }
 
 /** V8's JSON.parse message: "… at position N", or "Unexpected end of JSON input". */

@@ -8,7 +8,7 @@ import { OptionSecrets } from './option-secrets.js';
 import type { AcceptedEvent, AdapterFactory, Envelope, ProviderAdapter, Reply, RequestView, SignatureMetadata } from './contract.js';
 import { envelope, idString, parseJsonObject, requireEventId, requireEventType, toEpochMs, isoTimestamp } from './json.js';
 import { digestHeader } from './signature.js';
-import { topLevelArrayElements } from './json-slices.js';
+import { duplicateKeyOffset, topLevelArrayElements } from './json-slices.js';
 
 /**
  * Adyen standard (payment) notifications, JSON: `{"live": "...", "notificationItems":
@@ -342,6 +342,10 @@ export const createAdyen: AdapterFactory = (options, path, env) => {
       const parsed = m.parsed?.body === body ? m.parsed : parseDelivery(body);
       const slices = topLevelArrayElements(body, ITEMS);
       if (slices.kind === 'duplicate') throw malformed(`${ITEMS} appears more than once`);
+      // Inside an item too: the HMAC covers the fields as JSON.parse read them (the last of two equal
+      // keys), while the stored and forwarded slice keeps both, so a reader that takes the first
+      // (other parsers do) would see an unsigned pspReference or amount as the event's.
+      if (duplicateKeyOffset(utf8.decode(body)) !== undefined) throw malformed('a member appears twice in one object');
       if (slices.kind !== 'array' || slices.elements.length !== parsed.items.length) throw malformed(`${ITEMS} could not be sliced`);
       return parsed.items.map((it, i) => {
         const f = it.fields;

@@ -174,3 +174,38 @@ export function topLevelArrayElements(buf: Buffer, key: string): MemberArray {
   if (skipWs(buf, i + 1) !== buf.length) throw new JsonSliceError('bytes after the top-level object');
   return duplicate ? { kind: 'duplicate' } : found;
 }
+
+/**
+ * The offset of the first key that repeats one before it in the same object, in text that
+ * JSON.parse accepted; undefined when none does. Keys compare as parsed ("a" and "\u0061" are equal).
+ */
+export function duplicateKeyOffset(text: string): number | undefined {
+  // Per open container: the keys seen (objects) or null (arrays); expectKey while a key may come next.
+  const stack: (Set<string> | null)[] = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      const top = stack[stack.length - 1];
+      if (expectKey && top) {
+        const key = JSON.parse(text.slice(i, j + 1)) as string;
+        if (top.has(key)) return i;
+        top.add(key);
+      }
+      expectKey = false;
+      i = j;
+    } else if (c === '{') {
+      stack.push(new Set());
+      expectKey = true;
+    } else if (c === '[') {
+      stack.push(null);
+    } else if (c === '}' || c === ']') {
+      stack.pop();
+    } else if (c === ',') {
+      expectKey = stack[stack.length - 1] != null;
+    }
+  }
+  return undefined;
+}

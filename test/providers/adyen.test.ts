@@ -479,6 +479,25 @@ describe('adyen: envelopes (verified items → logical events)', () => {
     expect(reasonOf(() => adapter.envelopes!(body, view([]), meta))).toBe('malformed_payload');
   });
 
+  // The HMAC covers the fields as JSON.parse reads them (the last of two equal keys), but the slice
+  // stored and forwarded keeps both: a first-wins reader saw an unsigned pspReference and amount.
+  it('a signed field given twice inside an item (an unsigned copy first) → malformed_payload, nothing of it stored', () => {
+    const signedItem = sdkSigned(item({ pspReference: 'REAL0000000000001' }), KEY_V2);
+    const forged = '"NotificationRequestItem":{"pspReference":"FORGED99999999","amount":{"currency":"EUR","value":99999999},';
+    const el = JSON.stringify({ NotificationRequestItem: signedItem }).replace('"NotificationRequestItem":{', forged);
+    const body = Buffer.from(`{"live":"false","notificationItems":[${el}]}`);
+    const { version, meta } = check(body, keys(['v2', KEY_V2]));
+    expect(version).toBe('v2'); // JSON.parse sees only the signed values
+    expect(reasonOf(() => adapter.envelopes!(body, view([]), meta))).toBe('malformed_payload');
+    // An escaped spelling of the same name is the same key.
+    const escaped = Buffer.from(body.toString().replace('"pspReference":"FORGED', '"psp\\u0052eference":"FORGED'));
+    expect(check(escaped, keys(['v2', KEY_V2])).version).toBe('v2');
+    expect(reasonOf(() => adapter.envelopes!(escaped, view([]), check(escaped, keys(['v2', KEY_V2])).meta))).toBe('malformed_payload');
+    // Equal keys in different objects are fine.
+    const ok = delivery([signedItem]).body;
+    expect(adapter.envelopes!(ok, view([]), check(ok, keys(['v2', KEY_V2])).meta)).toHaveLength(1);
+  });
+
   it('acceptedReply is text/plain [accepted], whatever the results', () => {
     const r = { status: 200, contentType: 'text/plain', body: '[accepted]' };
     expect(adapter.acceptedReply!([], view([]))).toEqual(r);
