@@ -1,23 +1,25 @@
 import pino from 'pino';
-import { afterEach, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
 import { stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
-import { describeEachStore } from '../helpers/stores.js';
+import { pgAvailable, PG_REQUIRED } from '../helpers/pg.js';
 
 // A handler's write that breaks a DEFERRED constraint fails only at COMMIT: the settle transaction
 // fails, which the engine logs (not classified into last_error). PostgreSQL's error carries the row
 // data in `detail` ("Key (email)=(…) already exists."), and pino printed every field of it.
-describeEachStore('engine log lines never carry the row data of a database error', (kind) => {
+// PostgreSQL only: SQLite's errors carry no row data (and it has no deferrable unique constraint).
+describe.runIf(PG_REQUIRED || (await pgAvailable()))('engine log lines never carry the row data of a database error [postgres]', () => {
+  const kind = 'postgres';
   let app: TestApp | undefined;
   afterEach(async () => {
     await app?.stop();
     app = undefined;
   });
 
-  it.runIf(kind === 'postgres')('a deferred unique violation at COMMIT: logged with its code and constraint, without the body value it quoted', async () => {
+  it('a deferred unique violation at COMMIT: logged with its code and constraint, without the body value it quoted', async () => {
     const lines: string[] = [];
     const logger = pino({ level: 'debug' }, { write: (s: string) => void lines.push(s) });
     const secretEmail = 'alice.private@example.com';
