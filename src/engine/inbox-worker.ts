@@ -5,7 +5,7 @@ import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { uuidv7 } from '../crypto/ids.js';
 import type { EngineMetrics } from '../metrics/engine.js';
 import { heldBytes, logicalKey, type InboxStore, type StoredPayload } from '../store/port.js';
-import { LeaseLostError, type ClaimedInbox, type EventKey, type NewEffect, type NewMarker, type ProcessedMarker, type Settlement, type StoreTx } from '../store/work-port.js';
+import { type ClaimedInbox, type EventKey, type NewEffect, type NewMarker, type ProcessedMarker, type Settlement, type StoreTx } from '../store/work-port.js';
 import { StorageUnavailableError } from '../errors.js';
 import { withDeadline } from '../deadline.js';
 import { backoffDelayMs } from './backoff.js';
@@ -216,10 +216,13 @@ export class InboxWorker {
         try {
           rest = await settle(attempt);
         } catch (err) {
-          if (attempt.length === 1 || err instanceof StorageUnavailableError || err instanceof LeaseLostError) throw err;
+          if (attempt.length === 1 || err instanceof StorageUnavailableError) throw err;
           // One event's failure outside its handlers (a constraint or trigger of the store, a bug)
           // must not fail the events beside it, attempt after attempt: each goes alone. Their
           // handlers run again, their earlier writes having been rolled back with the rest.
+          // So too a lease lost on some of them (LeaseLostError rolled back the handlers' writes):
+          // the events this claim still leases settle now, each alone (the lost ones are skipped
+          // by lockLeased), instead of waiting out their lease and spending another attempt.
           this.d.log.warn({ err: loggable(err), events: attempt.length }, 'settle transaction failed; settling its events one at a time');
           for (const p of attempt) {
             p.settled = undefined;
