@@ -5,7 +5,7 @@ import type { PayloadCipher } from '../crypto/payload-cipher.js';
 import { uuidv7 } from '../crypto/ids.js';
 import type { EngineMetrics } from '../metrics/engine.js';
 import { heldBytes, logicalKey, type InboxStore, type StoredPayload } from '../store/port.js';
-import { type ClaimedInbox, type EventKey, type NewEffect, type NewMarker, type ProcessedMarker, type Settlement, type StoreTx } from '../store/work-port.js';
+import { LeaseLostError, type ClaimedInbox, type EventKey, type NewEffect, type NewMarker, type ProcessedMarker, type Settlement, type StoreTx } from '../store/work-port.js';
 import { StorageUnavailableError } from '../errors.js';
 import { withDeadline } from '../deadline.js';
 import { backoffDelayMs } from './backoff.js';
@@ -216,6 +216,13 @@ export class InboxWorker {
         try {
           rest = await settle(attempt);
         } catch (err) {
+          if (err instanceof LeaseLostError && attempt.length === 1) {
+            // This event is another claim's now; the chunks and rests after it are still ours.
+            this.d.log.warn({ inboxId: attempt[0]!.row.inboxId }, 'lease lost while settling; another worker owns the event now');
+            attempt[0]!.settled = undefined;
+            rest = [];
+            continue;
+          }
           if (attempt.length === 1 || err instanceof StorageUnavailableError) throw err;
           // One event's failure outside its handlers (a constraint or trigger of the store, a bug)
           // must not fail the events beside it, attempt after attempt: each goes alone. Their
