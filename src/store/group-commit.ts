@@ -104,7 +104,10 @@ export class GroupCommitter<I, R> {
 
   private canStart(): boolean {
     if (this.queue.length === 0 || this.inFlight >= this.opts.maxInFlight) return false;
-    if (this.inFlight === 0 || this.queue.length >= Math.max(1, this.opts.maxBatch >> 2)) return true;
+    // A commit past its timeout (already answered, its call not returned) is no batch to gather
+    // behind: counted as running, it held every later small batch until its deadline (503) while
+    // other slots were free.
+    if (this.inFlight === this.stuck || this.queue.length >= Math.max(1, this.opts.maxBatch >> 2)) return true;
     return this.opts.maxBatchBytes !== undefined && this.queuedBytes >= this.opts.maxBatchBytes / 4;
   }
 
@@ -156,6 +159,7 @@ export class GroupCommitter<I, R> {
       this.stuck++;
       settle(false, null, new StorageUnavailableError(`commit did not finish within ${this.opts.commitTimeoutMs} ms; outcome unknown`));
       if (this.blocked()) this.failQueued();
+      else this.schedule(); // what queued behind it may start now
     }, this.opts.commitTimeoutMs);
     let committing: Promise<R[]>;
     try {

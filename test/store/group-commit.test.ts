@@ -102,6 +102,27 @@ describe('group commit', () => {
     await expect(next).resolves.toBe('ok4');
   });
 
+  it('a timed-out commit still holding its slot does not hold back the next batch while other slots are free (it is not "a commit running" to batch behind)', async () => {
+    const { batches, commit } = manualCommit();
+    const gc = new GroupCommitter(commit, { ...opts, maxBatch: 256, maxInFlight: 4, commitTimeoutMs: 100 });
+    await expect(gc.submit(1)).rejects.toThrow(/outcome unknown/); // its store call never returns
+    const next = gc.submit(2); // 1 waiting, far below maxBatch / 4
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1], [2]]); // started on a free slot, not queued until its deadline
+    batches[1]!.resolve(['ok2']);
+    await expect(next).resolves.toBe('ok2');
+    // Queued behind a commit that then times out: it starts then, not at its own deadline.
+    const hung = gc.submit(3);
+    await tick();
+    await new Promise((r) => setTimeout(r, 50));
+    const behind = gc.submit(4);
+    await expect(hung).rejects.toThrow(/outcome unknown/);
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1], [2], [3], [4]]);
+    batches[3]!.resolve(['ok4']);
+    await expect(behind).resolves.toBe('ok4');
+  });
+
   it('a throwing batch callback (metrics) still answers every item', async () => {
     const gc = new GroupCommitter((items: number[]) => Promise.resolve(items.map((i) => `ok${i}`)), opts, () => {
       throw new Error('metrics bug');
