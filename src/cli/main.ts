@@ -194,10 +194,6 @@ const COMMANDS: Record<string, Command> = {
 };
 
 /**
- * Options of another subcommand of the same command are a mistake to report, not to ignore
- * (`events show ID --status failed` showed the event whatever its status).
- */
-/**
  * `COMMAND LIST [--limit N] [--json]` | `COMMAND REQUEUE (--all | ID…)`: rows an operator lists,
  * fixes the cause of, then sends back (parked outbox rows, FAILED effects).
  */
@@ -224,6 +220,10 @@ function listAndRequeue(o: {
   };
 }
 
+/**
+ * Options of another subcommand of the same command are a mistake to report, not to ignore
+ * (`events show ID --status failed` showed the event whatever its status).
+ */
 function onlyFor(values: Record<string, unknown>, options: readonly string[], subcommand: string): void {
   const given = options.find((o) => values[o] !== undefined);
   if (given !== undefined) throw new UsageError(`--${given} is for ${subcommand}`);
