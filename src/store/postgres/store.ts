@@ -341,10 +341,8 @@ export class PostgresStore implements InboxStore {
     return (await this.rows(W.LIST_FAILED_EFFECTS, [limit])).map(toFailedEffect);
   }
 
-  async retryFailedEffects(effectIds: readonly string[] | null, nowMs: number): Promise<number> {
-    const ids = effectIds?.filter((id) => UUID_RE.test(id)) ?? null;
-    if (ids?.length === 0) return 0;
-    return (await this.query({ ...W.RETRY_FAILED_EFFECTS, values: [ids, nowMs] }, this.workPool)).rowCount ?? 0;
+  retryFailedEffects(effectIds: readonly string[] | null, nowMs: number): Promise<number> {
+    return this.dueAgain(W.RETRY_FAILED_EFFECTS, effectIds, nowMs);
   }
 
   async claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]> {
@@ -360,10 +358,18 @@ export class PostgresStore implements InboxStore {
     return (await this.rows(W.LIST_PARKED_OUTBOX, [limit])).map(toParkedOutbox);
   }
 
-  async requeueParkedOutbox(outboxIds: readonly string[] | null, nowMs: number): Promise<number> {
-    const ids = outboxIds?.filter((id) => UUID_RE.test(id)) ?? null;
-    if (ids?.length === 0) return 0;
-    return (await this.query({ ...W.REQUEUE_PARKED_OUTBOX, values: [ids, nowMs] }, this.workPool)).rowCount ?? 0;
+  requeueParkedOutbox(outboxIds: readonly string[] | null, nowMs: number): Promise<number> {
+    return this.dueAgain(W.REQUEUE_PARKED_OUTBOX, outboxIds, nowMs);
+  }
+
+  /**
+   * An operator's requeue: `statement` ($1 ids, NULL = every row it selects; $2 now) on the rows of
+   * `ids` (null: all). Ids that are not UUIDs name no row (and must not reach a uuid cast as an error).
+   */
+  private async dueAgain(statement: pg.QueryConfig, ids: readonly string[] | null, nowMs: number): Promise<number> {
+    const valid = ids?.filter((id) => UUID_RE.test(id)) ?? null;
+    if (valid?.length === 0) return 0;
+    return (await this.query({ ...statement, values: [valid, nowMs] }, this.workPool)).rowCount ?? 0;
   }
 
   async listEvents(filter: EventFilter): Promise<InboxDetail[]> {

@@ -9,6 +9,9 @@ export type Ops = Record<string, (arg: any) => unknown>;
 
 export interface ClaimArgs { readonly n: number; readonly owner: string; readonly leaseMs: number; readonly nowMs: number }
 interface Guarded<S> { readonly id: string; readonly owner: string; readonly s: S }
+/** An operator's requeue: these ids (null: every row the statement selects), due at `nowMs`. */
+interface IdsDueNow { readonly ids: readonly string[] | null; readonly nowMs: number }
+const idsDueNow = (a: IdsDueNow) => ({ ids: a.ids === null ? null : JSON.stringify(a.ids), now: a.nowMs });
 /** One Resealed, flat: its byte fields arrive from the event loop as plain Uint8Arrays. */
 export interface ResealArg { readonly payloadId: string; readonly oldNonce: Uint8Array; readonly keyId: string; readonly nonce: Uint8Array; readonly ciphertext: Uint8Array }
 
@@ -99,14 +102,12 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     readPayloads: (a: { ids: string; maxBytes: number }) => st(W.READ_PAYLOADS).all(a),
     listEffects: (inboxId: string) => st(W.LIST_EFFECTS).all(inboxId),
     listFailedEffects: (limit: number) => st(W.LIST_FAILED_EFFECTS).all({ limit }),
-    retryFailedEffects: (a: { ids: string[] | null; nowMs: number }) =>
-      st(W.RETRY_FAILED_EFFECTS).run({ ids: a.ids === null ? null : JSON.stringify(a.ids), now: a.nowMs }).changes,
+    retryFailedEffects: (a: IdsDueNow) => st(W.RETRY_FAILED_EFFECTS).run(idsDueNow(a)).changes,
     getEvent: (inboxId: string) => st(W.GET_EVENT).get(inboxId) ?? null,
     // Parameters the statement's shape does not name are ignored.
     listEvents: (f: EventFilter) => st(W.listEventsSql(f)).all({ ...f, limit: eventListLimit(f.limit) }),
     listParkedOutbox: (limit: number) => st(W.LIST_PARKED_OUTBOX).all({ limit }),
-    requeueParkedOutbox: (a: { ids: string[] | null; nowMs: number }) =>
-      st(W.REQUEUE_PARKED_OUTBOX).run({ ids: a.ids === null ? null : JSON.stringify(a.ids), now: a.nowMs }).changes,
+    requeueParkedOutbox: (a: IdsDueNow) => st(W.REQUEUE_PARKED_OUTBOX).run(idsDueNow(a)).changes,
     retryFailed: (a: { id: string; nowMs: number }) => retryFailed.immediate(a),
     requeueFailed: (a: { reasons: string[]; nowMs: number }) =>
       st(W.REQUEUE_FAILED).run({ reasons: JSON.stringify(a.reasons), now: a.nowMs }).changes,
