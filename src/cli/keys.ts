@@ -48,10 +48,8 @@ interface ResealTally {
   resealed: number;
   /** key id → payloads left as they are because that key is not configured. */
   missing: Map<string, number>;
-  /** Payload ids that did not authenticate under their key and binding. */
-  unauthentic: string[];
-  /** key id → how many of `unauthentic` are sealed under it. */
-  unauthenticByKey: Map<string, number>;
+  /** Payloads (and the key they are sealed under) that did not authenticate under their key and binding. */
+  unauthentic: { payloadId: string; keyId: string }[];
   /** Wall time of the whole run, and the part of it spent waiting to keep the pace. */
   elapsedMs: number;
   pausedMs: number;
@@ -77,7 +75,7 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     console.error(`resealed ${tally.resealed} payload(s) under "${cipher.currentKeyId}" in ${(tally.elapsedMs / 1000).toFixed(1)} s, busy ${busyShare} % of it`);
     for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
     if (tally.unauthentic.length > 0) {
-      const shown = tally.unauthentic.slice(0, SHOW_IDS).join(', ') + (tally.unauthentic.length > SHOW_IDS ? ', …' : '');
+      const shown = tally.unauthentic.slice(0, SHOW_IDS).map((u) => u.payloadId).join(', ') + (tally.unauthentic.length > SHOW_IDS ? ', …' : '');
       console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${shown}`);
     }
     const usage = await store.payloadKeyUsage();
@@ -87,7 +85,7 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     // script that removes them on 0 would otherwise leave those payloads unopenable.
     const unseen = usage
       .filter((u) => u.keyId !== cipher.currentKeyId)
-      .map((u) => ({ keyId: u.keyId, n: u.payloads - (tally.missing.get(u.keyId) ?? 0) - (tally.unauthenticByKey.get(u.keyId) ?? 0) }))
+      .map((u) => ({ keyId: u.keyId, n: u.payloads - (tally.missing.get(u.keyId) ?? 0) - tally.unauthentic.filter((a) => a.keyId === u.keyId).length }))
       .filter((u) => u.n > 0);
     for (const u of unseen) {
       console.error(`left ${u.n} other payload(s) under "${u.keyId}", stored under it after this run went past them ` +
@@ -158,7 +156,7 @@ export const DEFAULT_BUSY_PERCENT = 25;
  * changed meanwhile (its nonce is not the one read) is left to the next run.
  */
 export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: ResealOptions = {}): Promise<ResealTally> {
-  const tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'> = { resealed: 0, missing: new Map(), unauthentic: [], unauthenticByKey: new Map() };
+  const tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'> = { resealed: 0, missing: new Map(), unauthentic: [] };
   const pacer = new Pacer(opts);
   // Paced, a slice is small (50 ms of the rate, or PACED_SLICE): many small transactions spread
   // the work evenly, where one 4 MiB UPDATE then a pause made a running server's latency jump
@@ -185,10 +183,7 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
           updates.push({ payloadId: p.payloadId, oldNonce: p.nonce, sealed: cipher.reseal(p, byId.get(p.payloadId)!) });
         } catch (err) {
           if (err instanceof PayloadKeyMissingError) tally.missing.set(err.keyId, (tally.missing.get(err.keyId) ?? 0) + 1);
-          else {
-            tally.unauthentic.push(p.payloadId);
-            tally.unauthenticByKey.set(p.keyId, (tally.unauthenticByKey.get(p.keyId) ?? 0) + 1);
-          }
+          else tally.unauthentic.push({ payloadId: p.payloadId, keyId: p.keyId });
         }
       }
       tally.resealed += await store.resealPayloads(updates);
