@@ -8,6 +8,7 @@ import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
 import { listenOn } from './http/listen.js';
 import { OffloadLane, offloadThreshold } from './http/offload.js';
+import { createAdminServer, type AdminHandlers } from './http/admin.js';
 import { createHttpServer } from './http/server.js';
 import { createLogger } from './log.js';
 import { ingressMetrics, type IngressMetrics } from './metrics/registry.js';
@@ -33,12 +34,20 @@ export interface StartOptions {
   readonly workers?: boolean;
   /** How often secrets are re-checked (missing ones, changed files); default 10 s; 0 = never (only reloadSecrets()). */
   readonly secretCheckMs?: number;
+  /**
+   * Serve /metrics, /healthz and /readyz on this address of their own (port 0 = any free one);
+   * the webhook port then answers only /healthz of them (404 for the others), so what /readyz and
+   * /metrics tell (config paths, database errors, endpoint ids, volumes) stays off a public port.
+   */
+  readonly metricsListen?: { readonly host: string; readonly port: number };
 }
 
 export interface RunningApp {
   readonly server: Server;
   /** Base URL, e.g. http://127.0.0.1:8080 */
   readonly url: string;
+  /** Where /metrics and /readyz answer when `metricsListen` was given (`http://host:port`). */
+  readonly metricsUrl?: string;
   readonly store: InboxStore;
   readonly keyring: KeyRing;
   readonly metrics: IngressMetrics;
@@ -105,8 +114,9 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     await engine.stop().catch(() => undefined); // not started: only its destinations' connections
   };
   let server: Server;
+  let adminServer: Server | undefined;
   try {
-    server = createHttpServer(config, ingress, {
+    const admin: AdminHandlers = {
       metrics: async () => {
         metrics.inFlightBodyBytes.set([], budget.used);
         metrics.commitQueue.set([], committer.queued);
@@ -127,7 +137,9 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
         return problems.length ? problems : null;
       },
       failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),
-    });
+    };
+    server = createHttpServer(config, ingress, admin, opts.metricsListen ? 'healthz' : 'all');
+    if (opts.metricsListen) adminServer = createAdminServer(admin);
   } catch (err) {
     // Node's own checks of the server's options (the config already refuses what it knows of).
     await release();
@@ -135,9 +147,28 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   }
 
   const secretChecks = keepSecretsCurrent(keyring, log, secretCheckMs);
+  // Scrapes in progress are answered; a keep-alive scraper's idle connection does not hold the close.
+  const closeAdmin = async (): Promise<void> => {
+    if (!adminServer?.listening) return;
+    const closed = new Promise<void>((resolve) => adminServer!.close(() => resolve()));
+    adminServer.closeIdleConnections();
+    setTimeout(() => adminServer!.closeAllConnections(), 1000).unref();
+    await closed;
+  };
 
+  // The metrics port first: a port already taken there fails the start before webhooks are taken.
+  let metricsUrl: string | undefined;
+  if (adminServer && opts.metricsListen) {
+    const { host, port } = opts.metricsListen;
+    metricsUrl = await listenOn(adminServer, port, host, log, 'metrics server error (it goes on)').catch(async (err: unknown) => {
+      secretChecks.stop();
+      await release();
+      return abandon(ListenError.from(err, host, port, 'pass another --metrics-host / --metrics-port'));
+    });
+  }
   const url = await listenOn(server, config.listen.port, config.listen.host, log, 'HTTP server error (the server goes on)').catch(async (err: unknown) => {
     secretChecks.stop();
+    await closeAdmin();
     await release();
     return abandon(ListenError.from(err, config.listen.host, config.listen.port));
   });
@@ -147,6 +178,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   return {
     server,
     url,
+    metricsUrl,
     store,
     keyring,
     metrics,
@@ -174,6 +206,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
         await lane?.close();
         // Batches in flight settle before the store closes; unfinished leases simply expire.
         await engine.stop();
+        await closeAdmin();
         if (!opts.store) await store.close();
         log.flush();
       })();

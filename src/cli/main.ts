@@ -25,6 +25,8 @@ interface Command {
 }
 
 const CONFIG = { config: { type: 'string', short: 'c' } } as const;
+/** serve's and work's address of their own for /metrics, /healthz and /readyz. */
+const METRICS_LISTEN = { 'metrics-port': { type: 'string' }, 'metrics-host': { type: 'string' } } as const;
 const STATUSES = ['PENDING', 'PROCESSING', 'PROCESSED', 'FAILED'];
 /** Inbox, outbox and effect ids alike (UUIDs). */
 const INBOX_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -39,18 +41,39 @@ function intOption(value: unknown, min: number, max: number, message: string): n
   return n;
 }
 
+/** --metrics-port (0-65535) and --metrics-host, which is nothing without a port. */
+function metricsListenOptions(v: Record<string, string | boolean | undefined>): { metricsPort?: number; metricsHost?: string } {
+  const metricsHost = v['metrics-host'] as string | undefined;
+  const metricsPort = intOption(v['metrics-port'], 0, 65535, `--metrics-port must be an integer from 0 to 65535, not "${String(v['metrics-port'])}"`);
+  if (metricsHost !== undefined && metricsPort === undefined) throw new UsageError('--metrics-host needs --metrics-port');
+  return { metricsPort, metricsHost };
+}
+
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: 'Run the webhook receiver (migrates first unless --no-migrate).',
-    usage: 'webhook-inbox serve --config FILE [--host HOST] [--port PORT] [--no-migrate] [--demo] [--handlers MODULE]\n\n  --config, -c FILE  YAML or JSON config (DATABASE_URL overrides `database`)\n  --host HOST        listen on HOST instead of the config\'s listen.host\n  --port PORT        listen on PORT (0-65535; 0 = any free port) instead of listen.port\n  --no-migrate       do not apply pending migrations at start\n  --demo             also print a ready-to-run command that sends a signed sample event\n  --handlers MODULE  a module whose default export registers in-process handlers: (inbox) => { inbox.on(…) }\n\nWorkers run in this process unless the config says workers.enabled: false.',
-    options: { ...CONFIG, host: { type: 'string' }, port: { type: 'string' }, 'no-migrate': { type: 'boolean' }, demo: { type: 'boolean' }, handlers: { type: 'string' } },
-    optional: ['handlers', 'host', 'port'],
+    usage: 'webhook-inbox serve --config FILE [--host HOST] [--port PORT] [--no-migrate] [--demo] [--handlers MODULE]\n' +
+      '                     [--metrics-port PORT [--metrics-host HOST]]\n\n' +
+      '  --config, -c FILE    YAML or JSON config (DATABASE_URL overrides `database`)\n' +
+      '  --host HOST          listen on HOST instead of the config\'s listen.host\n' +
+      '  --port PORT          listen on PORT (0-65535; 0 = any free port) instead of listen.port\n' +
+      '  --no-migrate         do not apply pending migrations at start\n' +
+      '  --demo               also print a ready-to-run command that sends a signed sample event\n' +
+      '  --handlers MODULE    a module whose default export registers in-process handlers: (inbox) => { inbox.on(…) }\n' +
+      '  --metrics-port PORT  serve /metrics, /healthz and /readyz on PORT (0 = any free port) instead of the\n' +
+      '                       webhook port, which then answers only /healthz of them: keeps database errors,\n' +
+      '                       config paths and volumes off a port open to the internet\n' +
+      '  --metrics-host HOST  the address for them (default: the webhook listen host)\n\n' +
+      'Workers run in this process unless the config says workers.enabled: false.',
+    options: { ...CONFIG, host: { type: 'string' }, port: { type: 'string' }, 'no-migrate': { type: 'boolean' }, demo: { type: 'boolean' }, handlers: { type: 'string' }, ...METRICS_LISTEN },
+    optional: ['handlers', 'host', 'port', 'metrics-port', 'metrics-host'],
     run: (v) => runServe(String(v.config), {
       migrate: !v['no-migrate'],
       demo: Boolean(v.demo),
       handlers: v.handlers as string | undefined,
       host: v.host as string | undefined,
       port: intOption(v.port, 0, 65535, `--port must be an integer from 0 to 65535, not "${String(v.port)}"`),
+      ...metricsListenOptions(v),
     }),
   },
   migrate: {
@@ -80,14 +103,9 @@ const COMMANDS: Record<string, Command> = {
       '  --metrics-port PORT  serve this process\'s metrics (the workers\', which serve has not), /healthz and\n' +
       '                       /readyz on PORT (0-65535; 0 = any free port). Without it, nothing is served.\n' +
       '  --metrics-host HOST  the address for them (default: the config\'s listen.host)',
-    options: { ...CONFIG, handlers: { type: 'string' }, 'metrics-port': { type: 'string' }, 'metrics-host': { type: 'string' } },
+    options: { ...CONFIG, handlers: { type: 'string' }, ...METRICS_LISTEN },
     optional: ['handlers', 'metrics-port', 'metrics-host'],
-    run: (v) => {
-      const metricsHost = v['metrics-host'] as string | undefined;
-      const metricsPort = intOption(v['metrics-port'], 0, 65535, `--metrics-port must be an integer from 0 to 65535, not "${String(v['metrics-port'])}"`);
-      if (metricsHost !== undefined && metricsPort === undefined) throw new UsageError('--metrics-host needs --metrics-port');
-      return runWork(String(v.config), { handlers: v.handlers as string | undefined, metricsPort, metricsHost });
-    },
+    run: (v) => runWork(String(v.config), { handlers: v.handlers as string | undefined, ...metricsListenOptions(v) }),
   },
   events: {
     summary: 'List events (newest first) or show one: events list [filters] | events show INBOX_ID.',

@@ -6,7 +6,18 @@ import { tuneHeap } from './heap.js';
 import { reloadOnHangup, untilStopSignal } from './signals.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
-export async function runServe(configFile: string, opts: { migrate: boolean; demo: boolean; handlers?: string; host?: string; port?: number }): Promise<number> {
+export interface ServeOptions {
+  readonly migrate: boolean;
+  readonly demo: boolean;
+  readonly handlers?: string;
+  readonly host?: string;
+  readonly port?: number;
+  /** --metrics-port; with it, /metrics and /readyz move off the webhook port to --metrics-host (default: the webhook host). */
+  readonly metricsPort?: number;
+  readonly metricsHost?: string;
+}
+
+export async function runServe(configFile: string, opts: ServeOptions): Promise<number> {
   tuneHeap();
   // Logs 'secrets reloaded' with what is still missing (keepSecretsCurrent).
   const started = reloadOnHangup<RunningApp>((a) => void a.reloadSecrets());
@@ -14,7 +25,8 @@ export async function runServe(configFile: string, opts: { migrate: boolean; dem
   const listen = { host: opts.host ?? loaded.listen.host, port: opts.port ?? loaded.listen.port };
   const config = { ...loaded, listen };
   const handlers = await loadHandlers(opts.handlers);
-  const app = await startApp(config, { migrate: opts.migrate, handlers });
+  const metricsListen = opts.metricsPort === undefined ? undefined : { host: opts.metricsHost ?? listen.host, port: opts.metricsPort };
+  const app = await startApp(config, { migrate: opts.migrate, handlers, metricsListen });
   started(app);
   // send-sample reads listen from the config: tell it the URL when that is not where we listen
   // (--host/--port, or port 0, which listens on a port the config does not name).
@@ -22,7 +34,8 @@ export async function runServe(configFile: string, opts: { migrate: boolean; dem
   const workers = config.workers.enabled ? `workers on, ${handlers.size} handler(s)` : 'workers off';
   const lines = [`webhook-inbox listening on ${app.url} (${app.store.kind}, ${workers})`];
   for (const ep of config.endpoints) lines.push(`  POST ${app.url}/webhooks/${ep.id}   (${ep.provider})`);
-  lines.push(`  GET  ${app.url}/metrics  ${app.url}/healthz  ${app.url}/readyz`);
+  const ops = app.metricsUrl ?? app.url;
+  lines.push(`  GET  ${ops}/metrics  ${ops}/healthz  ${ops}/readyz${app.metricsUrl ? `  (and ${app.url}/healthz)` : ''}`);
   if (opts.demo) {
     const first = config.endpoints[0]!;
     lines.push('', 'Send a correctly signed sample event (in another terminal):',

@@ -11,12 +11,20 @@ export interface AdminHandlers {
 }
 
 /**
- * Answers GET/HEAD /healthz, /readyz and /metrics (405 for another method); false, answering
- * nothing, for any other path. A failing handler answers 503: its rejection must never go
- * unhandled (that ends the process).
+ * Which operational paths a server answers: all three, or (the webhook port of a `serve` whose
+ * metrics have a port of their own) only /healthz, which says nothing but "up" and lets a load
+ * balancer in front of the webhook port check it. /readyz names config paths and database errors,
+ * and /metrics names endpoints and volumes: neither belongs on a port open to the internet.
  */
-export function serveAdmin(path: string, req: IncomingMessage, res: ServerResponse, admin: AdminHandlers): boolean {
-  if (path !== '/healthz' && path !== '/readyz' && path !== '/metrics') return false;
+export type AdminRoutes = 'all' | 'healthz';
+
+/**
+ * Answers GET/HEAD /healthz, /readyz and /metrics (405 for another method); false, answering
+ * nothing, for any other path (and for /readyz and /metrics when `routes` is 'healthz'). A
+ * failing handler answers 503: its rejection must never go unhandled (that ends the process).
+ */
+export function serveAdmin(path: string, req: IncomingMessage, res: ServerResponse, admin: AdminHandlers, routes: AdminRoutes = 'all'): boolean {
+  if (path !== '/healthz' && (routes === 'healthz' || (path !== '/readyz' && path !== '/metrics'))) return false;
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' });
     res.end('{"error":"method_not_allowed"}');

@@ -2,7 +2,7 @@ import { createServer, STATUS_CODES, type IncomingMessage, type Server, type Ser
 import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError, REASONS } from '../errors.js';
-import { serveAdmin, type AdminHandlers } from './admin.js';
+import { serveAdmin, type AdminHandlers, type AdminRoutes } from './admin.js';
 import type { Ingress } from './ingress.js';
 import { afterRefusal, closeAfterAnswer, ignoreOnClosing, isClosing, LINGER } from './linger.js';
 import { markAnsweredRaw, markAwaitingContinue, sendError, sendJson } from './respond.js';
@@ -72,7 +72,7 @@ function endsConnection(req: IncomingMessage): boolean {
  * The HTTP front: bounded header size and timeouts (Node enforces them before we see a
  * request), then routing to the ingress pipeline or the operational endpoints.
  */
-export function createHttpServer(config: Config, ingress: Ingress, admin: AdminHandlers): Server {
+export function createHttpServer(config: Config, ingress: Ingress, admin: AdminHandlers, adminRoutes: AdminRoutes = 'all'): Server {
   const answers = new OwedAnswers();
   const server = createServer({
     maxHeaderSize: config.limits.maxHeaderBytes,
@@ -125,7 +125,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       return;
     }
     if (bad) return sendError(req, res, bad);
-    if (serveAdmin(path, req, res, admin)) return;
+    if (serveAdmin(path, req, res, admin, adminRoutes)) return;
     afterRefusal(req, res, true);
     sendJson(res, 404, '{"error":"not_found"}');
   });

@@ -36,6 +36,8 @@ export interface TestAppOptions {
   readonly migrate?: boolean;
   /** How often secrets are re-checked (default 10 s, as `serve`). */
   readonly secretCheckMs?: number;
+  /** /metrics and /readyz on an address of their own (`serve --metrics-port`). */
+  readonly metricsListen?: { readonly host: string; readonly port: number };
 }
 
 /** Starts a real server on an ephemeral port against a fresh database of the given kind. */
@@ -47,7 +49,7 @@ export async function startTestApp(
 ): Promise<TestApp> {
   const db = await freshDatabase(kind);
   const config = parseConfig(configDoc(db.url + (opts.urlSuffix ?? ''), over), env);
-  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500, workers: opts.workers ?? false, handlers: opts.handlers, migrate: opts.migrate, secretCheckMs: opts.secretCheckMs });
+  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500, workers: opts.workers ?? false, handlers: opts.handlers, migrate: opts.migrate, secretCheckMs: opts.secretCheckMs, metricsListen: opts.metricsListen });
   return Object.assign(app, {
     db,
     async stop() {
