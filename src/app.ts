@@ -13,6 +13,7 @@ import { createHttpServer } from './http/server.js';
 import { createLogger } from './log.js';
 import { ingressMetrics, type IngressMetrics } from './metrics/registry.js';
 import { GroupCommitter } from './store/group-commit.js';
+import { warnIfSchemaNewer } from './store/migrations.js';
 import { openStore } from './store/open.js';
 import type { AcceptRecord, AcceptResult, InboxStore } from './store/port.js';
 import { Engine } from './engine/engine.js';
@@ -79,6 +80,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   if (opts.migrate ?? true) {
     const applied = await store.migrate().catch(abandon);
     if (applied.length) log.info({ applied }, 'migrations applied');
+    await warnIfSchemaNewer(store, log);
   }
   // Connections and statements are made before the first request, not by it (a restart under load).
   await store.warm?.(config.groupCommit.maxBatch).catch((err: unknown) => log.warn({ err }, 'store warm-up failed; the first batches will open connections and prepare statements'));

@@ -10,6 +10,7 @@ import { eventLoopDelay } from './metrics/event-loop.js';
 import { HandlerRegistry } from './engine/handlers.js';
 import { createLogger } from './log.js';
 import { Registry } from './metrics/registry.js';
+import { warnIfSchemaNewer } from './store/migrations.js';
 import { openStore } from './store/open.js';
 import type { InboxStore } from './store/port.js';
 
@@ -59,6 +60,7 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
       await store.close().catch(() => undefined);
       throw err;
     });
+    await warnIfSchemaNewer(store, log);
   }
   const registry = new Registry();
   const loop = eventLoopDelay();

@@ -3,7 +3,9 @@
  * reviewer sees at once that the two schemas say the same thing. Applied in order, each in
  * its own transaction, recorded in `schema_migrations`. Never edit a released version: add one.
  */
+import type { Logger } from 'pino';
 import { SchemaOutdatedError } from '../errors.js';
+import type { InboxStore } from './port.js';
 
 export interface Migration {
   readonly version: number;
@@ -305,6 +307,22 @@ export const MIGRATIONS: readonly Migration[] = [
 
 /** The schema version this build needs. */
 export const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+/**
+ * What to warn of when a database's schema (its highest applied version) is newer than this build
+ * knows: a newer build migrated it and this one was rolled back to. Nothing is applied or undone;
+ * this build works on it only while the newer migrations kept what it uses. Undefined otherwise.
+ */
+export function newerSchemaWarning(version: number | null): string | undefined {
+  if (version === null || version <= LATEST_VERSION) return undefined;
+  return `the database's schema is at version ${version}, newer than this build's ${LATEST_VERSION} (a newer webhook-inbox migrated it): nothing was applied or undone, and this build works on it only as long as those migrations kept what it uses`;
+}
+
+/** Logs newerSchemaWarning at a start that migrated; a read that fails says nothing (the migrate just worked). */
+export async function warnIfSchemaNewer(store: Pick<InboxStore, 'schemaVersion'>, log: Logger): Promise<void> {
+  const warning = newerSchemaWarning(await store.schemaVersion().catch(() => null));
+  if (warning) log.warn(warning);
+}
 
 /**
  * Throws when a database's schema (its highest applied version; null = never migrated) is older

@@ -86,6 +86,8 @@ export interface InboxStore extends WorkStore {
   warm?(maxBatch: number): Promise<void>;
   /** Cheap check for /readyz: the database answers, and its schema is the version this build needs. */
   ping(): Promise<void>;
+  /** The schema's highest applied migration version; null when never migrated. */
+  schemaVersion(): Promise<number | null>;
   getInbox(inboxId: string): Promise<InboxRow | null>;
   getPayload(payloadId: string): Promise<StoredPayload | null>;
   countRows(): Promise<{ inbox: number; outbox: number; payload: number }>;

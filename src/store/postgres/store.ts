@@ -255,14 +255,16 @@ export class PostgresStore implements InboxStore {
   }
 
   async ping(): Promise<void> {
-    let version: number | null;
+    assertSchemaCurrent(await this.schemaVersion());
+  }
+
+  async schemaVersion(): Promise<number | null> {
     try {
-      version = (await this.query<{ v: number | null }>({ text: 'SELECT max(version) AS v FROM schema_migrations' })).rows[0]?.v ?? null;
+      return (await this.query<{ v: number | null }>({ text: 'SELECT max(version) AS v FROM schema_migrations' })).rows[0]?.v ?? null;
     } catch (err) {
       if ((err as { cause?: { code?: string } }).cause?.code !== '42P01') throw err; // undefined_table: never migrated
-      version = null;
+      return null;
     }
-    assertSchemaCurrent(version);
   }
 
   async getInbox(inboxId: string): Promise<InboxRow | null> {

@@ -226,7 +226,11 @@ export class SqliteStore implements InboxStore {
   }
 
   async ping(): Promise<void> {
-    assertSchemaCurrent(await this.call<number | null>('ping'));
+    assertSchemaCurrent(await this.schemaVersion());
+  }
+
+  schemaVersion(): Promise<number | null> {
+    return this.call<number | null>('ping');
   }
 
   async getInbox(inboxId: string): Promise<InboxRow | null> {
