@@ -11,6 +11,7 @@ import { dueNowMs, iso, withStore } from './events.js';
 function failedJson(e: FailedEffect) {
   return {
     effect_id: e.effectId, inbox_id: e.inboxId, name: e.name, idempotency_key: e.idempotencyKey, created_at: iso(e.createdAtMs),
+    failed_at: e.failedAtMs === null ? null : iso(e.failedAtMs),
     attempt_count: e.attemptCount, failure_reason: e.failureReason, last_error: e.lastError,
   };
 }
@@ -22,9 +23,10 @@ export function runEffectsFailed(configFile: string, o: { limit: number; json: b
       for (const r of rows) console.log(JSON.stringify(failedJson(r)));
       return 0;
     }
-    console.log(['effect_id'.padEnd(36), 'inbox_id'.padEnd(36), 'name'.padEnd(24), 'attempts', 'reason'.padEnd(24), 'created_at'.padEnd(24), 'last_error'].join('  '));
+    console.log(['effect_id'.padEnd(36), 'inbox_id'.padEnd(36), 'name'.padEnd(24), 'attempts', 'reason'.padEnd(24), 'created_at'.padEnd(24), 'failed_at'.padEnd(24), 'last_error'].join('  '));
     for (const r of rows) {
-      console.log([r.effectId, r.inboxId, r.name.padEnd(24), String(r.attemptCount).padStart(8), r.failureReason.padEnd(24), iso(r.createdAtMs).padEnd(24), r.lastError ?? '-'].join('  '));
+      const failedAt = r.failedAtMs === null ? '-' : iso(r.failedAtMs);
+      console.log([r.effectId, r.inboxId, r.name.padEnd(24), String(r.attemptCount).padStart(8), r.failureReason.padEnd(24), iso(r.createdAtMs).padEnd(24), failedAt.padEnd(24), r.lastError ?? '-'].join('  '));
     }
     console.error(`${rows.length} failed effect(s)${rows.length === o.limit ? ` (the oldest ${o.limit}: --limit for more)` : ''}`);
     return 0;

@@ -91,6 +91,7 @@ export function toFailedEffect(r: RawRow): FailedEffect {
     failureReason: r.failure_reason as string,
     lastError: r.last_error as string | null,
     createdAtMs: Number(r.created_at),
+    failedAtMs: ms(r.done_at),
   };
 }
 
@@ -180,7 +181,8 @@ export function effectSettlementColumns(s: EffectSettlement): { status: string; 
   switch (s.status) {
     case 'DONE': return { status: s.status, nextAttemptAtMs: null, error: null, reason: null, doneAtMs: s.nowMs };
     case 'PENDING': return { status: s.status, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, reason: null, doneAtMs: null };
-    case 'FAILED': return { status: s.status, nextAttemptAtMs: null, error: s.error, reason: s.reason, doneAtMs: null };
+    // done_at is when the effect ended, either way: an operator listing FAILED ones sees when.
+    case 'FAILED': return { status: s.status, nextAttemptAtMs: null, error: s.error, reason: s.reason, doneAtMs: s.nowMs };
   }
 }
 

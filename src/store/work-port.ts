@@ -130,6 +130,7 @@ export interface EffectRow {
   readonly lastError: string | null;
   readonly failureReason: string | null;
   readonly createdAtMs: number;
+  /** When it ended: DONE, or FAILED (null while it has not, and again once an operator retries it). */
   readonly doneAtMs: number | null;
 }
 
@@ -146,8 +147,10 @@ export interface FailedEffect {
   readonly failureReason: string;
   /** Already redacted when it was stored (engine/failure.ts). */
   readonly lastError: string | null;
-  /** When the handler recorded it (no failure time is stored). */
+  /** When the handler recorded it. */
   readonly createdAtMs: number;
+  /** When it ended FAILED (null for one that failed before this was recorded). */
+  readonly failedAtMs: number | null;
 }
 
 export type EffectSettlement =

@@ -71,18 +71,24 @@ describeEachStore('operator CLI: FAILED effects', (kind) => {
     const r = await cli(['effects', 'failed', '--config', config, '--json']);
     expect(r.code, r.err).toBe(0);
     const rows = r.out.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
-    const expected = await Promise.all(['evt_a', 'evt_b', 'evt_c'].map(async (e) => ({
-      effect_id: (await effectOf(e)).effectId, inbox_id: inbox.get(e), name: 'send-receipt', idempotency_key: `${inbox.get(e)}:send-receipt`,
-      created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT[\d:.]+Z$/), attempt_count: 2, failure_reason: 'retries_exhausted',
+    const expected = await Promise.all(['evt_a', 'evt_b', 'evt_c'].map(async (e) => {
+      const effect = await effectOf(e);
+      return {
+      effect_id: effect.effectId, inbox_id: inbox.get(e), name: 'send-receipt', idempotency_key: `${inbox.get(e)}:send-receipt`,
+      created_at: new Date(effect.createdAtMs).toISOString(), failed_at: new Date(effect.doneAtMs!).toISOString(), attempt_count: 2, failure_reason: 'retries_exhausted',
       last_error: expect.stringContaining('mail service unavailable'),
-    })));
+      };
+    }));
     expect(rows).toEqual(expected);
+    // It failed after its retry's backoff, so after it was recorded.
+    for (const row of rows) expect(Date.parse(row.failed_at as string)).toBeGreaterThan(Date.parse(row.created_at as string));
     expect(r.out).not.toContain(EMAIL);
 
     const table = await cli(['effects', 'failed', '--config', config]);
     expect(table.code, table.err).toBe(0);
     const [header, ...lines] = table.out.trimEnd().split('\n');
-    expect(header!.split(/\s+/)).toEqual(['effect_id', 'inbox_id', 'name', 'attempts', 'reason', 'created_at', 'last_error']);
+    expect(header!.split(/\s+/)).toEqual(['effect_id', 'inbox_id', 'name', 'attempts', 'reason', 'created_at', 'failed_at', 'last_error']);
+    expect(lines.map((l) => l.split(/\s+/)[6])).toEqual(expected.map((e) => e.failed_at));
     expect(lines.map((l) => l.split(/\s+/).slice(0, 5))).toEqual(expected.map((e) => [e.effect_id, e.inbox_id, 'send-receipt', '2', 'retries_exhausted']));
     expect(table.out).toContain('mail service unavailable');
     expect(table.out).not.toContain(EMAIL);

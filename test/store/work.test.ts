@@ -548,7 +548,7 @@ describeEachStore('work store', (kind) => {
       const [again] = await store.claimEffects(1, 'e2', LEASE, T + 5000);
       expect(again).toMatchObject({ effectId: id, status: 'PROCESSING', attemptCount: 2 });
       expect(await store.settleEffect(id!, 'e2', { status: 'FAILED', reason: 'retries_exhausted', error: 'timeout again', nowMs: T + 5100 })).toBe(true);
-      expect(await effectById(inboxId, id!)).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted', lastError: 'timeout again', doneAtMs: null });
+      expect(await effectById(inboxId, id!)).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted', lastError: 'timeout again', doneAtMs: T + 5100 });
       expect(await store.claimEffects(10, 'e3', LEASE, T + 10 * LEASE)).toEqual([]);
     });
 
@@ -566,19 +566,19 @@ describeEachStore('work store', (kind) => {
       const claimed = await store.claimEffects(3, 'e1', LEASE, T + 200); // mail, refund, sms
       expect(claimed.map((e) => e.effectId)).toEqual([failedA, failedB, done]);
       expect(await store.settleEffect(failedA!, 'e1', { status: 'FAILED', reason: 'retries_exhausted', error: 'Error: mail down', nowMs: T + 210 })).toBe(true);
-      expect(await store.settleEffect(failedB!, 'e1', { status: 'FAILED', reason: 'unsupported_effect', error: 'no executor', nowMs: T + 210 })).toBe(true);
+      expect(await store.settleEffect(failedB!, 'e1', { status: 'FAILED', reason: 'unsupported_effect', error: 'no executor', nowMs: T + 220 })).toBe(true);
       expect(await store.settleEffect(done!, 'e1', { status: 'DONE', nowMs: T + 210 })).toBe(true);
 
       expect(await store.listFailedEffects(10)).toEqual([
-        { effectId: failedA, inboxId, name: 'mail', idempotencyKey: `${inboxId}:mail`, attemptCount: 1, failureReason: 'retries_exhausted', lastError: 'Error: mail down', createdAtMs: T + 100 },
-        { effectId: failedB, inboxId, name: 'refund', idempotencyKey: `${inboxId}:refund`, attemptCount: 1, failureReason: 'unsupported_effect', lastError: 'no executor', createdAtMs: T + 101 },
+        { effectId: failedA, inboxId, name: 'mail', idempotencyKey: `${inboxId}:mail`, attemptCount: 1, failureReason: 'retries_exhausted', lastError: 'Error: mail down', createdAtMs: T + 100, failedAtMs: T + 210 },
+        { effectId: failedB, inboxId, name: 'refund', idempotencyKey: `${inboxId}:refund`, attemptCount: 1, failureReason: 'unsupported_effect', lastError: 'no executor', createdAtMs: T + 101, failedAtMs: T + 220 },
       ]);
       expect((await store.listFailedEffects(1)).map((e) => e.effectId)).toEqual([failedA]);
 
       // Only FAILED effects move: the DONE one, the PENDING one and an unknown id are left alone.
       expect(await store.retryFailedEffects([failedA!, done!, pending!, uuidv7()], T + 300)).toBe(1);
       expect(await store.retryFailedEffects([], T + 300)).toBe(0);
-      expect(await effectById(inboxId, failedA!)).toMatchObject({ status: 'PENDING', attemptCount: 0, nextAttemptAtMs: T + 300, failureReason: null, lastError: 'Error: mail down' });
+      expect(await effectById(inboxId, failedA!)).toMatchObject({ status: 'PENDING', attemptCount: 0, nextAttemptAtMs: T + 300, failureReason: null, lastError: 'Error: mail down', doneAtMs: null });
       expect(await effectById(inboxId, done!)).toMatchObject({ status: 'DONE', doneAtMs: T + 210 });
       expect((await store.listFailedEffects(10)).map((e) => e.effectId)).toEqual([failedB]);
       // Due at the given now, not before (`later` was due all along).

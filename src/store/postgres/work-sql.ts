@@ -238,7 +238,7 @@ export const LIST_EFFECTS = named('list_effects', `
 /** Matches the partial index webhook_effects_failed. Never the data column (it may carry customer details). $1 limit. */
 export const LIST_FAILED_EFFECTS = named('list_failed_effects', `
   SELECT e.effect_id::text AS effect_id, e.inbox_id::text AS inbox_id, e.name, e.idempotency_key, e.attempt_count,
-    e.failure_reason, e.last_error, ${epochMs('e.created_at')} AS created_at
+    e.failure_reason, e.last_error, ${epochMs('e.created_at')} AS created_at, ${epochMs('e.done_at')} AS done_at
   FROM webhook_effects e WHERE e.status = 'FAILED' ORDER BY e.created_at, e.effect_id LIMIT $1`);
 
 /**
@@ -247,7 +247,7 @@ export const LIST_FAILED_EFFECTS = named('list_failed_effects', `
  */
 export const RETRY_FAILED_EFFECTS = named('retry_failed_effects', `
   UPDATE webhook_effects SET status = 'PENDING', attempt_count = 0, next_attempt_at = ${ts('$2')}, failure_reason = NULL,
-    lease_owner = NULL, lease_until = NULL
+    lease_owner = NULL, lease_until = NULL, done_at = NULL
   WHERE status = 'FAILED' AND ($1::uuid[] IS NULL OR effect_id = ANY($1::uuid[]))`);
 
 export const GET_EVENT = named('get_event', `SELECT ${INBOX_COLS('w')} FROM webhook_inbox w WHERE w.inbox_id = $1`);

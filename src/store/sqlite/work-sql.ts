@@ -104,7 +104,7 @@ export const LIST_EFFECTS = `SELECT * FROM webhook_effects WHERE inbox_id = ? OR
 
 /** Matches the partial index webhook_effects_failed. Never the data column (it may carry customer details). */
 export const LIST_FAILED_EFFECTS = `
-  SELECT effect_id, inbox_id, name, idempotency_key, attempt_count, failure_reason, last_error, created_at
+  SELECT effect_id, inbox_id, name, idempotency_key, attempt_count, failure_reason, last_error, created_at, done_at
   FROM webhook_effects WHERE status = 'FAILED' ORDER BY created_at, effect_id LIMIT @limit`;
 
 /**
@@ -113,7 +113,7 @@ export const LIST_FAILED_EFFECTS = `
  */
 export const RETRY_FAILED_EFFECTS = `
   UPDATE webhook_effects SET status = 'PENDING', attempt_count = 0, next_attempt_at = @now, failure_reason = NULL,
-    lease_owner = NULL, lease_until = NULL
+    lease_owner = NULL, lease_until = NULL, done_at = NULL
   WHERE status = 'FAILED' AND (@ids IS NULL OR effect_id IN ${IDS})`;
 
 // ── outbox (no status: unpublished is the state; the lease is lease_owner + next_attempt_at) ──
