@@ -2,13 +2,15 @@ import type { Config } from '../config/schema.js';
 import { loadPayloadKeys, payloadCipherOf } from '../crypto/keyring.js';
 import { PayloadKeyMissingError, type PayloadCipher } from '../crypto/payload-cipher.js';
 import type { InboxStore } from '../store/port.js';
-import type { Resealed, ResealRef } from '../store/work-port.js';
+import type { Resealed, ResealedEffect, ResealRef } from '../store/work-port.js';
+import { effectDataKeyId, resealEffectData, sealedEffectPrefix } from '../crypto/effect-data.js';
 import { withStore } from './events.js';
 
 /**
- * Payload key rotation. `payloadKeys.current` seals new payloads; older keys stay configured only
- * to open what they sealed. `keys list` shows which keys still seal stored payloads; `keys reseal`
- * seals those payloads again under the current key, so an old key can then be removed.
+ * Payload key rotation. `payloadKeys.current` seals new payloads and effects' data; older keys
+ * stay configured only to open what they sealed. `keys list` shows which keys still seal stored
+ * payloads or effects; `keys reseal` seals those again under the current key (and effects stored
+ * plain, before sealing began, for the first time), so an old key can then be removed.
  */
 
 /**
@@ -25,27 +27,53 @@ export function runKeysList(configFile: string): Promise<number> {
   return withStore(configFile, async (store, config) => {
     const problems: string[] = [];
     const keys = loadPayloadKeys(config, process.env, problems);
-    printUsage(await store.payloadKeyUsage(), config, keys);
+    printUsage(await usageOf(store), config, keys);
     for (const p of problems) console.error(`warning: ${p}`);
     return 0;
   });
 }
 
-function printUsage(usage: readonly { keyId: string; payloads: number }[], config: Config, loaded: ReadonlyMap<string, Buffer>): void {
-  const counts = new Map(usage.map((u) => [u.keyId, u.payloads]));
-  const ids = [...new Set([...config.payloadKeys.keys.keys(), ...counts.keys()])].sort();
+/** What each key seals: payloads and effects, by key id; `plainEffects`: effects stored before sealing began. */
+interface KeyUsage {
+  readonly payloads: ReadonlyMap<string, number>;
+  readonly effects: ReadonlyMap<string, number>;
+  readonly plainEffects: number;
+}
+
+async function usageOf(store: InboxStore): Promise<KeyUsage> {
+  const effects = new Map<string, number>();
+  let plainEffects = 0;
+  for (const u of await store.effectKeyUsage()) {
+    if (u.sealedKeyId === null) plainEffects += u.effects;
+    else {
+      const id = Buffer.from(u.sealedKeyId, 'base64url').toString();
+      effects.set(id, (effects.get(id) ?? 0) + u.effects);
+    }
+  }
+  return { payloads: new Map((await store.payloadKeyUsage()).map((u) => [u.keyId, u.payloads])), effects, plainEffects };
+}
+
+function printUsage(usage: KeyUsage, config: Config, loaded: ReadonlyMap<string, Buffer>): void {
+  const ids = [...new Set([...config.payloadKeys.keys.keys(), ...usage.payloads.keys(), ...usage.effects.keys()])].sort();
   const state = (id: string): string => {
-    if (!config.payloadKeys.keys.has(id)) return 'NOT CONFIGURED: its payloads cannot be opened';
+    if (!config.payloadKeys.keys.has(id)) return 'NOT CONFIGURED: what it sealed cannot be opened';
     if (!loaded.has(id)) return 'configured but unreadable (see the warning)';
     if (id === config.payloadKeys.current) return 'current';
-    return counts.get(id) ? 'old: run "keys reseal" before removing it' : 'old, seals nothing: can be removed';
+    return usage.payloads.get(id) || usage.effects.get(id) ? 'old: run "keys reseal" before removing it' : 'old, seals nothing: can be removed';
   };
-  console.log(['key_id'.padEnd(16), 'payloads'.padStart(10), 'state'].join('  '));
-  for (const id of ids) console.log([id.padEnd(16), String(counts.get(id) ?? 0).padStart(10), state(id)].join('  '));
+  console.log(['key_id'.padEnd(16), 'payloads'.padStart(10), 'effects'.padStart(10), 'state'].join('  '));
+  for (const id of ids) console.log([id.padEnd(16), String(usage.payloads.get(id) ?? 0).padStart(10), String(usage.effects.get(id) ?? 0).padStart(10), state(id)].join('  '));
+  if (usage.plainEffects > 0) console.log(`${usage.plainEffects} effect(s) hold data stored plain, before effect data was sealed: "keys reseal" seals them`);
 }
 
 interface ResealTally {
   resealed: number;
+  /** Effects whose data was sealed again (or for the first time). */
+  resealedEffects: number;
+  /** key id → effects left as they are because that key is not configured. */
+  effectsMissing: Map<string, number>;
+  /** Effects whose data did not authenticate under its key and idempotency key. */
+  effectsUnauthentic: { effectId: string; keyId: string | null }[];
   /** key id → payloads left as they are because that key is not configured. */
   missing: Map<string, number>;
   /** Payloads (and the key they are sealed under) that did not authenticate under their key and binding. */
@@ -72,27 +100,40 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     }
     const tally = await resealAll(store, cipher, opts);
     const busyShare = tally.elapsedMs > 0 ? Math.round((100 * (tally.elapsedMs - tally.pausedMs)) / tally.elapsedMs) : 100;
-    console.error(`resealed ${tally.resealed} payload(s) under "${cipher.currentKeyId}" in ${(tally.elapsedMs / 1000).toFixed(1)} s, busy ${busyShare} % of it`);
+    console.error(`resealed ${tally.resealed} payload(s) and ${tally.resealedEffects} effect(s) under "${cipher.currentKeyId}" in ${(tally.elapsedMs / 1000).toFixed(1)} s, busy ${busyShare} % of it`);
     for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
+    for (const [id, n] of tally.effectsMissing) console.error(`left ${n} effect(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
     if (tally.unauthentic.length > 0) {
       const shown = tally.unauthentic.slice(0, SHOW_IDS).map((u) => u.payloadId).join(', ') + (tally.unauthentic.length > SHOW_IDS ? ', …' : '');
       console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${shown}`);
     }
-    const usage = await store.payloadKeyUsage();
+    if (tally.effectsUnauthentic.length > 0) {
+      const shown = tally.effectsUnauthentic.slice(0, SHOW_IDS).map((u) => u.effectId).join(', ') + (tally.effectsUnauthentic.length > SHOW_IDS ? ', …' : '');
+      console.error(`left ${tally.effectsUnauthentic.length} effect(s) whose data does not authenticate (altered or moved rows): ${shown}`);
+    }
+    const usage = await usageOf(store);
     // What the pass did not see: payloads stored under an older key after it went by (a process
     // still sealing under that key, its ids below the cursor or after the last page), or that no
     // event points at. Exit 0 must mean "the older keys seal nothing this run did not name": a
     // script that removes them on 0 would otherwise leave those payloads unopenable.
-    const unseen = usage
-      .filter((u) => u.keyId !== cipher.currentKeyId)
-      .map((u) => ({ keyId: u.keyId, n: u.payloads - (tally.missing.get(u.keyId) ?? 0) - tally.unauthentic.filter((a) => a.keyId === u.keyId).length }))
+    const unseen = [...usage.payloads]
+      .filter(([keyId]) => keyId !== cipher.currentKeyId)
+      .map(([keyId, payloads]) => ({ keyId, n: payloads - (tally.missing.get(keyId) ?? 0) - tally.unauthentic.filter((a) => a.keyId === keyId).length }))
       .filter((u) => u.n > 0);
     for (const u of unseen) {
       console.error(`left ${u.n} other payload(s) under "${u.keyId}", stored under it after this run went past them ` +
         '(a process still sealing under it: restart it with this config) or not bound to any event: run again');
     }
+    const unseenEffects = [...usage.effects]
+      .filter(([keyId]) => keyId !== cipher.currentKeyId)
+      .map(([keyId, effects]) => ({ keyId, n: effects - (tally.effectsMissing.get(keyId) ?? 0) - tally.effectsUnauthentic.filter((a) => a.keyId === keyId).length }))
+      .filter((u) => u.n > 0);
+    for (const u of unseenEffects) {
+      console.error(`left ${u.n} other effect(s) under "${u.keyId}", recorded under it after this run went past them (a process still sealing under it: restart it with this config): run again`);
+    }
     printUsage(usage, config, keys);
-    return tally.missing.size === 0 && tally.unauthentic.length === 0 && unseen.length === 0 ? 0 : 1;
+    const effectsLeft = tally.effectsMissing.size > 0 || tally.effectsUnauthentic.length > 0 || unseenEffects.length > 0;
+    return tally.missing.size === 0 && tally.unauthentic.length === 0 && unseen.length === 0 && !effectsLeft ? 0 : 1;
   });
 }
 
@@ -156,7 +197,7 @@ export const DEFAULT_BUSY_PERCENT = 25;
  * changed meanwhile (its nonce is not the one read) is left to the next run.
  */
 export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: ResealOptions = {}): Promise<ResealTally> {
-  const tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'> = { resealed: 0, missing: new Map(), unauthentic: [] };
+  const tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'> = { resealed: 0, missing: new Map(), unauthentic: [], resealedEffects: 0, effectsMissing: new Map(), effectsUnauthentic: [] };
   const pacer = new Pacer(opts);
   // Paced, a slice is small (50 ms of the rate, or PACED_SLICE): many small transactions spread
   // the work evenly, where one 4 MiB UPDATE then a pause made a running server's latency jump
@@ -166,7 +207,10 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
   for (;;) {
     const page: ResealRef[] = await store.payloadsToReseal(cipher.currentKeyId, after, PAGE);
     await pacer.pace(0);
-    if (page.length === 0) return { ...tally, ...pacer.times() };
+    if (page.length === 0) {
+      await resealEffectsAll(store, cipher, tally, pacer, sliceMax);
+      return { ...tally, ...pacer.times() };
+    }
     after = page[page.length - 1]!.payloadId;
     const byId = new Map(page.map((r) => [r.payloadId, r]));
     let rest = page;
@@ -192,6 +236,42 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
       const last = read[read.length - 1]!.payloadId;
       rest = rest.slice(rest.findIndex((r) => r.payloadId === last) + 1);
     }
+  }
+}
+
+/**
+ * Every effect whose data is not sealed under the current key (an older key, or stored plain
+ * before sealing began), in effect id order, `sliceMax` per transaction. Effect data is small
+ * (what a handler passed to ctx.effect), so a page is read with its data at once.
+ */
+async function resealEffectsAll(store: InboxStore, cipher: PayloadCipher, tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'>, pacer: Pacer, sliceMax: number): Promise<void> {
+  const prefix = sealedEffectPrefix(cipher.currentKeyId);
+  let after: string | null = null;
+  for (;;) {
+    const page = await store.effectsToReseal(prefix, after, Math.min(PAGE, sliceMax));
+    await pacer.pace(0);
+    if (page.length === 0) return;
+    after = page[page.length - 1]!.effectId;
+    const updates: ResealedEffect[] = [];
+    for (const e of page) {
+      try {
+        updates.push({ effectId: e.effectId, oldData: e.data, data: resealEffectData(cipher, e.data, e.idempotencyKey) });
+      } catch (err) {
+        if (err instanceof PayloadKeyMissingError) tally.effectsMissing.set(err.keyId, (tally.effectsMissing.get(err.keyId) ?? 0) + 1);
+        else tally.effectsUnauthentic.push({ effectId: e.effectId, keyId: safeKeyId(e.data) });
+      }
+    }
+    tally.resealedEffects += await store.resealEffects(updates);
+    await pacer.pace(page.length);
+  }
+}
+
+/** The key id a stored effect's data names, or null (plain, or not even in the sealed form). */
+function safeKeyId(data: string): string | null {
+  try {
+    return effectDataKeyId(data);
+  } catch {
+    return null;
   }
 }
 

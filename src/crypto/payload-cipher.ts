@@ -87,23 +87,26 @@ export function sha256(data: Buffer | string): Buffer {
 export function sealPayload(raw: Buffer, k: SealingKey, binding: PayloadBinding): SealedPayload {
   if (raw.length >= k.compressFrom) {
     const packed = compress(raw);
-    if (packed.length < raw.length) return encrypt(packed, k, binding, { encoding: 'br', rawBytes: raw.length });
+    if (packed.length < raw.length) {
+      const packing: Packing = { encoding: 'br', rawBytes: raw.length };
+      return { ...encrypt(packed, k, payloadAad(binding, packing)), ...packing };
+    }
   }
-  return encrypt(raw, k, binding, undefined);
+  return encrypt(raw, k, payloadAad(binding));
 }
 
-/** AES-256-GCM over `plain` (what is stored: the raw bytes, or their packing) with a fresh random nonce. */
-function encrypt(plain: Buffer, k: Pick<SealingKey, 'keyId' | 'key'>, binding: PayloadBinding, packing: Packing | undefined): SealedPayload {
+/** AES-256-GCM over `plain` (what is stored: the raw bytes, or their packing) with a fresh random nonce, bound to `aad`. */
+function encrypt(plain: Buffer, k: Pick<SealingKey, 'keyId' | 'key'>, aad: Buffer): SealedPayload {
   const nonce = randomBytesFromPool(NONCE_BYTES);
   const cipher = createCipheriv('aes-256-gcm', k.key, nonce);
-  cipher.setAAD(payloadAad(binding, packing));
+  cipher.setAAD(aad);
   const out = Buffer.allocUnsafeSlow(plain.length + TAG_BYTES);
   let n = 0;
   for (let at = 0; at < plain.length; at += SLICE_BYTES) n += cipher.update(plain.subarray(at, at + SLICE_BYTES)).copy(out, n);
   const tail = cipher.final();
   tail.copy(out, n);
   cipher.getAuthTag().copy(out, n + tail.length);
-  return { keyId: k.keyId, nonce, ciphertext: out, ...packing };
+  return { keyId: k.keyId, nonce, ciphertext: out };
 }
 
 /**
@@ -153,11 +156,28 @@ export class PayloadCipher {
   reseal(sealed: SealedPayload, binding: PayloadBinding): SealedPayload {
     const plain = this.decrypt(sealed, binding);
     const packing = sealed.encoding ? { encoding: sealed.encoding, rawBytes: sealed.rawBytes! } : undefined;
-    return encrypt(plain, this.sealingKey, binding, packing);
+    return { ...encrypt(plain, this.sealingKey, payloadAad(binding, packing)), ...packing };
+  }
+
+  /**
+   * Small data that is not a webhook body (an effect's data: crypto/effect-data.ts), sealed under
+   * the current key and bound to `aad`, which names what it belongs to.
+   */
+  sealData(plain: Buffer, aad: Buffer): SealedPayload {
+    return encrypt(plain, this.sealingKey, aad);
+  }
+
+  /** What sealData sealed. Throws PayloadKeyMissingError, or when it does not authenticate under `aad`. */
+  openData(sealed: SealedPayload, aad: Buffer): Buffer {
+    return this.decryptWith(sealed, aad);
   }
 
   /** What was sealed (the raw bytes or their packing), once the tag authenticates it and its binding. */
   private decrypt(sealed: SealedPayload, binding: PayloadBinding): Buffer {
+    return this.decryptWith(sealed, payloadAad(binding, sealed));
+  }
+
+  private decryptWith(sealed: SealedPayload, aad: Buffer): Buffer {
     const key = this.keys.get(sealed.keyId);
     if (!key) throw new PayloadKeyMissingError(sealed.keyId);
     // Always a full 16-byte tag: GCM would also check a truncated one (down to 4 bytes), so a stored
@@ -166,7 +186,7 @@ export class PayloadCipher {
     const body = sealed.ciphertext.subarray(0, sealed.ciphertext.length - TAG_BYTES);
     const tag = sealed.ciphertext.subarray(sealed.ciphertext.length - TAG_BYTES);
     const decipher = createDecipheriv('aes-256-gcm', key, sealed.nonce, { authTagLength: TAG_BYTES });
-    decipher.setAAD(payloadAad(binding, sealed));
+    decipher.setAAD(aad);
     decipher.setAuthTag(tag);
     return Buffer.concat([decipher.update(body), decipher.final()]);
   }

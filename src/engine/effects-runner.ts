@@ -1,14 +1,18 @@
+import { openEffectData } from '../crypto/effect-data.js';
+import { PayloadKeyMissingError, type PayloadCipher } from '../crypto/payload-cipher.js';
 import { withDeadline } from '../deadline.js';
 import type { EffectRow, EffectSettlement } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
-import { abandonedMessage, classify, FAILURE, RetryableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, NeedsDecisionError, RetryableError } from './failure.js';
 import type { HandlerRegistry } from './handlers.js';
 import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
 
 export interface EffectsRunnerDeps extends RunnerDeps {
   readonly handlers: HandlerRegistry;
+  /** Opens the effects' sealed data (crypto/effect-data.ts); null while the payload keys are not loaded. */
+  readonly cipher: () => PayloadCipher | null;
 }
 
 /**
@@ -23,6 +27,8 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
   }
 
   protected claimRows(n: number, owner: string, leaseMs: number, nowMs: number): Promise<EffectRow[]> {
+    // No payload key, no data to hand the executors: effects stay PENDING, their attempts unspent.
+    if (!this.d.cipher()) return Promise.resolve([]);
     return this.d.store.claimEffects(n, owner, leaseMs, nowMs);
   }
 
@@ -53,7 +59,7 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
       // Bounded as a handler is: by then the lease is gone, and a hung call must not hold its
       // slot (effectsConcurrency) or the engine's stop for good. Its key makes a late success harmless.
       await withDeadline(
-        Promise.resolve().then(() => executor(JSON.parse(row.data), { idempotencyKey: row.idempotencyKey, inboxId: row.inboxId, attempt: row.attemptCount })),
+        Promise.resolve().then(() => executor(JSON.parse(this.data(row)), { idempotencyKey: row.idempotencyKey, inboxId: row.inboxId, attempt: row.attemptCount })),
         this.d.leaseMs,
         () => new RetryableError('effect_timeout', `effect "${row.name}" did not finish within ${this.d.leaseMs} ms`),
       );
@@ -66,6 +72,16 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
         return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now } };
       }
       return { result: 'retry', reason: c.reason, settlement: { status: 'PENDING', nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, this.d.retry), error: c.message, nowMs: now } };
+    }
+  }
+
+  /** The effect's JSON data, opened: a key not loaded is retried, data that does not authenticate is for an operator. */
+  private data(row: EffectRow): string {
+    try {
+      return openEffectData(this.d.cipher(), row.data, row.idempotencyKey);
+    } catch (err) {
+      if (err instanceof PayloadKeyMissingError) throw new RetryableError('payload_key_unavailable', `effect data is sealed under payload key "${err.keyId}", which is not loaded`);
+      throw new NeedsDecisionError('effect_data_corrupt', 'stored effect data failed authentication');
     }
   }
 }

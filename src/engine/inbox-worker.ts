@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { RetryPolicy } from '../config/engine.js';
 import type { EndpointConfig } from '../config/schema.js';
 import type { PayloadCipher } from '../crypto/payload-cipher.js';
+import { sealEffectData } from '../crypto/effect-data.js';
 import { uuidv7 } from '../crypto/ids.js';
 import type { EngineMetrics } from '../metrics/engine.js';
 import { heldBytes, logicalKey, type InboxStore, type StoredPayload } from '../store/port.js';
@@ -511,6 +512,7 @@ export class InboxWorker {
     // The savepoint is opened lazily: a handler that never queries costs no round trip.
     let savepoint: Promise<unknown> | undefined;
     let failedQuery: unknown;
+    let sealFailure: SetupUnavailableError | undefined;
     // Queries the handler started, awaited or not: all are done before its savepoint is released
     // or rolled back, so none runs outside it (a forgotten await would otherwise commit a write
     // of a handler that failed).
@@ -553,7 +555,12 @@ export class InboxWorker {
           throw new Error(`effect "${name}": data is not JSON-serialisable (${redact(err)})`);
         }
         if (json === undefined) throw new Error(`effect "${name}": data is not JSON-serialisable (a function or a symbol)`);
-        effects.set(name, json);
+        // Sealed at rest as the bodies are (it may carry customer details). Without the current
+        // key the handler fails, its writes undone, and the event waits for the key with its
+        // attempt given back; also when the handler catches this (checked once it returns).
+        const cipher = this.d.cipher();
+        if (!cipher) throw (sealFailure ??= new SetupUnavailableError('payload_key_unavailable', `effect "${name}": payload keys are not loaded, so its data cannot be sealed`));
+        effects.set(name, sealEffectData(cipher, json, `${event.inboxId}:${name}`));
       },
     };
     const limit = this.handlerTimeoutMs;
@@ -580,6 +587,13 @@ export class InboxWorker {
       await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
       await tx.query('RELEASE SAVEPOINT wi_handler');
       throw new Error(`handler "${h.name}" went on after a failed query, so its writes are undone (use ON CONFLICT or a check rather than catching the error): ${redact(failedQuery)}`);
+    }
+    if (sealFailure) {
+      if (savepoint) {
+        await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
+        await tx.query('RELEASE SAVEPOINT wi_handler');
+      }
+      throw sealFailure;
     }
     if (savepoint) await tx.query('RELEASE SAVEPOINT wi_handler');
     return effects;

@@ -2,7 +2,7 @@ import { bytes } from '../threads.js';
 import type { PayloadEncoding } from '../crypto/payload-cipher.js';
 import type { InboxRow, StoredPayload } from './port.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
+  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectToReseal, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
 } from './work-port.js';
 
 /**
@@ -78,6 +78,14 @@ export function toEffectRow(r: RawRow): EffectRow {
     createdAtMs: Number(r.created_at),
     doneAtMs: ms(r.done_at),
   };
+}
+
+export function toEffectKeyUsage(r: RawRow): { sealedKeyId: string | null; effects: number } {
+  return { sealedKeyId: r.sealed_key_id as string | null, effects: Number(r.effects) };
+}
+
+export function toEffectToReseal(r: RawRow): EffectToReseal {
+  return { effectId: r.effect_id as string, idempotencyKey: r.idempotency_key as string, data: r.data as string };
 }
 
 /** A FAILED effect without its data. */

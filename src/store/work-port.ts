@@ -231,6 +231,19 @@ export interface PayloadKeyUsage {
   readonly payloads: number;
 }
 
+/** An effect whose data `keys reseal` seals again (under the current key). */
+export interface EffectToReseal {
+  readonly effectId: string;
+  readonly idempotencyKey: string;
+  readonly data: string;
+}
+
+export interface ResealedEffect {
+  readonly effectId: string;
+  readonly oldData: string;
+  readonly data: string;
+}
+
 /** A stored payload to seal again, and its row's unique key (what its associated data binds). */
 export interface ResealRef extends EventKey {
   readonly payloadId: string;
@@ -324,6 +337,18 @@ export interface WorkStore {
    * resealed or purged meanwhile is left alone.
    */
   resealPayloads(items: readonly Resealed[]): Promise<number>;
+  /**
+   * Effects per key their data is sealed under, as stored (crypto/effect-data.ts): `keyId` is the
+   * base64url form from the stored value, null for data stored plain (before sealing began).
+   */
+  effectKeyUsage(): Promise<{ readonly sealedKeyId: string | null; readonly effects: number }[]>;
+  /**
+   * Up to `limit` effects whose stored data does not start with `sealedPrefix` (sealed under the
+   * current key), in effect id order after `afterEffectId` (null: from the first), with their data.
+   */
+  effectsToReseal(sealedPrefix: string, afterEffectId: string | null, limit: number): Promise<EffectToReseal[]>;
+  /** Swaps in each effect's new data where it still holds `oldData`, in one transaction; returns how many changed. */
+  resealEffects(items: readonly ResealedEffect[]): Promise<number>;
   /** Outbox: unpublished rows and the oldest one's created_at; effects by status. */
   queueStats(): Promise<QueueStats>;
 }

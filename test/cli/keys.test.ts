@@ -35,12 +35,13 @@ const rotatedCipher = new PayloadCipher(new Map([['k1', Buffer.from(PAYLOAD_KEY,
 
 const cli = (args: string[]) => runCli(args, 60_000);
 
-/** `keys list` as { key id: [payloads, state] }. */
+/** `keys list` as { key id: [payloads, state] } (these events record no effects: that column is 0). */
 function usageTable(out: string): Record<string, [number, string]> {
   const [header, ...rows] = out.trimEnd().split('\n');
-  expect(header!.split(/\s+/)).toEqual(['key_id', 'payloads', 'state']);
+  expect(header!.split(/\s+/)).toEqual(['key_id', 'payloads', 'effects', 'state']);
   return Object.fromEntries(rows.map((l) => {
-    const [id, n, ...state] = l.split(/\s+/);
+    const [id, n, effects, ...state] = l.split(/\s+/);
+    expect(effects, l).toBe('0');
     return [id!, [Number(n), state.join(' ')]];
   }));
 }
@@ -139,7 +140,7 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     const r = await cli(['keys', 'list', '--config', rotated]);
     expect(r.code, r.err).toBe(0);
     expect(usageTable(r.out)).toEqual({
-      k0: [1, 'NOT CONFIGURED: its payloads cannot be opened'],
+      k0: [1, 'NOT CONFIGURED: what it sealed cannot be opened'],
       k1: [4, 'old: run "keys reseal" before removing it'],
       k2: [1, 'current'],
     });
@@ -149,13 +150,13 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     const before = new Map(await Promise.all([...ids.keys()].map(async (e) => [e, await payloadOf(e)] as const)));
     const r = await cli(['keys', 'reseal', '--config', rotated]);
     expect(r.code, r.out + r.err).toBe(1);
-    expect(r.err).toContain('resealed 3 payload(s) under "k2"');
+    expect(r.err).toContain('resealed 3 payload(s) and 0 effect(s) under "k2"');
     expect(busyShare(r.err)).toBeLessThanOrEqual(25); // paced by default: it runs beside a live server
     expect(r.err).toContain('left 1 payload(s) sealed under "k0", which is not configured or not readable');
     expect(r.err).toContain(`left 1 payload(s) that do not authenticate (altered or moved rows): ${tampered}`);
     expect(r.err).not.toContain('other payload(s)'); // what it named is all that is left
     expect(usageTable(r.out)).toEqual({
-      k0: [1, 'NOT CONFIGURED: its payloads cannot be opened'],
+      k0: [1, 'NOT CONFIGURED: what it sealed cannot be opened'],
       k1: [1, 'old: run "keys reseal" before removing it'],
       k2: [4, 'current'],
     });
@@ -179,7 +180,7 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
   it('keys reseal again: nothing more to do, the same two named', async () => {
     const r = await cli(['keys', 'reseal', '--config', rotated]);
     expect(r.code).toBe(1);
-    expect(r.err).toContain('resealed 0 payload(s) under "k2"');
+    expect(r.err).toContain('resealed 0 payload(s) and 0 effect(s) under "k2"');
     expect(r.err).toContain(`that do not authenticate (altered or moved rows): ${tampered}`);
   });
 
@@ -211,7 +212,7 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     const t0 = performance.now();
     const r = await cli(['keys', 'reseal', '--config', rotated, '--busy', '20']);
     const wall = performance.now() - t0;
-    expect(r.err).toContain('resealed 120 payload(s) under "k2"');
+    expect(r.err).toContain('resealed 120 payload(s) and 0 effect(s) under "k2"');
     // At most 20 % of its run worked, and more than none: waits counted but not slept would
     // exceed the run they are part of and make the share negative.
     const share = busyShare(r.err);
@@ -240,6 +241,8 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
       },
       readPayloads: (...a: Parameters<InboxStore['readPayloads']>) => store.readPayloads(...a),
       resealPayloads: (...a: Parameters<InboxStore['resealPayloads']>) => store.resealPayloads(...a),
+      effectsToReseal: (...a: Parameters<InboxStore['effectsToReseal']>) => store.effectsToReseal(...a),
+      resealEffects: (...a: Parameters<InboxStore['resealEffects']>) => store.resealEffects(...a),
     } as InboxStore;
     // 20 a second: slices of one payload, so the first slice is exactly the purged one.
     const tally = await resealAll(racing, rotatedCipher, { perSecond: 20 });
@@ -306,7 +309,7 @@ describeEachStore('keys reseal with a current key whose value is not the servers
     writeFileSync(right, stringify(configDoc(db!.url, { payloadKeys: serversKeys })));
     const ok = await cli(['keys', 'reseal', '--config', right, '--busy', '100']);
     expect(ok.code, ok.err).toBe(0);
-    expect(ok.err).toContain('resealed 2 payload(s) under "k2"');
+    expect(ok.err).toContain('resealed 2 payload(s) and 0 effect(s) under "k2"');
     for (const e of ['evt_old1', 'evt_old2', 'evt_new1']) {
       expect(onlyK2.open(await payloadOf(e), (await store.getInbox(ids.get(e)!))!).equals(sent.get(e)!), e).toBe(true);
     }
@@ -346,13 +349,13 @@ describeEachStore('keys reseal with payloads stored under the old key while it r
     await store.acceptBatch([record('evt_late', raw.toString(), { ...binding, payloadId: uuidv7(Date.now() - 60_000), payload: k1.seal(raw, binding) })]);
     const r = await run;
     expect(r.code, r.err).toBe(1);
-    expect(r.err).toContain('resealed 6 payload(s) under "k2"');
+    expect(r.err).toContain('resealed 6 payload(s) and 0 effect(s) under "k2"');
     expect(r.err).toContain('left 1 other payload(s) under "k1"');
     expect(usageTable(r.out).k1).toEqual([1, 'old: run "keys reseal" before removing it']);
     // Run again: it is resealed, and now the old key seals nothing.
     const again = await cli(['keys', 'reseal', '--config', rotated, '--busy', '100']);
     expect(again.code, again.err).toBe(0);
-    expect(again.err).toContain('resealed 1 payload(s) under "k2"');
+    expect(again.err).toContain('resealed 1 payload(s) and 0 effect(s) under "k2"');
     expect(await usage()).toEqual({ k2: 7 });
   });
 });

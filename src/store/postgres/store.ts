@@ -4,12 +4,12 @@ import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent, migrationStep, MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
-  eventListLimit, toBacklogStat, toClaimedInbox, toEffectRow, toInboxDetail, toInboxRow,
+  eventListLimit, toBacklogStat, toClaimedInbox, toEffectKeyUsage, toEffectRow, toEffectToReseal, toInboxDetail, toInboxRow,
   toFailedEffect, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
-  Resealed, ResealRef, StoreTx,
+  Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal,
 } from '../work-port.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
 import { checkIn, guardCheckedOut } from './client-guard.js';
@@ -420,6 +420,21 @@ export class PostgresStore implements InboxStore {
     // The accept pool, always synchronous_commit on (the work pool may not be: durableEngineCommits):
     // an operator removes the old key once `keys list` shows it sealing nothing, so this must not be lost.
     return (await this.query({ text: W.resealStatement(items.length), values })).rowCount ?? 0;
+  }
+
+  async effectKeyUsage(): Promise<{ sealedKeyId: string | null; effects: number }[]> {
+    return (await this.rows(W.EFFECT_KEY_USAGE)).map(toEffectKeyUsage);
+  }
+
+  async effectsToReseal(sealedPrefix: string, afterEffectId: string | null, limit: number): Promise<EffectToReseal[]> {
+    if (afterEffectId !== null && !UUID_RE.test(afterEffectId)) throw new Error(`not an effect id: ${afterEffectId}`);
+    return (await this.rows(W.EFFECTS_TO_RESEAL, [sealedPrefix, afterEffectId, limit])).map(toEffectToReseal);
+  }
+
+  async resealEffects(items: readonly ResealedEffect[]): Promise<number> {
+    if (items.length === 0) return 0;
+    // The accept pool (synchronous_commit on), as resealPayloads: an old key is removed on the strength of this.
+    return (await this.query({ ...W.RESEAL_EFFECTS, values: [items.map((x) => x.effectId), items.map((x) => x.oldData), items.map((x) => x.data)] })).rowCount ?? 0;
   }
 
   /** Every call resolves once the pools have ended (a second call does not return before the first is done). */

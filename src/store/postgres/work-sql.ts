@@ -317,6 +317,23 @@ export const QUEUE_STATS = named('queue_stats', `
 export const PAYLOAD_KEY_USAGE = named('payload_key_usage', `
   SELECT key_id, count(*)::int AS payloads FROM webhook_payload GROUP BY key_id ORDER BY key_id`);
 
+/** Effects by the key their data is sealed under (its base64url form; NULL: stored plain). */
+export const EFFECT_KEY_USAGE = named('effect_key_usage', `
+  SELECT CASE WHEN left(data, 7) = 'sealed:' THEN split_part(substr(data, 8), '.', 1) END AS sealed_key_id, count(*)::int AS effects
+  FROM webhook_effects GROUP BY 1 ORDER BY 1`);
+
+/** Effects whose data is not sealed under the current key ($1), after $2 in id order. */
+export const EFFECTS_TO_RESEAL = named('effects_to_reseal', `
+  SELECT effect_id::text AS effect_id, idempotency_key, data FROM webhook_effects
+  WHERE left(data, length($1::text)) <> $1::text AND ($2::uuid IS NULL OR effect_id > $2::uuid)
+  ORDER BY effect_id LIMIT $3`);
+
+/** Effects' data sealed again, each only while it still holds what was read. */
+export const RESEAL_EFFECTS = named('reseal_effects', `
+  UPDATE webhook_effects e SET data = u.data
+  FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(effect_id, old_data, data)
+  WHERE e.effect_id = u.effect_id AND e.data = u.old_data`);
+
 /** Payloads under another key than $1, after $2 in id order (the primary key: each page starts where the last ended). */
 export const PAYLOADS_TO_RESEAL = named('payloads_to_reseal', `
   SELECT p.payload_id::text AS payload_id, i.provider, i.endpoint_id, i.provider_event_id

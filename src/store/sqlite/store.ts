@@ -6,11 +6,11 @@ import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
 import {
-  toBacklogStat, toClaimedInbox, toEffectRow, toFailedEffect, toInboxDetail, toInboxRow, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
+  toBacklogStat, toClaimedInbox, toEffectKeyUsage, toEffectRow, toEffectToReseal, toFailedEffect, toInboxDetail, toInboxRow, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
-  Resealed, ResealRef, StoreTx,
+  Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal,
 } from '../work-port.js';
 import { LeaseLostError } from '../work-port.js';
 import { SqliteTx } from './tx.js';
@@ -223,6 +223,18 @@ export class SqliteStore implements InboxStore {
     if (items.length === 0) return 0;
     const arg: ResealArg[] = items.map((x) => ({ payloadId: x.payloadId, oldNonce: x.oldNonce, keyId: x.sealed.keyId, nonce: x.sealed.nonce, ciphertext: x.sealed.ciphertext }));
     return this.call('resealPayloads', arg);
+  }
+
+  async effectKeyUsage(): Promise<{ sealedKeyId: string | null; effects: number }[]> {
+    return (await this.call<RawRow[]>('effectKeyUsage')).map(toEffectKeyUsage);
+  }
+
+  async effectsToReseal(sealedPrefix: string, afterEffectId: string | null, limit: number): Promise<EffectToReseal[]> {
+    return (await this.call<RawRow[]>('effectsToReseal', { prefix: sealedPrefix, after: afterEffectId, limit })).map(toEffectToReseal);
+  }
+
+  async resealEffects(items: readonly ResealedEffect[]): Promise<number> {
+    return items.length === 0 ? 0 : this.call('resealEffects', items.map((x) => ({ effectId: x.effectId, oldData: x.oldData, data: x.data })));
   }
 
   async ping(): Promise<void> {

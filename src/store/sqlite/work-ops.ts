@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { effectSettlementColumns, eventListLimit, outboxSettlementColumns, settlementColumns } from '../rows.js';
-import { assertStillLeased, type BatchOutcome, type EffectSettlement, type EventFilter, type EventKey, type OutboxSettle, type ProcessedMarker } from '../work-port.js';
+import { assertStillLeased, type BatchOutcome, type EffectSettlement, type EventFilter, type EventKey, type OutboxSettle, type ProcessedMarker, type ResealedEffect } from '../work-port.js';
 import { bytes } from '../../threads.js';
 import * as W from './work-sql.js';
 
@@ -86,6 +86,12 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     return changed;
   });
 
+  const resealEffects = db.transaction((items: ResealedEffect[]) => {
+    let changed = 0;
+    for (const x of items) changed += st(W.RESEAL_EFFECT).run(x).changes;
+    return changed;
+  });
+
   const free: Ops = {
     claimInbox: (a: ClaimArgs) => claimInbox.immediate(a),
     claimEffects: (a: ClaimArgs) => claimEffects.immediate(a),
@@ -115,6 +121,9 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     payloadKeyUsage: () => st(W.PAYLOAD_KEY_USAGE).all(),
     payloadsToReseal: (a: { keyId: string; after: string | null; limit: number }) => st(W.PAYLOADS_TO_RESEAL).all(a),
     resealPayloads: (items: ResealArg[]) => resealPayloads.immediate(items),
+    effectKeyUsage: () => st(W.EFFECT_KEY_USAGE).all(),
+    effectsToReseal: (a: { prefix: string; after: string | null; limit: number }) => st(W.EFFECTS_TO_RESEAL).all(a),
+    resealEffects: (items: ResealedEffect[]) => resealEffects.immediate(items),
     queueStats: () => st(W.QUEUE_STATS).all(),
   };
 

@@ -223,6 +223,20 @@ export const PAYLOADS_TO_RESEAL = `
   WHERE p.key_id <> @keyId AND p.payload_id > coalesce(@after, '')
   ORDER BY p.payload_id LIMIT @limit`;
 
+/** Effects by the key their data is sealed under (its base64url form; NULL: stored plain). */
+export const EFFECT_KEY_USAGE = `
+  SELECT CASE WHEN substr(data, 1, 7) = 'sealed:' THEN substr(data, 8, instr(data, '.') - 8) END AS sealed_key_id, count(*) AS effects
+  FROM webhook_effects GROUP BY 1 ORDER BY 1`;
+
+/** Effects whose data is not sealed under the current key (@prefix), after @after in id order. */
+export const EFFECTS_TO_RESEAL = `
+  SELECT effect_id, idempotency_key, data FROM webhook_effects
+  WHERE substr(data, 1, length(@prefix)) <> @prefix AND effect_id > coalesce(@after, '')
+  ORDER BY effect_id LIMIT @limit`;
+
+/** One effect's data sealed again, only while it still holds what was read. */
+export const RESEAL_EFFECT = `UPDATE webhook_effects SET data = @data WHERE effect_id = @effectId AND data = @oldData`;
+
 /** One payload's new sealing, only while it still holds the nonce it was read with. */
 export const RESEAL_PAYLOAD = `
   UPDATE webhook_payload SET key_id = @keyId, nonce = @nonce, ciphertext = @ciphertext WHERE payload_id = @payloadId AND nonce = @oldNonce`;
