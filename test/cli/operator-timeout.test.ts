@@ -53,7 +53,7 @@ describe.runIf(await pgAvailable())('operator commands wait longer than an accep
       await holder.query('COMMIT');
       const r = await run;
       expect(r.code, r.err).toBe(0);
-      expect(r.out).toMatch(/^k1\s+1\s+current$/m);
+      expect(r.out).toMatch(/^k1\s+1\s+0\s+current$/m);
     } finally {
       await holder.end();
     }
