@@ -55,10 +55,19 @@ export function decodeStandardSecret(value: string): Buffer {
   if (value.startsWith(PUBLIC) || value.startsWith(PRIVATE)) {
     throw new Error(`a "${value.slice(0, 5)}" value is an ed25519 key, not an HMAC secret ("whsec_…")`);
   }
-  const key = decodeBase64(value.startsWith(SECRET) ? value.slice(SECRET.length) : value);
+  const key = decodeBase64(padded(value.startsWith(SECRET) ? value.slice(SECRET.length) : value));
   if (key === null || key.length === 0) throw new Error('a Standard Webhooks secret is base64 (optionally prefixed "whsec_")');
   if (isEd25519Key(key)) throw new Error('this secret decodes to an ed25519 public key (DER): configure the public key as "whpk_<base64 of its 32 raw bytes>"');
   return key;
+}
+
+/**
+ * A secret's base64 with its padding restored: producers that generate keys as unpadded base64
+ * (base64url without `=` is common) are read as the official library reads them. Only secrets:
+ * a signature stays strict (decodeBase64).
+ */
+function padded(b64: string): string {
+  return b64.length % 4 === 2 ? `${b64}==` : b64.length % 4 === 3 ? `${b64}=` : b64;
 }
 
 /** decodeStandardSecret for a configured value: a bad one is a ConfigError naming `path` (never the value). */

@@ -44,6 +44,24 @@ describe('standard-webhooks: published vector', () => {
     expect(check(headers(V_ID, V_TS, V_SIG), V_PAYLOAD, [utf8Key])).toBeNull();
   });
 
+  it('a secret written without its base64 padding (or as base64url without it) is the same key, as the official library reads the unpadded one', () => {
+    // 32 key bytes: padded base64 ends in "=", which producers that emit base64url often drop.
+    const raw = Buffer.from(Array.from({ length: 32 }, (_, i) => (i * 37 + 251) % 256));
+    const paddedSecret = 'whsec_' + raw.toString('base64');
+    expect(paddedSecret.endsWith('=')).toBe(true);
+    const body = '{"type":"invoice.paid","id":"evt_pad"}';
+    const ts = new Date(1731705121_000);
+    const signature = new Webhook(paddedSecret).sign('msg_pad', ts, body);
+    for (const written of [paddedSecret.replace(/=+$/, ''), 'whsec_' + raw.toString('base64url'), raw.toString('base64url')]) {
+      expect(adapter.prepareSecret(written).equals(raw), written).toBe(true);
+      expect(check(headers('msg_pad', 1731705121, signature), body, keys(['v1', written]), 1731705121_000)).toBe('v1');
+    }
+    // The official library takes the unpadded standard form as the same key (it refuses the base64url alphabet).
+    expect(new Webhook(paddedSecret.replace(/=+$/, '')).sign('msg_pad', ts, body)).toBe(signature);
+    // A length no base64 can have (one character past a whole group) is still refused.
+    expect(() => adapter.prepareSecret('whsec_' + raw.toString('base64url') + 'AB')).toThrow(/base64/);
+  });
+
   it('id, timestamp and body are all signed', () => {
     const k = keys(['v1', V_SECRET]);
     expect(check(headers('msg_p5jXN8AQM9LWM0D4loKWxJeK', V_TS, V_SIG), V_PAYLOAD, k)).toBeNull();
