@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { uuidv7 } from '../../src/crypto/ids.js';
 import { PayloadCipher, type SealedPayload } from '../../src/crypto/payload-cipher.js';
 import { openStore } from '../../src/store/open.js';
+import { REQUEUE_CHUNK } from '../../src/store/sqlite/store.js';
 import { heldBytes, type AcceptRecord, type InboxStore } from '../../src/store/port.js';
 import type { BatchOutcome, EventFilter, EventKey, NewEffect, NewMarker, OutboxSettlement, Settlement, StoreTx } from '../../src/store/work-port.js';
 import { LeaseLostError } from '../../src/store/work-port.js';
@@ -825,6 +826,19 @@ describeEachStore('work store', (kind) => {
       expect((await store.getEvent(r.done.inboxId))!.status).toBe('PROCESSED');
       expect(await store.requeueFailed(['retries_exhausted'], T + 100)).toBe(0);
       expect(ids(await store.claimInbox(10, 'w9', LEASE, T + 100))).toEqual(ids([r.f1, r.f3]));
+    });
+
+    it('requeueFailed moves every matching row when there are more than SQLite takes in one transaction (REQUEUE_CHUNK), counting each once', async () => {
+      const n = REQUEUE_CHUNK * 2 + 7;
+      const rows = Array.from({ length: n }, (_, i) => at(`evt_many_${i}`, 0));
+      for (let i = 0; i < n; i += 500) await accept(...rows.slice(i, i + 500));
+      const claimed = await store.claimInbox(n, 'driver', LEASE, T + 5);
+      expect(claimed).toHaveLength(n);
+      await store.transaction((tx) => finish(tx, 'driver', { settlements: claimed.map((c, i) => ({ inboxId: c.inboxId, s: failed(i % 2 ? 'retries_exhausted' : 'schema_error') })) }));
+      expect(await store.requeueFailed(['retries_exhausted'], T + 100)).toBe(Math.floor(n / 2));
+      expect(await store.requeueFailed(['retries_exhausted'], T + 100)).toBe(0);
+      const pending = await store.claimInbox(n, 'w2', LEASE, T + 100);
+      expect(new Set(ids(pending))).toEqual(new Set(claimed.filter((_, i) => i % 2).map((c) => c.inboxId)));
     });
 
     it('backlog groups non-terminal and FAILED rows by endpoint, type and status', async () => {

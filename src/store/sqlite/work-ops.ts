@@ -10,8 +10,8 @@ export type Ops = Record<string, (arg: any) => unknown>;
 export interface ClaimArgs { readonly n: number; readonly owner: string; readonly leaseMs: number; readonly nowMs: number }
 interface Guarded<S> { readonly id: string; readonly owner: string; readonly s: S }
 /** An operator's requeue: these ids (null: every row the statement selects), due at `nowMs`. */
-interface IdsDueNow { readonly ids: readonly string[] | null; readonly nowMs: number }
-const idsDueNow = (a: IdsDueNow) => ({ ids: a.ids === null ? null : JSON.stringify(a.ids), now: a.nowMs });
+interface IdsDueNow { readonly ids: readonly string[] | null; readonly nowMs: number; readonly chunk: number }
+const idsDueNow = (a: IdsDueNow) => ({ ids: a.ids === null ? null : JSON.stringify(a.ids), now: a.nowMs, chunk: a.chunk });
 /** One Resealed, flat: its byte fields arrive from the event loop as plain Uint8Arrays. */
 export interface ResealArg { readonly payloadId: string; readonly oldNonce: Uint8Array; readonly keyId: string; readonly nonce: Uint8Array; readonly ciphertext: Uint8Array }
 
@@ -115,8 +115,8 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     listParkedOutbox: (limit: number) => st(W.LIST_PARKED_OUTBOX).all({ limit }),
     requeueParkedOutbox: (a: IdsDueNow) => st(W.REQUEUE_PARKED_OUTBOX).run(idsDueNow(a)).changes,
     retryFailed: (a: { id: string; nowMs: number }) => retryFailed.immediate(a),
-    requeueFailed: (a: { reasons: string[]; nowMs: number }) =>
-      st(W.REQUEUE_FAILED).run({ reasons: JSON.stringify(a.reasons), now: a.nowMs }).changes,
+    requeueFailed: (a: { reasons: string[]; nowMs: number; chunk: number }) =>
+      st(W.REQUEUE_FAILED).run({ reasons: JSON.stringify(a.reasons), now: a.nowMs, chunk: a.chunk }).changes,
     backlog: () => st(W.BACKLOG).all(),
     payloadKeyUsage: () => st(W.PAYLOAD_KEY_USAGE).all(),
     payloadsToReseal: (a: { keyId: string; after: string | null; limit: number }) => st(W.PAYLOADS_TO_RESEAL).all(a),

@@ -109,12 +109,13 @@ export const LIST_FAILED_EFFECTS = `
 
 /**
  * FAILED → PENDING due now, a fresh attempt count, the same idempotency key; last_error stays as
- * the history. Any other status is left alone. @ids NULL: every FAILED effect.
+ * the history. Any other status is left alone. @ids NULL: every FAILED effect. At most @chunk
+ * rows (see REQUEUE_CHUNK): the store runs it again until fewer change.
  */
 export const RETRY_FAILED_EFFECTS = `
   UPDATE webhook_effects SET status = 'PENDING', attempt_count = 0, next_attempt_at = @now, failure_reason = NULL,
     lease_owner = NULL, lease_until = NULL, done_at = NULL
-  WHERE status = 'FAILED' AND (@ids IS NULL OR effect_id IN ${IDS})`;
+  WHERE effect_id IN (SELECT effect_id FROM webhook_effects WHERE status = 'FAILED' AND (@ids IS NULL OR effect_id IN ${IDS}) LIMIT @chunk)`;
 
 // ── outbox (no status: unpublished is the state; the lease is lease_owner + next_attempt_at) ──
 
@@ -150,10 +151,10 @@ export const LIST_PARKED_OUTBOX = `
   FROM webhook_outbox o JOIN webhook_inbox i ON i.inbox_id = o.inbox_id
   WHERE ${parked('o')} ORDER BY o.created_at, o.outbox_id LIMIT @limit`;
 
-/** Parked → due now, a fresh attempt count; last_error and published_to stay. @ids NULL: every parked row. */
+/** Parked → due now, a fresh attempt count; last_error and published_to stay. @ids NULL: every parked row. At most @chunk rows. */
 export const REQUEUE_PARKED_OUTBOX = `
   UPDATE webhook_outbox SET next_attempt_at = @now, attempt_count = 0, failure_reason = NULL
-  WHERE ${parked('webhook_outbox')} AND (@ids IS NULL OR outbox_id IN ${IDS})`;
+  WHERE outbox_id IN (SELECT outbox_id FROM webhook_outbox WHERE ${parked('webhook_outbox')} AND (@ids IS NULL OR outbox_id IN ${IDS}) LIMIT @chunk)`;
 
 // ── operator queries ───────────────────────────────────────────────────────────────────────
 
@@ -185,8 +186,10 @@ const REQUEUE_SET = `status = 'PENDING', attempt_count = 0, next_attempt_at = @n
 export const RETRY_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE inbox_id = @id AND status = 'FAILED'`;
 export const INBOX_EXISTS = `SELECT 1 FROM webhook_inbox WHERE inbox_id = ?`;
 
+/** At most @chunk rows (see REQUEUE_CHUNK). */
 export const REQUEUE_FAILED = `
-  UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons))`;
+  UPDATE webhook_inbox SET ${REQUEUE_SET}
+  WHERE inbox_id IN (SELECT inbox_id FROM webhook_inbox WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons)) LIMIT @chunk)`;
 
 /** Each branch's condition is a partial index's predicate, as on PostgreSQL (postgres/work-sql.ts BACKLOG). */
 export const BACKLOG = `
