@@ -9,6 +9,7 @@ import { stringify } from 'yaml';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
+import { openStore } from '../../src/store/open.js';
 import { configDoc, PAYLOAD_KEY } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -168,6 +169,53 @@ describeEachStore('effect data sealed at rest', (kind) => {
     await waitFor(async () => (await statusOf(app!, a!)).status === 'DONE' && (await statusOf(app!, b!)).status === 'DONE', 10_000, 'both effects DONE');
     expect(got.get(`${a}:send-receipt`)).toEqual({ ...DATA, event: 'evt_rot_a' });
     expect(got.get(`${b}:send-receipt`)).toEqual({ to: 'plain@example.com' });
+  });
+
+  it('a handler whose effect cannot be sealed (payload keys gone mid-run) fails with its writes undone, even when it catches the error; the event runs again once the key is back', async () => {
+    const keyFile = join(dir, 'k1.key');
+    writeFileSync(keyFile, PAYLOAD_KEY);
+    const store = openStore(db.url);
+    await store.migrate();
+    await store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT PRIMARY KEY)'));
+    await store.close();
+    let pullKey = true;
+    const caught: unknown[] = [];
+    const registry = new HandlerRegistry()
+      .on('payment_intent.succeeded', async (event, ctx) => {
+        await ctx.tx.query(ctx.tx.kind === 'postgres' ? 'INSERT INTO ledger (event_id) VALUES ($1)' : 'INSERT INTO ledger (event_id) VALUES (?)', [event.providerEventId]);
+        if (pullKey) {
+          pullKey = false;
+          rmSync(keyFile);
+          await app!.reloadSecrets();
+        }
+        try {
+          ctx.effect('send-receipt', DATA);
+        } catch (err) {
+          caught.push(err); // a handler that swallows it must not commit its write without the effect
+        }
+      })
+      .effect('send-receipt', (data, { idempotencyKey }) => void got.set(idempotencyKey, data));
+    app = await startApp(parseConfig(configDoc(db.url, { ...FAST_WORKERS, retry: { baseMs: 10, capMs: 40, maxAttempts: 3 }, payloadKeys: { current: 'k1', keys: { k1: `\${file:${keyFile}}` } } }), {}),
+      { logger: pino({ level: 'silent' }), handlers: registry, workers: true, shutdownGraceMs: 500, secretCheckMs: 0 });
+    const body = stripeEvent('evt_key_gone');
+    const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+    expect(r.status).toBe(200);
+    const inboxId = r.json().inbox_id as string;
+    await waitFor(() => caught.length === 1, 10_000, 'the seal refused');
+    await waitFor(async () => (await app!.store.getEvent(inboxId))!.lastError !== null, 10_000, 'the attempt settled');
+    const waiting = (await app.store.getEvent(inboxId))!;
+    expect(waiting).toMatchObject({ status: 'PENDING', attemptCount: 0 });
+    expect(waiting.lastError).toContain('payload keys are not loaded');
+    expect(await app.store.listEffects(inboxId)).toEqual([]);
+    const ledger = async () => (await app!.store.transaction((tx) => tx.query<{ event_id: string }>('SELECT event_id FROM ledger'))).map((x) => x.event_id);
+    expect(await ledger()).toEqual([]);
+
+    writeFileSync(keyFile, PAYLOAD_KEY);
+    await app.reloadSecrets();
+    await waitFor(async () => (await app!.store.getEvent(inboxId))!.status === 'PROCESSED' && got.size === 1, 10_000, 'processed once the key is back');
+    expect(await ledger()).toEqual(['evt_key_gone']);
+    expect(got.get(`${inboxId}:send-receipt`)).toEqual(DATA);
+    expect(caught).toHaveLength(1);
   });
 
   it('an effect sealed under a key the config lacks: keys reseal leaves it, names it, and exits 1', async () => {
