@@ -4,7 +4,7 @@ import { withDeadline } from '../deadline.js';
 import type { EffectRow, EffectSettlement } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
-import { abandonedMessage, classify, FAILURE, NeedsDecisionError, RetryableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, NeedsDecisionError, RetryableError, SetupUnavailableError } from './failure.js';
 import type { HandlerRegistry } from './handlers.js';
 import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
@@ -13,6 +13,8 @@ export interface EffectsRunnerDeps extends RunnerDeps {
   readonly handlers: HandlerRegistry;
   /** Opens the effects' sealed data (crypto/effect-data.ts); null while the payload keys are not loaded. */
   readonly cipher: () => PayloadCipher | null;
+  /** Whether payloadKeys.keys names this key (configured but not loaded: the effect waits for it, as an event does). */
+  readonly payloadKeyConfigured: (keyId: string) => boolean;
 }
 
 /**
@@ -67,6 +69,11 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
     } catch (err) {
       const c = classify(err);
       const now = this.now();
+      // This gateway's own setup (a key configured but not loaded yet): no fault of the effect, so
+      // its attempt is given back and it is tried again as the secrets are re-read.
+      if (err instanceof SetupUnavailableError) {
+        return { result: 'retry', reason: c.reason, settlement: { status: 'PENDING', nextAttemptAtMs: now + Math.min(c.retryAfterMs ?? 0, this.d.retry.capMs), error: c.message, nowMs: now, attemptGivenBack: true } };
+      }
       if (!c.retryable) return { result: 'failed', reason: c.reason, settlement: { status: 'FAILED', reason: c.reason, error: c.message, nowMs: now } };
       if (row.attemptCount >= this.d.retry.maxAttempts) {
         return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now } };
@@ -75,12 +82,19 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
     }
   }
 
-  /** The effect's JSON data, opened: a key not loaded is retried, data that does not authenticate is for an operator. */
+  /**
+   * The effect's JSON data, opened. A key configured but not loaded (a late mount) waits without
+   * spending attempts, as an event's payload does; a key not configured at all is retried and
+   * counts (the config's choice); data that does not authenticate is for an operator.
+   */
   private data(row: EffectRow): string {
     try {
       return openEffectData(this.d.cipher(), row.data, row.idempotencyKey);
     } catch (err) {
-      if (err instanceof PayloadKeyMissingError) throw new RetryableError('payload_key_unavailable', `effect data is sealed under payload key "${err.keyId}", which is not loaded`);
+      if (err instanceof PayloadKeyMissingError) {
+        if (this.d.payloadKeyConfigured(err.keyId)) throw new SetupUnavailableError('payload_key_unavailable', `effect data is sealed under payload key "${err.keyId}", which is configured but not loaded`);
+        throw new RetryableError('payload_key_unavailable', `effect data is sealed under payload key "${err.keyId}", which is not configured (payloadKeys.keys)`);
+      }
       throw new NeedsDecisionError('effect_data_corrupt', 'stored effect data failed authentication');
     }
   }

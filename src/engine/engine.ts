@@ -79,7 +79,7 @@ export class Engine {
     const w = config.workers;
     const onError = (what: string) => (err: unknown) => log.error({ err: loggable(err) }, `${what} failed`);
 
-    const effects = new EffectsRunner({ store, handlers: o.handlers, cipher: () => o.keyring.cipher, owner: this.owner, leaseMs: w.leaseMs, retry: config.retry, metrics: this.metrics, log });
+    const effects = new EffectsRunner({ store, handlers: o.handlers, cipher: () => o.keyring.cipher, payloadKeyConfigured: (id) => config.payloadKeys.keys.has(id), owner: this.owner, leaseMs: w.leaseMs, retry: config.retry, metrics: this.metrics, log });
     const effectsLoop = new ClaimLoop({ ...w, concurrency: w.effectsConcurrency, batchSize: Math.min(w.batchSize, w.effectsConcurrency) },
       (n) => effects.claim(n), (b) => effects.process(b), onError('effects batch'));
     const inbox = new InboxWorker({

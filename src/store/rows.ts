@@ -185,12 +185,16 @@ export function settlementColumns(s: Settlement): {
 }
 
 /** The effect columns an EffectSettlement writes (effects keep `next_attempt_at`, NOT NULL, once terminal). */
-export function effectSettlementColumns(s: EffectSettlement): { status: string; nextAttemptAtMs: number | null; error: string | null; reason: string | null; doneAtMs: number | null } {
+export function effectSettlementColumns(s: EffectSettlement): {
+  status: string; nextAttemptAtMs: number | null; error: string | null; reason: string | null; doneAtMs: number | null;
+  /** Subtracted from attempt_count: 1 gives the claim's attempt back. */
+  givenBack: number;
+} {
   switch (s.status) {
-    case 'DONE': return { status: s.status, nextAttemptAtMs: null, error: null, reason: null, doneAtMs: s.nowMs };
-    case 'PENDING': return { status: s.status, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, reason: null, doneAtMs: null };
+    case 'DONE': return { status: s.status, nextAttemptAtMs: null, error: null, reason: null, doneAtMs: s.nowMs, givenBack: 0 };
+    case 'PENDING': return { status: s.status, nextAttemptAtMs: s.nextAttemptAtMs, error: s.error, reason: null, doneAtMs: null, givenBack: s.attemptGivenBack ? 1 : 0 };
     // done_at is when the effect ended, either way: an operator listing FAILED ones sees when.
-    case 'FAILED': return { status: s.status, nextAttemptAtMs: null, error: s.error, reason: s.reason, doneAtMs: s.nowMs };
+    case 'FAILED': return { status: s.status, nextAttemptAtMs: null, error: s.error, reason: s.reason, doneAtMs: s.nowMs, givenBack: 0 };
   }
 }
 

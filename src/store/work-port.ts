@@ -155,7 +155,11 @@ export interface FailedEffect {
 
 export type EffectSettlement =
   | { readonly status: 'DONE'; readonly nowMs: number }
-  | { readonly status: 'PENDING'; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number }
+  | {
+    readonly status: 'PENDING'; readonly nextAttemptAtMs: number; readonly error: string; readonly nowMs: number;
+    /** The attempt is given back (attempt_count as before the claim): its data's key is configured but not loaded yet. */
+    readonly attemptGivenBack?: boolean;
+  }
   | { readonly status: 'FAILED'; readonly reason: FailureReason; readonly error: string; readonly nowMs: number };
 
 /** An unpublished outbox row with the event metadata a broker message carries. */

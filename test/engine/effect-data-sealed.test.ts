@@ -10,6 +10,7 @@ import { startApp, type RunningApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { openStore } from '../../src/store/open.js';
+import type { InboxStore } from '../../src/store/port.js';
 import { configDoc, PAYLOAD_KEY } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -61,6 +62,16 @@ async function setStoredData(db: TestDatabase, inboxId: string, data: string): P
   await client.connect();
   await client.query('UPDATE webhook_effects SET data = $1 WHERE inbox_id = $2', [data, inboxId]);
   await client.end();
+}
+
+/** A store of its own on the database, for a look between two runs of the app. */
+async function withStore<T>(db: TestDatabase, fn: (store: InboxStore) => Promise<T>): Promise<T> {
+  const store = openStore(db.url);
+  try {
+    return await fn(store);
+  } finally {
+    await store.close();
+  }
 }
 
 describeEachStore('effect data sealed at rest', (kind) => {
@@ -216,6 +227,29 @@ describeEachStore('effect data sealed at rest', (kind) => {
     expect(await ledger()).toEqual(['evt_key_gone']);
     expect(got.get(`${inboxId}:send-receipt`)).toEqual(DATA);
     expect(caught).toHaveLength(1);
+  });
+
+  it('an effect sealed under an old key that is configured but not loaded yet (a late mount) waits for it without spending its attempts, then runs', async () => {
+    mailUp = false;
+    app = await start({ current: 'k1', keys: { k1: PAYLOAD_KEY } });
+    const [a] = await accept(app, ['evt_late_old_key']);
+    await app.close();
+    app = undefined;
+    const before = await withStore(db, async (store) => (await store.listEffects(a!))[0]!);
+    expect(before.status).toBe('PENDING');
+    // Rotated: k2 seals, k1 still opens what it sealed, but its secret file is not there yet.
+    const keyFile = join(dir, 'k1.key');
+    mailUp = true;
+    const doc = configDoc(db.url, { ...FAST_WORKERS, retry: { baseMs: 10, capMs: 40, maxAttempts: 3 }, payloadKeys: { current: 'k2', keys: { k1: `\${file:${keyFile}}`, k2: K2 } } });
+    app = await startApp(parseConfig(doc, {}), { logger: pino({ level: 'silent' }), handlers: handlers(), workers: true, shutdownGraceMs: 500, secretCheckMs: 100 });
+    expect(app.keyring.problems).toEqual([expect.stringMatching(/^payloadKeys\.keys\.k1: cannot read/)]);
+    // Many retry intervals (10-40 ms) and claim polls (50 ms) go by: the payloads' rule is that such an event waits.
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(await statusOf(app, a!)).toMatchObject({ status: 'PENDING', attemptCount: before.attemptCount });
+    expect(got.size).toBe(0);
+    writeFileSync(keyFile, `${PAYLOAD_KEY}\n`);
+    await waitFor(async () => (await statusOf(app!, a!)).status === 'DONE', 30_000, 'effect DONE once k1 loads');
+    expect(got.get(`${a}:send-receipt`)).toEqual({ ...DATA, event: 'evt_late_old_key' });
   });
 
   it('an effect sealed under a key the config lacks: keys reseal leaves it, names it, and exits 1', async () => {

@@ -118,12 +118,12 @@ export const EXTEND_INBOX_LEASES = named('extend_inbox_leases', `
 export const SETTLE_EFFECT = named('settle_effect', `
   UPDATE webhook_effects SET status = $3, next_attempt_at = COALESCE(${ts('$4')}, next_attempt_at),
     lease_owner = NULL, lease_until = NULL, last_error = COALESCE($5, last_error), failure_reason = $6,
-    done_at = ${ts('$7')}
+    done_at = ${ts('$7')}, attempt_count = attempt_count - $8::int
   WHERE effect_id = $1 AND lease_owner = $2 AND status = 'PROCESSING'`);
 
 export function settleEffectValues(s: EffectSettlement): unknown[] {
   const c = effectSettlementColumns(s);
-  return [c.status, c.nextAttemptAtMs, c.error, c.reason, c.doneAtMs];
+  return [c.status, c.nextAttemptAtMs, c.error, c.reason, c.doneAtMs, c.givenBack];
 }
 
 /**

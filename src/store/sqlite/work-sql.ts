@@ -97,7 +97,7 @@ export const READ_CLAIMED_EFFECTS = `
 export const SETTLE_EFFECT = `
   UPDATE webhook_effects SET status = @status, next_attempt_at = COALESCE(@nextAttemptAtMs, next_attempt_at),
     lease_owner = NULL, lease_until = NULL, last_error = COALESCE(@error, last_error), failure_reason = @reason,
-    done_at = @doneAtMs
+    done_at = @doneAtMs, attempt_count = attempt_count - @givenBack
   WHERE effect_id = @id AND lease_owner = @owner AND status = 'PROCESSING'`;
 
 export const LIST_EFFECTS = `SELECT * FROM webhook_effects WHERE inbox_id = ? ORDER BY created_at, effect_id`;
