@@ -130,6 +130,21 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
     expect(await store.listFailedEffects(1000)).toHaveLength(GROWN_TO / 50);
   });
 
+  it('a keys reseal page of effects starts at its cursor in the effects\' primary key, not with a scan and sort of every effect (after the tests above filled the table)', async () => {
+    const work = await connect(WORK_PLANS);
+    // The effects above hold plain '{}': every one is still to seal, as before a first reseal.
+    const cursor = (await work.query<{ id: string }>('SELECT effect_id::text AS id FROM webhook_effects ORDER BY effect_id OFFSET 1000 LIMIT 1')).rows[0]!.id;
+    await work.query(`PREPARE effects_to_reseal AS ${W.EFFECTS_TO_RESEAL.text}`);
+    const plan = (await work.query<{ 'QUERY PLAN': string }>(`EXPLAIN EXECUTE effects_to_reseal('sealed:azI.', '${cursor}', 50)`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    expect(plan, plan).not.toMatch(/Seq Scan on webhook_effects\b/);
+    expect(plan, plan).not.toMatch(/Sort Key/);
+    expect(plan).toMatch(/Index Scan using webhook_effects_pkey/);
+    // And the pages walk the effects in id order from the cursor on.
+    const page = await store.effectsToReseal('sealed:azI.', cursor, 50);
+    const expected = (await work.query<{ id: string }>('SELECT effect_id::text AS id FROM webhook_effects WHERE effect_id > $1 ORDER BY effect_id LIMIT 50', [cursor])).rows.map((r) => r.id);
+    expect(page.map((e) => e.effectId)).toEqual(expected);
+  });
+
   it('a batch with a duplicate still answers the winner after the inbox grew (the lateral lookup)', async () => {
     const [dup, fresh] = await store.acceptBatch([record('evt_0_7'), record('evt_new')]);
     expect(dup!.duplicate).toBe(true);

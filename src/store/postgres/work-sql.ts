@@ -322,11 +322,15 @@ export const EFFECT_KEY_USAGE = named('effect_key_usage', `
   SELECT CASE WHEN left(data, 7) = 'sealed:' THEN split_part(substr(data, 8), '.', 1) END AS sealed_key_id, count(*)::int AS effects
   FROM webhook_effects GROUP BY 1 ORDER BY 1`);
 
-/** Effects whose data is not sealed under the current key ($1), after $2 in id order. */
+/**
+ * Effects whose data is not sealed under the current key ($1), after $2 in id order. Ordered by
+ * the uuid column `e.effect_id` (the primary key: each page starts where the last ended); a bare
+ * `effect_id` would name the text output column and sort every effect after the cursor per page.
+ */
 export const EFFECTS_TO_RESEAL = named('effects_to_reseal', `
-  SELECT effect_id::text AS effect_id, idempotency_key, data FROM webhook_effects
-  WHERE left(data, length($1::text)) <> $1::text AND ($2::uuid IS NULL OR effect_id > $2::uuid)
-  ORDER BY effect_id LIMIT $3`);
+  SELECT e.effect_id::text AS effect_id, e.idempotency_key, e.data FROM webhook_effects e
+  WHERE left(e.data, length($1::text)) <> $1::text AND ($2::uuid IS NULL OR e.effect_id > $2::uuid)
+  ORDER BY e.effect_id LIMIT $3`);
 
 /** Effects' data sealed again, each only while it still holds what was read. */
 export const RESEAL_EFFECTS = named('reseal_effects', `
