@@ -3,7 +3,7 @@ import { loadPayloadKeys, payloadCipherOf } from '../crypto/keyring.js';
 import { PayloadKeyMissingError, type PayloadCipher } from '../crypto/payload-cipher.js';
 import type { InboxStore } from '../store/port.js';
 import type { Resealed, ResealedEffect, ResealRef } from '../store/work-port.js';
-import { effectDataKeyId, resealEffectData, sealedEffectPrefix } from '../crypto/effect-data.js';
+import { effectDataKeyId, openEffectData, resealEffectData, sealedEffectPrefix } from '../crypto/effect-data.js';
 import { withStore } from './events.js';
 
 /**
@@ -142,15 +142,22 @@ const PROBE_EVENTS = 50;
 
 /**
  * Whether this config's current key is the one the servers seal with: payloads they stored
- * lately under its id must open with it. A config whose key has that id but another value
- * (a typo, a stale secret file) would reseal everything into payloads no server can open, and
- * the workers fail those at once (payload_corrupt). Returns why not to reseal, or null (also
- * when no recent payload is under that id yet: nothing to compare with).
+ * lately under its id, and the effects their handlers recorded for those events under it, must
+ * open with it. A config whose key has that id but another value (a typo, a stale secret file)
+ * would reseal everything into payloads and effects no server can open, and the workers fail
+ * those at once (payload_corrupt, effect_data_corrupt). The effects count too: events accepted
+ * under the old key and processed once the new one is current have only their effects under it.
+ * Returns why not to reseal, or null (also when nothing recent is under that id yet: nothing to
+ * compare with).
  */
 async function currentKeyRefusal(store: InboxStore, cipher: PayloadCipher): Promise<string | null> {
-  const recent = (await store.listEvents({ limit: PROBE_EVENTS })).filter((e) => e.rawPayloadRef !== null);
+  const events = await store.listEvents({ limit: PROBE_EVENTS });
+  const recent = events.filter((e) => e.rawPayloadRef !== null);
   const rows = new Map(recent.map((e) => [e.rawPayloadRef!, e]));
   const sealedUnderCurrent = (await store.readPayloads([...rows.keys()], MAX_BYTES)).filter((p) => p.keyId === cipher.currentKeyId);
+  const prefix = sealedEffectPrefix(cipher.currentKeyId);
+  const effectsUnderCurrent: { data: string; idempotencyKey: string }[] = [];
+  for (const e of events) for (const f of await store.listEffects(e.inboxId)) if (f.data.startsWith(prefix)) effectsUnderCurrent.push(f);
   const opens = sealedUnderCurrent.some((p) => {
     try {
       cipher.open(p, rows.get(p.payloadId)!);
@@ -158,9 +165,20 @@ async function currentKeyRefusal(store: InboxStore, cipher: PayloadCipher): Prom
     } catch {
       return false;
     }
+  }) || effectsUnderCurrent.some((f) => {
+    try {
+      openEffectData(cipher, f.data, f.idempotencyKey);
+      return true;
+    } catch {
+      return false;
+    }
   });
-  if (sealedUnderCurrent.length === 0 || opens) return null;
-  return `the current payload key "${cipher.currentKeyId}" in this config does not open the ${sealedUnderCurrent.length} recent payload(s) stored under "${cipher.currentKeyId}": ` +
+  if (sealedUnderCurrent.length + effectsUnderCurrent.length === 0 || opens) return null;
+  const what = [
+    ...(sealedUnderCurrent.length ? [`${sealedUnderCurrent.length} recent payload(s)`] : []),
+    ...(effectsUnderCurrent.length ? [`${effectsUnderCurrent.length} recent effect(s)`] : []),
+  ].join(' and ');
+  return `the current payload key "${cipher.currentKeyId}" in this config does not open the ${what} stored under "${cipher.currentKeyId}": ` +
     'its value differs from the one the servers seal with (run keys reseal with the config they run)';
 }
 

@@ -252,6 +252,33 @@ describeEachStore('effect data sealed at rest', (kind) => {
     expect(got.get(`${a}:send-receipt`)).toEqual({ ...DATA, event: 'evt_late_old_key' });
   });
 
+  it('keys reseal refuses a config whose current key has the servers\' id but another value, told by the effects recorded under it (the payloads still under the old key)', async () => {
+    // A backlog at the switch: accepted under k1, processed once k2 is current, so the only thing
+    // sealed under k2 yet is the effect; its payload is still under k1.
+    app = await startApp(parseConfig(configDoc(db.url, { payloadKeys: { current: 'k1', keys: { k1: PAYLOAD_KEY } } }), {}), { logger: pino({ level: 'silent' }), handlers: handlers(), workers: false });
+    const body = stripeEvent('evt_backlog_at_switch');
+    const inboxId = (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string;
+    await app.close();
+    mailUp = false;
+    app = await start({ current: 'k2', keys: { k1: PAYLOAD_KEY, k2: K2 } });
+    await waitFor(async () => (await app!.store.listEffects(inboxId)).length === 1, 10_000, 'effect recorded');
+    await app.close();
+    app = undefined;
+    const before = await storedData(db);
+    expect(before.get(inboxId)!.startsWith(`sealed:${b64url('k2')}.`)).toBe(true);
+
+    // The operator's config: k2 with another value (a stale secret file).
+    const wrong = join(dir, 'wrong-k2.yaml');
+    writeFileSync(wrong, stringify(configDoc(db.url, { payloadKeys: { current: 'k2', keys: { k1: PAYLOAD_KEY, k2: Buffer.alloc(32, 9).toString('base64') } } })));
+    const r = await runCli(['keys', 'reseal', '--config', wrong, '--busy', '100'], 60_000);
+    expect(r.code, r.err).toBe(1);
+    expect(r.err).toContain('nothing resealed');
+    // Nothing moved: the payload still opens under k1 for the servers.
+    const list = await runCli(['keys', 'list', '--config', wrong], 60_000);
+    expect(list.out.trimEnd().split('\n')[1]!.split(/\s+/).slice(0, 3)).toEqual(['k1', '1', '0']);
+    expect(await storedData(db)).toEqual(before);
+  });
+
   it('an effect sealed under a key the config lacks: keys reseal leaves it, names it, and exits 1', async () => {
     mailUp = false;
     app = await start({ current: 'k0', keys: { k0: K2 } });
