@@ -117,6 +117,9 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   };
   let server: Server;
   let adminServer: Server | undefined;
+  // Set once close() begins: the webhook port takes no new connections from then on, while a
+  // metrics port of its own (closed last) still answers; its /readyz must not say ready.
+  let shuttingDown = false;
   try {
     const admin: AdminHandlers = {
       metrics: async () => {
@@ -127,6 +130,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
         return metrics.registry.render();
       },
       notReady: async () => {
+        if (shuttingDown) return ['shutting down: no new webhooks are taken'];
         const problems = [...keyring.problems, ...engine.problems, ...allRetired(config, Date.now())];
         try {
           await store.ping();
@@ -189,6 +193,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     reloadSecrets: () => secretChecks.reload(),
     close() {
       closing ??= (async () => {
+        shuttingDown = true;
         secretChecks.stop();
         metrics.stop();
         // Stop accepting; requests already in the pipeline finish (their commits are answered);

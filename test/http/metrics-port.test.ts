@@ -77,6 +77,28 @@ describeEachStore('serve with a metrics port of its own', (kind) => {
     expect(valueOf(await scrape(app.metricsUrl!), accepted), 'the metrics port took a webhook').toBe(1);
   });
 
+  it('once close() has begun, /readyz on the metrics port says not ready: the webhook port no longer takes connections', async () => {
+    const webhookPort = Number(new URL(app.url).port);
+    // A sender stalled mid-body keeps the webhook server's close waiting (up to its grace period).
+    const stalled = connect(webhookPort, '127.0.0.1');
+    await new Promise<void>((r) => stalled.once('connect', () => r()));
+    stalled.on('error', () => undefined);
+    stalled.write('POST /webhooks/stripe HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"id":');
+    await new Promise((r) => setTimeout(r, 50));
+    expect((await get(`${app.metricsUrl}/readyz`)).status).toBe(200);
+    const closing = app.close();
+    try {
+      await new Promise((r) => setTimeout(r, 50));
+      expect(await refused(webhookPort), 'the webhook port still takes connections').toBe(true);
+      const ready = await get(`${app.metricsUrl}/readyz`);
+      expect(ready.status, ready.text).toBe(503);
+      expect(ready.json()).toEqual({ status: 'not_ready', problems: ['shutting down: no new webhooks are taken'] });
+    } finally {
+      stalled.destroy();
+      await closing;
+    }
+  });
+
   it('close() stops both ports', async () => {
     const metricsPort = Number(new URL(app.metricsUrl!).port);
     const webhookPort = Number(new URL(app.url).port);
