@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { withDeadline } from '../deadline.js';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { KeyRing } from '../crypto/keyring.js';
@@ -57,6 +58,8 @@ export class Engine {
   readonly fresh: FreshBodies | undefined;
   private unsubscribe: (() => void) | undefined;
   private readonly clock: ClockSkewWatch;
+  /** The queue gauges' database reads in progress (refreshGauges). */
+  private refreshing: Promise<void> | undefined;
 
   constructor(private readonly o: EngineOptions) {
     const { config, store, log } = o;
@@ -116,8 +119,21 @@ export class Engine {
     await closeAll(this.destinations.values());
   }
 
-  /** Re-reads the queue gauges (oldest age, rows by status, relay lag, effects). */
-  refreshGauges(): Promise<void> {
-    return refreshQueueGauges(this.metrics, this.o.store);
+  /**
+   * Re-reads the queue gauges (oldest age, rows by status, relay lag, effects), waiting for the
+   * database at most `waitMs`: past that it rejects and the gauges keep their last values until
+   * the reads answer. A scrape must not wait on a stuck database (a table lock, a write lock held
+   * by another process): it waited commitTimeoutMs (10 s, a scraper's usual timeout), the scrape
+   * failed, and with it every series, the ones telling of the outage included. One read at a time:
+   * scrapes while it is out share it rather than pile more queries on the database.
+   */
+  refreshGauges(waitMs = GAUGE_REFRESH_WAIT_MS): Promise<void> {
+    this.refreshing ??= refreshQueueGauges(this.metrics, this.o.store).finally(() => {
+      this.refreshing = undefined;
+    });
+    return withDeadline(this.refreshing, waitMs, () => new Error(`the database did not answer the queue gauges' reads within ${waitMs} ms; they keep their last values`));
   }
 }
+
+/** How long a scrape waits for the queue gauges' database reads. */
+export const GAUGE_REFRESH_WAIT_MS = 2000;
