@@ -3,6 +3,15 @@ import { Counter, Gauge, Histogram, type Registry } from './registry.js';
 
 const E2E_SECONDS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600];
 
+/**
+ * Event types per endpoint with a series of their own in the oldest-unprocessed gauge. The type
+ * is the sender's (on GitHub an unsigned header, so anyone replaying one captured delivery under
+ * new GUIDs picks it): one series per type waiting made the scrape as large as a sender wanted.
+ */
+export const MAX_TYPE_SERIES = 100;
+/** The type label of the series that holds the oldest age of an endpoint's other types. */
+export const OTHER_TYPES = '(other)';
+
 /** The processing engine's metrics, on the server's one registry. */
 export function engineMetrics(registry: Registry) {
   return {
@@ -18,7 +27,7 @@ export function engineMetrics(registry: Registry) {
     clockSkew: registry.register(new Gauge('webhook_clock_skew_seconds', "This process's clock minus the database server's (PostgreSQL; re-read every minute). Leases are timed by each process's clock: keep it well under a quarter of workers.leaseMs.")),
     listenerLost: registry.register(new Counter('webhook_listener_lost_total', 'Times the PostgreSQL LISTEN connection that wakes the workers was lost (an error, a close, no answer to its liveness check); until it is back, workers find new events at their poll (workers.pollMs).')),
     inboxRows: registry.register(new Gauge('webhook_inbox_rows', 'Inbox rows by status (PENDING, PROCESSING, FAILED; not PROCESSED).', ['status'])),
-    oldestUnprocessed: registry.register(new Gauge('webhook_inbox_oldest_unprocessed_age_seconds', 'Age of the oldest PENDING/PROCESSING row, by endpoint and event type.', ['endpoint', 'type'])),
+    oldestUnprocessed: registry.register(new Gauge('webhook_inbox_oldest_unprocessed_age_seconds', `Age of the oldest PENDING/PROCESSING row, by endpoint and event type (an endpoint's ${MAX_TYPE_SERIES} oldest types; the rest as type="${OTHER_TYPES}").`, ['endpoint', 'type'])),
     relayLag: registry.register(new Gauge('webhook_outbox_relay_lag_seconds', 'Age of the oldest unpublished outbox row (0 when none).')),
     outboxUnpublished: registry.register(new Gauge('webhook_outbox_unpublished', 'Outbox rows not yet published (parked ones included).')),
     outboxParked: registry.register(new Gauge('webhook_outbox_parked', 'Unpublished outbox rows parked after a destination refused them for good: not retried until an operator requeues them.')),
@@ -34,13 +43,26 @@ export async function refreshQueueGauges(m: EngineMetrics, store: WorkStore, now
   // PROCESSED rows are not counted (that would scan the whole history on every scrape); their
   // rate is webhook_worker_attempts_total{result="success"}.
   const byStatus: Record<string, number> = { PENDING: 0, PROCESSING: 0, FAILED: 0 };
-  m.oldestUnprocessed.clear();
+  // Oldest age by endpoint, then by event type.
+  const ages = new Map<string, Map<string, number>>();
   for (const b of backlog as BacklogStat[]) {
     byStatus[b.status] = (byStatus[b.status] ?? 0) + b.count;
     if (b.status === 'PENDING' || b.status === 'PROCESSING') {
-      const key = [b.endpointId, b.eventType];
+      let types = ages.get(b.endpointId);
+      if (!types) ages.set(b.endpointId, (types = new Map()));
       const age = Math.max(0, (nowMs - b.oldestReceivedAtMs) / 1000);
-      m.oldestUnprocessed.set(key, Math.max(age, m.oldestUnprocessed.get(key) ?? 0));
+      types.set(b.eventType, Math.max(age, types.get(b.eventType) ?? 0));
+    }
+  }
+  m.oldestUnprocessed.clear();
+  for (const [endpoint, types] of ages) {
+    // The oldest types keep their own series; the rest share one, with their oldest age.
+    const byAge = [...types].sort((a, b) => b[1] - a[1]);
+    for (const [type, age] of byAge.slice(0, MAX_TYPE_SERIES)) m.oldestUnprocessed.set([endpoint, type], age);
+    if (byAge.length > MAX_TYPE_SERIES) {
+      // (A type of that very name among the oldest shares the series: the older age stands.)
+      const key = [endpoint, OTHER_TYPES];
+      m.oldestUnprocessed.set(key, Math.max(byAge[MAX_TYPE_SERIES]![1], m.oldestUnprocessed.get(key) ?? 0));
     }
   }
   for (const [status, n] of Object.entries(byStatus)) m.inboxRows.set([status], n);
