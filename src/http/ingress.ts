@@ -128,9 +128,11 @@ export class Ingress {
 
   /**
    * HTTP that never became a request (malformed, an oversized header block, too slow to arrive):
-   * Node's parser refused it, so there is no endpoint; logged and counted as `(unparsed)`.
+   * Node's parser refused it, so there is no endpoint; logged and counted as `(unparsed)`. Also a
+   * request without exactly one Host on a path other than /webhooks/… (bad_host): as malformed,
+   * and it names no endpoint either.
    */
-  refusedConnection(reason: 'bad_request' | 'headers_too_large' | 'request_timeout' | 'method_not_allowed'): void {
+  refusedConnection(reason: 'bad_request' | 'headers_too_large' | 'request_timeout' | 'method_not_allowed' | 'bad_host'): void {
     const e = new IngressError(reason);
     this.deps.metrics.requests.inc([UNPARSED, e.outcome]);
     this.deps.log.info({ endpoint: UNPARSED, outcome: e.outcome, reason, status: e.status });

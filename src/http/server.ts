@@ -105,9 +105,13 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     if (bad || endsConnection(req)) closeAfterAnswer(req, res);
     const refusal = bad ?? new IngressError('expectation_failed', 'only 100-continue is supported');
     const endpointId = endpointIdOf(pathOf(req));
-    // On a webhook path it is logged and counted like any refusal there.
+    // On a webhook path it is logged and counted like any refusal there; elsewhere a bad Host is
+    // malformed HTTP, logged and counted as such.
     if (endpointId !== undefined) void ingress.handle(req, res, endpointId, performance.now(), refusal);
-    else sendError(req, res, refusal);
+    else {
+      if (bad) ingress.refusedConnection('bad_host');
+      sendError(req, res, refusal);
+    }
   });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     // Behind a refusal that closes the connection (it came in the same bytes): not served.
@@ -124,7 +128,11 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       void ingress.handle(req, res, endpointId, startedAt, refusal);
       return;
     }
-    if (bad) return sendError(req, res, bad);
+    if (bad) {
+      // Malformed HTTP on any path: logged and counted, as on a webhook path or as the parser's refusals.
+      ingress.refusedConnection('bad_host');
+      return sendError(req, res, bad);
+    }
     if (serveAdmin(path, req, res, admin, adminRoutes)) return;
     afterRefusal(req, res, true);
     sendJson(res, 404, '{"error":"not_found"}');
