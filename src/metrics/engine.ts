@@ -14,7 +14,23 @@ export const OTHER_TYPES = '(other)';
 
 /** The processing engine's metrics, on the server's one registry. */
 export function engineMetrics(registry: Registry) {
+  // The queue's oldest times as last read (refreshQueueGauges). The two age gauges are their age
+  // at each scrape: while the database does not answer, the ages go on growing from the last read
+  // instead of standing still at it (an alert on a backlog nobody drains stayed quiet).
+  const oldest: { unprocessed: Map<string, { readonly labels: string[]; readonly atMs: number }>; outbox: number | null | undefined } = {
+    unprocessed: new Map(),
+    outbox: undefined, // not read yet; null: no unpublished row
+  };
+  const oldestUnprocessed: Gauge = new Gauge('webhook_inbox_oldest_unprocessed_age_seconds', `Age of the oldest PENDING/PROCESSING row, by endpoint and event type (an endpoint's ${MAX_TYPE_SERIES} oldest types; the rest as type="${OTHER_TYPES}").`, ['endpoint', 'type'], () => {
+    const now = Date.now();
+    oldestUnprocessed.clear();
+    for (const { labels, atMs } of oldest.unprocessed.values()) oldestUnprocessed.set(labels, Math.max(0, (now - atMs) / 1000));
+  });
+  const relayLag: Gauge = new Gauge('webhook_outbox_relay_lag_seconds', 'Age of the oldest unpublished outbox row (0 when none).', [], () => {
+    if (oldest.outbox !== undefined) relayLag.set([], oldest.outbox === null ? 0 : Math.max(0, (Date.now() - oldest.outbox) / 1000));
+  });
   return {
+    oldest,
     attempts: registry.register(new Counter('webhook_worker_attempts_total', 'Processing attempts by result (success, retry, failed) and reason.', ['result', 'reason'])),
     processingLatency: registry.register(new Histogram('webhook_processing_latency_seconds', 'Time from receipt to a terminal state (PROCESSED or FAILED).', E2E_SECONDS, ['status'])),
     bodies: registry.register(new Counter('webhook_worker_bodies_total', 'Event bodies a worker opened, by where it got them: memory (accepted by this process moments before) or store.', ['source'])),
@@ -27,8 +43,8 @@ export function engineMetrics(registry: Registry) {
     clockSkew: registry.register(new Gauge('webhook_clock_skew_seconds', "This process's clock minus the database server's (PostgreSQL; re-read every minute). Leases are timed by each process's clock: keep it well under a quarter of workers.leaseMs.")),
     listenerLost: registry.register(new Counter('webhook_listener_lost_total', 'Times the PostgreSQL LISTEN connection that wakes the workers was lost (an error, a close, no answer to its liveness check); until it is back, workers find new events at their poll (workers.pollMs).')),
     inboxRows: registry.register(new Gauge('webhook_inbox_rows', 'Inbox rows by status (PENDING, PROCESSING, FAILED; not PROCESSED).', ['status'])),
-    oldestUnprocessed: registry.register(new Gauge('webhook_inbox_oldest_unprocessed_age_seconds', `Age of the oldest PENDING/PROCESSING row, by endpoint and event type (an endpoint's ${MAX_TYPE_SERIES} oldest types; the rest as type="${OTHER_TYPES}").`, ['endpoint', 'type'])),
-    relayLag: registry.register(new Gauge('webhook_outbox_relay_lag_seconds', 'Age of the oldest unpublished outbox row (0 when none).')),
+    oldestUnprocessed: registry.register(oldestUnprocessed),
+    relayLag: registry.register(relayLag),
     outboxUnpublished: registry.register(new Gauge('webhook_outbox_unpublished', 'Outbox rows not yet published (parked ones included).')),
     outboxParked: registry.register(new Gauge('webhook_outbox_parked', 'Unpublished outbox rows parked after a destination refused them for good: not retried until an operator requeues them.')),
     effectRows: registry.register(new Gauge('webhook_effects', 'Side-effect rows by status (PENDING, PROCESSING, FAILED; not DONE).', ['status'])),
@@ -38,37 +54,38 @@ export function engineMetrics(registry: Registry) {
 export type EngineMetrics = ReturnType<typeof engineMetrics>;
 
 /** Reads the queue gauges from the store (one pass per scrape; called only by /metrics). */
-export async function refreshQueueGauges(m: EngineMetrics, store: WorkStore, nowMs = Date.now()): Promise<void> {
+export async function refreshQueueGauges(m: EngineMetrics, store: WorkStore): Promise<void> {
   const [backlog, queues] = await Promise.all([store.backlog(), store.queueStats()]);
   // PROCESSED rows are not counted (that would scan the whole history on every scrape); their
   // rate is webhook_worker_attempts_total{result="success"}.
   const byStatus: Record<string, number> = { PENDING: 0, PROCESSING: 0, FAILED: 0 };
-  // Oldest age by endpoint, then by event type.
-  const ages = new Map<string, Map<string, number>>();
+  // Oldest receipt by endpoint, then by event type.
+  const firsts = new Map<string, Map<string, number>>();
   for (const b of backlog as BacklogStat[]) {
     byStatus[b.status] = (byStatus[b.status] ?? 0) + b.count;
     if (b.status === 'PENDING' || b.status === 'PROCESSING') {
-      let types = ages.get(b.endpointId);
-      if (!types) ages.set(b.endpointId, (types = new Map()));
-      const age = Math.max(0, (nowMs - b.oldestReceivedAtMs) / 1000);
-      types.set(b.eventType, Math.max(age, types.get(b.eventType) ?? 0));
+      let types = firsts.get(b.endpointId);
+      if (!types) firsts.set(b.endpointId, (types = new Map()));
+      types.set(b.eventType, Math.min(b.oldestReceivedAtMs, types.get(b.eventType) ?? Infinity));
     }
   }
-  m.oldestUnprocessed.clear();
-  for (const [endpoint, types] of ages) {
-    // The oldest types keep their own series; the rest share one, with their oldest age.
-    const byAge = [...types].sort((a, b) => b[1] - a[1]);
-    for (const [type, age] of byAge.slice(0, MAX_TYPE_SERIES)) m.oldestUnprocessed.set([endpoint, type], age);
-    if (byAge.length > MAX_TYPE_SERIES) {
-      // (A type of that very name among the oldest shares the series: the older age stands.)
-      const key = [endpoint, OTHER_TYPES];
-      m.oldestUnprocessed.set(key, Math.max(byAge[MAX_TYPE_SERIES]![1], m.oldestUnprocessed.get(key) ?? 0));
-    }
+  const unprocessed = new Map<string, { labels: string[]; atMs: number }>();
+  const keep = (labels: string[], atMs: number) => {
+    const key = labels.join('\u0000');
+    unprocessed.set(key, { labels, atMs: Math.min(atMs, unprocessed.get(key)?.atMs ?? Infinity) });
+  };
+  for (const [endpoint, types] of firsts) {
+    // The oldest types keep their own series; the rest share one, with their oldest receipt (a
+    // type of that very name among the oldest shares it too: the older stands).
+    const byAge = [...types].sort((a, b) => a[1] - b[1]);
+    for (const [type, atMs] of byAge.slice(0, MAX_TYPE_SERIES)) keep([endpoint, type], atMs);
+    if (byAge.length > MAX_TYPE_SERIES) keep([endpoint, OTHER_TYPES], byAge[MAX_TYPE_SERIES]![1]);
   }
+  m.oldest.unprocessed = unprocessed;
+  m.oldest.outbox = queues.outboxOldestMs;
   for (const [status, n] of Object.entries(byStatus)) m.inboxRows.set([status], n);
   m.outboxUnpublished.set([], queues.outboxUnpublished);
   m.outboxParked.set([], queues.outboxParked);
-  m.relayLag.set([], queues.outboxOldestMs === null ? 0 : Math.max(0, (nowMs - queues.outboxOldestMs) / 1000));
   // Likewise DONE effects: their rate is webhook_effect_attempts_total{result="success"}.
   for (const [status, n] of Object.entries(queues.effects)) m.effectRows.set([status], n);
 }

@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterEach, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from '../helpers/app.js';
+import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { scrape, series, valueOf } from '../helpers/metric-samples.js';
@@ -71,5 +71,33 @@ describeEachStore('/metrics while the database is stuck', (kind) => {
     release = undefined;
     const after = await scrape(app.url);
     expect(valueOf(after, pending)).toBe(kind === 'sqlite' ? 2 : 1); // SQLite: the request that waited was accepted
+  });
+
+  // The oldest unprocessed row as last read is still waiting, or was processed since; its age
+  // stood still at the last read for as long as the database did not answer, so an alert on it
+  // (a backlog nobody drains) stayed quiet through the outage.
+  it('the oldest unprocessed age and the relay lag go on growing from the last read while the database does not answer', async () => {
+    // Routed to a broker (never reached: the workers and the relay are off here), so the event
+    // also leaves an unpublished outbox row behind.
+    app = await startTestApp(kind, {
+      destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:1', subject: 'wi.{provider}.{type}', timeoutMs: 1000 }],
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }], routes: [{ events: ['*'], destination: 'bus' }] }],
+    });
+    const body = stripeEvent('evt_aging');
+    expect((await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(200);
+    const age = series('webhook_inbox_oldest_unprocessed_age_seconds', { endpoint: 'stripe', type: 'payment_intent.succeeded' });
+    const lag = series('webhook_outbox_relay_lag_seconds');
+    await new Promise((r) => setTimeout(r, 100));
+    const before = await scrape(app.url);
+    expect(valueOf(before, age)).toBeGreaterThan(0);
+    expect(valueOf(before, lag)).toBeGreaterThan(0);
+
+    release = await stall(app);
+    const first = await scrape(app.url);
+    await new Promise((r) => setTimeout(r, 1500));
+    const second = await scrape(app.url);
+    for (const s of [age, lag]) {
+      expect(valueOf(second, s) - valueOf(first, s), `${s}: ${valueOf(first, s)} s, then ${valueOf(second, s)} s`).toBeGreaterThanOrEqual(1.4);
+    }
   });
 });
