@@ -33,9 +33,11 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
  * The YAML document as plain data. Its warnings are refused like its errors: an unknown tag
  * (`!vault whsec_…`) is only a warning to the parser, which then takes the value as a plain
  * string, and by default prints it with the source line (an inline secret) to stderr.
+ * `logLevel: 'error'` prints nothing (the parser prints only at 'warn' and 'debug') and still
+ * reports a second document (MULTIPLE_DOCS), which 'silent' let the parser drop without a word.
  */
 function readYaml(text: string): unknown {
-  const d = parseDocument(text, { logLevel: 'silent' });
+  const d = parseDocument(text, { logLevel: 'error' });
   const problem = d.errors[0] ?? d.warnings[0];
   if (problem) throw problem;
   return d.toJS();

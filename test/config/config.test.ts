@@ -222,6 +222,17 @@ describe('config files', () => {
     expect(() => loadConfigFile(join(dir, 'cut.json'), {})).toThrow(/cut\.json: not valid JSON at line 2, column 15$/);
     expect(() => loadConfigFile(join(dir, 'missing.yaml'), {})).toThrow(/missing\.yaml: cannot read config file \(ENOENT\)/);
   });
+
+  // A second document (`---` then more keys, two configs pasted into one file) was dropped without
+  // a word: the server ran on the first document's settings only.
+  it('a YAML file of several documents is refused, by place', () => {
+    const first = stringify(withEndpoint(stripeEp()));
+    writeFileSync(join(dir, 'two-docs.yaml'), `${first}---\nlisten: { host: 127.0.0.1, port: 9999 }\n`);
+    expect(() => loadConfigFile(join(dir, 'two-docs.yaml'), {})).toThrow(/two-docs\.yaml: not valid YAML \(MULTIPLE_DOCS\) at line \d+, column \d+$/);
+    // One document, with or without its markers, still loads.
+    writeFileSync(join(dir, 'one-doc.yaml'), `---\n${first}...\n`);
+    expect(loadConfigFile(join(dir, 'one-doc.yaml'), {}).endpoints[0]!.id).toBe('ep');
+  });
 });
 
 describe('secret references', () => {
