@@ -12,8 +12,10 @@ export function child(path: string, key: string | number): string {
 }
 
 export function asObject(v: unknown, path: string, allowed: readonly string[]): Obj {
-  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new ConfigError(path || '(root)', 'must be an object');
-  for (const [k, value] of Object.entries(v)) {
+  // A plain mapping only: YAML's !!omap and !!set load as a Map and a Set (a 1.1 timestamp as a
+  // Date), objects whose entries Object.entries does not see, so their keys went unchecked and unread.
+  if (Object.prototype.toString.call(v) !== '[object Object]') throw new ConfigError(path || '(root)', 'must be an object');
+  for (const [k, value] of Object.entries(v as Obj)) {
     if (allowed.includes(k)) continue;
     // A long "key" is more likely a value in the wrong place (a secret, say) than a typo: not echoed.
     // Nor is a key without a value, whatever its length: that is a value written alone, without its

@@ -225,6 +225,17 @@ describe('config files', () => {
 
   // A second document (`---` then more keys, two configs pasted into one file) was dropped without
   // a word: the server ran on the first document's settings only.
+  // `!!omap` and `!!set` are standard YAML tags; their values load as a Map and a Set, whose keys
+  // the checks did not see: `listen: !!omap [{ port: 9090 }]` loaded as an empty listen (port 8080).
+  it('a mapping tagged !!omap or !!set is refused, not read as an empty mapping', () => {
+    const { listen: _listen, ...doc } = withEndpoint(stripeEp()) as Record<string, unknown>;
+    const text = stringify(doc);
+    writeFileSync(join(dir, 'omap.yaml'), `${text}listen: !!omap [ { port: 9090 } ]\n`);
+    expect(() => loadConfigFile(join(dir, 'omap.yaml'), {})).toThrow(/^listen: must be an object/);
+    writeFileSync(join(dir, 'set.yaml'), `${text}limits: !!set { maxHeaders }\n`);
+    expect(() => loadConfigFile(join(dir, 'set.yaml'), {})).toThrow(/^limits: must be an object/);
+  });
+
   it('a YAML file of several documents is refused, by place', () => {
     const first = stringify(withEndpoint(stripeEp()));
     writeFileSync(join(dir, 'two-docs.yaml'), `${first}---\nlisten: { host: 127.0.0.1, port: 9999 }\n`);
