@@ -87,6 +87,16 @@ describe('config errors', () => {
     expect(errorOf({ ...base(), database: 'sqlite:/tmp/x.db?busyTimoutMs=100' })).toMatch(/^ConfigError: database: /);
   });
 
+  // txTimeoutMs is a timer: past 2^31-1 ms Node fires it after 1 ms (TimeoutOverflowWarning), so a
+  // "never time out" 3000000000 rolled back every handler transaction at once; 0 did the same. A
+  // busy_timeout past a 32-bit int wraps in SQLite. Both passed check-config.
+  it('SQLite URL timeouts a timer or SQLite cannot hold (0, past 2^31-1 ms) are a config error naming database', () => {
+    for (const q of ['txTimeoutMs=3000000000', 'txTimeoutMs=0', 'busyTimeoutMs=2147483648']) {
+      expect(errorOf({ ...base(), database: `sqlite:/tmp/x.db?${q}` })).toMatch(/^ConfigError: database: sqlite URL parameter \w+ must be an integer from \d+ to 2147483647/);
+    }
+    expect(parseConfig({ ...base(), database: 'sqlite:/tmp/x.db?txTimeoutMs=2147483647&busyTimeoutMs=0' }, {}).database).toContain('txTimeoutMs');
+  });
+
   // parseConfig(doc, env) resolves ${env:} references from `env` (destination URLs do); adapter option secrets read process.env instead, so a library caller's env was ignored.
   it('${env:} references in provider options are resolved from the env given to parseConfig', () => {
     const doc = { ...base(), endpoints: [{ id: 'c', provider: 'checkout', secrets: [{ version: 'v1', value: 'cko-secret' }], options: { authorization: ['${env:AUDIT_CKO_AUTH}'] } }] };

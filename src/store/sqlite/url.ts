@@ -6,6 +6,7 @@ import { resolve } from 'node:path';
 import type { WorkerInit } from './worker.js';
 
 const SQLITE_URL_PARAMS = ['busyTimeoutMs', 'txTimeoutMs'] as const;
+const MAX_TIMER_MS = 2_147_483_647;
 
 /** `sqlite:./data/inbox.db?busyTimeoutMs=6000&txTimeoutMs=10000` → file + options. */
 export function parseSqliteUrl(url: string): WorkerInit {
@@ -20,15 +21,20 @@ export function parseSqliteUrl(url: string): WorkerInit {
       throw new Error(`unknown sqlite URL parameter ${name.length <= 32 ? `"${name}"` : `(a ${name.length}-character name)`} (allowed: ${SQLITE_URL_PARAMS.join(', ')})`);
     }
   }
-  const num = (name: (typeof SQLITE_URL_PARAMS)[number], fallback: number) => {
+  // At most 2^31-1 ms: txTimeoutMs is a timer, which Node fires after 1 ms past that (every
+  // transaction rolled back at once), and SQLite's busy_timeout is a 32-bit int (it wraps).
+  const num = (name: (typeof SQLITE_URL_PARAMS)[number], fallback: number, min: number) => {
     const v = params.get(name);
     if (v === null) return fallback;
-    if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new Error(`sqlite URL parameter ${name} must be a non-negative integer (milliseconds)`);
+    if (!/^\d+$/.test(v) || Number(v) < min || Number(v) > MAX_TIMER_MS) {
+      throw new Error(`sqlite URL parameter ${name} must be an integer from ${min} to ${MAX_TIMER_MS} (milliseconds)`);
+    }
     return Number(v);
   };
   if (!file) throw new Error('sqlite URL needs a file path, e.g. sqlite:./data/webhook-inbox.db');
-  const txTimeoutMs = num('txTimeoutMs', 10_000);
-  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', defaultBusyTimeoutMs(txTimeoutMs)), txTimeoutMs, durableEngineCommits: true };
+  // Not 0: a transaction could not run a statement before it was rolled back.
+  const txTimeoutMs = num('txTimeoutMs', 10_000, 1);
+  return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', defaultBusyTimeoutMs(txTimeoutMs), 0), txTimeoutMs, durableEngineCommits: true };
 }
 
 /**
