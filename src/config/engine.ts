@@ -90,7 +90,8 @@ function url(o: Obj, path: string, protocols: readonly string[], env: NodeJS.Pro
   const p = child(path, 'url');
   let v: string;
   try {
-    v = resolveSecret(parseSecretRef(reqString(o, 'url', path), p), env);
+    if (o.url === undefined) throw new ConfigError(p, 'is required and must be a non-empty string');
+    v = resolveSecret(parseSecretRef(o.url, p), env);
   } catch (err) {
     if (err instanceof SecretUnavailableError) throw new ConfigError(p, err.detail);
     throw err;

@@ -31,17 +31,30 @@ export function asArray(v: unknown, path: string): unknown[] {
   return v;
 }
 
+/**
+ * The strings these readers return are taken as written: a reference there (`host: "${env:HOST}"`)
+ * would be its own text, never its value, and fail later or match nothing (an `events` glob). So
+ * one is refused; references are read where secrets go (config/secrets.ts parseSecretRef). The
+ * value is not echoed.
+ */
+export const REFERENCE_NOT_READ = 'contains "${": a reference (${env:NAME}, ${file:PATH}) is read only where a secret goes (secret values, payloadKeys.keys, a destination\'s url and secret, provider options that hold secrets); write the value itself';
+
+function literal(v: string, path: string): string {
+  if (v.includes('${')) throw new ConfigError(path, REFERENCE_NOT_READ);
+  return v;
+}
+
 export function reqString(o: Obj, key: string, path: string): string {
   const v = o[key];
   if (typeof v !== 'string' || v.length === 0) throw new ConfigError(child(path, key), 'is required and must be a non-empty string');
-  return v;
+  return literal(v, child(path, key));
 }
 
 export function optString(o: Obj, key: string, path: string): string | undefined {
   const v = o[key];
   if (v === undefined) return undefined;
   if (typeof v !== 'string' || v.length === 0) throw new ConfigError(child(path, key), 'must be a non-empty string');
-  return v;
+  return literal(v, child(path, key));
 }
 
 export function optInt(o: Obj, key: string, path: string, min: number, max: number): number | undefined {
@@ -84,6 +97,6 @@ export function optStringArray(o: Obj, key: string, path: string): string[] | un
   const p = child(path, key);
   return asArray(v, p).map((s, i) => {
     if (typeof s !== 'string' || s.length === 0) throw new ConfigError(child(p, i), 'must be a non-empty string');
-    return s;
+    return literal(s, child(p, i));
   });
 }

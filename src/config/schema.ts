@@ -167,6 +167,9 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   // Blank is not a host: Node would resolve " " or fail at serve; --host refuses it likewise.
   if (listen.host.trim() === '') throw new ConfigError(child(lp, 'host'), 'must name a host or address, not be blank');
 
+  if (typeof o.database === 'string' && o.database.includes('${') && !env.DATABASE_URL) {
+    throw new ConfigError('database', 'contains "${": a reference is not read here; to keep the URL (and its password) out of the config, set DATABASE_URL, which overrides database');
+  }
   const database = env.DATABASE_URL || reqString(o, 'database', '');
   const dbPath = env.DATABASE_URL ? 'DATABASE_URL' : 'database';
   if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(database)) throw new ConfigError(dbPath, 'must start with sqlite: or postgres://');

@@ -289,6 +289,29 @@ describe('secret references', () => {
     },
   );
 
+  // A reference is read only where a secret goes. Elsewhere it was taken as the literal text, without
+  // a word: `host: "${env:HOST}"` passed check-config, and `events: ["${env:EVENTS}"]` ignored every event.
+  it.each<[string, unknown, RegExp]>([
+    ['listen.host', { ...base(), listen: { host: '${env:HOST}' } }, /^listen\.host: /],
+    ['an events glob', withEndpoint(stripeEp({ events: ['${env:EVENTS}'] })), /^endpoints\[0\]\.events\[0\]: /],
+    ['a route\'s events glob', { ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }], endpoints: [stripeEp({ routes: [{ events: ['${env:EVENTS}'], destination: 'api' }] })] }, /^endpoints\[0\]\.routes\[0\]\.events\[0\]: /],
+    ['a secret version', withEndpoint(stripeEp({ secrets: [{ version: '${env:VERSION}', value: 'whsec_a' }] })), /^endpoints\[0\]\.secrets\[0\]\.version: /],
+    ['payloadKeys.current', { ...base(), payloadKeys: { current: '${env:CURRENT}', keys: { '${env:CURRENT}': PAYLOAD_KEY } } }, /^payloadKeys\.current: /],
+    ['a generic-hmac option', withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], options: { signatureHeader: '${env:SIG_HEADER}', idPath: 'id' } }), /^endpoints\[0\]\.options\.signatureHeader: /],
+    ['a rabbitmq queue', { ...base(), destinations: [{ id: 'mq', type: 'rabbitmq', url: 'amqp://127.0.0.1', exchange: 'x', queue: '${env:QUEUE}' }] }, /^destinations\[0\]\.queue: /],
+  ])('a reference in %s (not a secret) is refused, not taken literally', (_name, doc, where) => {
+    const env = { HOST: '0.0.0.0', EVENTS: '*', VERSION: 'v1', CURRENT: 'k1', SIG_HEADER: 'x-sig', QUEUE: 'q' };
+    const message = errorOf(doc, env);
+    expect(message).toMatch(where);
+    expect(message).toMatch(/a reference \(\$\{env:NAME\}, \$\{file:PATH\}\) is read only where a secret goes/);
+  });
+
+  it('a reference as database says that DATABASE_URL overrides it', () => {
+    expect(errorOf({ ...base(), database: '${env:DB}' }, { DB: 'sqlite:/tmp/y.db' })).toMatch(/^database: .*set DATABASE_URL/);
+    // Where a secret goes, it is still read.
+    expect(parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: '${env:FWD}', secret: '${env:FWD_SECRET}' }] }, { FWD: 'http://127.0.0.1:9000/h' }).destinations[0]!.url).toBe('http://127.0.0.1:9000/h');
+  });
+
   it('a payload key reference written almost right is refused the same way', () => {
     expect(errorOf({ ...base(), payloadKeys: { current: 'k1', keys: { k1: '${env:KEY ' } } })).toMatch(/^payloadKeys\.keys\.k1: is not a valid reference/);
   });
