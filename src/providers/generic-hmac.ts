@@ -59,25 +59,50 @@ function parseTemplate(t: string, path: string): Part[] {
   return parts;
 }
 
+/** RFC 9110 §5.1: a field name is a token. Any other name (`X-Signature:`, `x sig`) no request carries. */
+const TOKEN_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+function headerName(name: string | undefined, path: string): string | undefined {
+  if (name !== undefined && !TOKEN_RE.test(name)) throw new ConfigError(path, 'must be a header name alone (letters, digits, "-"; no ":", spaces or value), so a request can carry it');
+  return name?.toLowerCase();
+}
+
+/** `contentTypes` are compared with a request's bare media type, lower-cased, parameters dropped. */
+function mediaType(t: string, path: string): string {
+  const [type, subtype, ...rest] = t.split('/');
+  if (rest.length > 0 || !type || !subtype || !TOKEN_RE.test(type) || !TOKEN_RE.test(subtype) || type === '*' || subtype === '*') {
+    throw new ConfigError(path, 'must be a media type alone, e.g. application/json (no parameters such as "; charset=…", no wildcards): it is compared with the request\'s media type');
+  }
+  return t.toLowerCase();
+}
+
+/** A dotted path of member names (`data.object.id`, an array index as `items.0.id`); pathValue reads no other syntax. */
+function jsonPath(p: string | undefined, path: string): string | undefined {
+  if (p !== undefined && (p.split('.').some((k) => k === '') || p === '$' || p.startsWith('$.') || /\[.*\]/.test(p))) {
+    throw new ConfigError(path, 'must be a dotted path of member names, e.g. data.object.id (an array index as a name: items.0.id), not JSONPath');
+  }
+  return p;
+}
+
 export const createGenericHmac: AdapterFactory = (options, path) => {
   const o = asObject(options ?? {}, path, KEYS);
-  const signatureHeader = reqString(o, 'signatureHeader', path).toLowerCase();
+  const signatureHeader = headerName(reqString(o, 'signatureHeader', path), child(path, 'signatureHeader'))!;
   const algorithm: HmacAlgorithm = optEnum(o, 'algorithm', path, ['sha1', 'sha256', 'sha512'] as const) ?? 'sha256';
   const encoding = optEnum(o, 'encoding', path, ['hex', 'base64'] as const) ?? 'hex';
   const prefix = optString(o, 'prefix', path) ?? '';
   const separator = optString(o, 'separator', path);
   const secretEncoding = optEnum(o, 'secretEncoding', path, ['utf8', 'base64', 'hex'] as const) ?? 'utf8';
   const template = parseTemplate(optString(o, 'signedContent', path) ?? '{body}', child(path, 'signedContent'));
-  const timestampHeader = optString(o, 'timestampHeader', path)?.toLowerCase();
-  const idHeader = optString(o, 'idHeader', path)?.toLowerCase();
-  const idPath = optString(o, 'idPath', path);
-  const typeHeader = optString(o, 'typeHeader', path)?.toLowerCase();
+  const timestampHeader = headerName(optString(o, 'timestampHeader', path), child(path, 'timestampHeader'));
+  const idHeader = headerName(optString(o, 'idHeader', path), child(path, 'idHeader'));
+  const idPath = jsonPath(optString(o, 'idPath', path), child(path, 'idPath'));
+  const typeHeader = headerName(optString(o, 'typeHeader', path), child(path, 'typeHeader'));
   const unsignedTypeHeader = optBool(o, 'unsignedTypeHeader', path) ?? false;
-  const typePath = optString(o, 'typePath', path) ?? (typeHeader ? undefined : 'type');
-  const objectIdPath = optString(o, 'objectIdPath', path);
-  const objectVersionPath = optString(o, 'objectVersionPath', path);
-  const createdAtPath = optString(o, 'createdAtPath', path);
-  const contentTypes = optStringArray(o, 'contentTypes', path)?.map((s) => s.toLowerCase()) ?? ['application/json'];
+  const typePath = jsonPath(optString(o, 'typePath', path), child(path, 'typePath')) ?? (typeHeader ? undefined : 'type');
+  const objectIdPath = jsonPath(optString(o, 'objectIdPath', path), child(path, 'objectIdPath'));
+  const objectVersionPath = jsonPath(optString(o, 'objectVersionPath', path), child(path, 'objectVersionPath'));
+  const createdAtPath = jsonPath(optString(o, 'createdAtPath', path), child(path, 'createdAtPath'));
+  const contentTypes = optStringArray(o, 'contentTypes', path)?.map((s, i) => mediaType(s, child(child(path, 'contentTypes'), i))) ?? ['application/json'];
   const tolerance = optInt(o, 'toleranceSeconds', path, 1, 86_400);
   const digestBytes = { sha1: 20, sha256: 32, sha512: 64 }[algorithm];
   const uses = (f: string) => template.some((p) => 'field' in p && p.field === f);

@@ -133,6 +133,33 @@ describe('generic-hmac: configuration is validated and errors name the path', ()
     expect(configPath(() => generic(options))).toBe(path);
   });
 
+  // Each of these was accepted and then matched no request: a header name no request can carry
+  // (every request 401 missing_signature, or 400), a content type with parameters or a wildcard
+  // (compared with the bare media type: every request 415), a path that names no member (every
+  // request 400 missing_event_id).
+  it.each(expectedFirst([
+    ['signatureHeader with the colon', { ...base, signatureHeader: 'X-Signature:' }, `${PATH}.signatureHeader`],
+    ['signatureHeader with a space', { ...base, signatureHeader: 'x signature' }, `${PATH}.signatureHeader`],
+    ['timestampHeader with a trailing space', { ...base, timestampHeader: 'x-ts ', signedContent: '{timestamp}.{body}' }, `${PATH}.timestampHeader`],
+    ['idHeader with the colon', { signatureHeader: 'x-signature', idHeader: 'x-id:', signedContent: '{id}.{body}' }, `${PATH}.idHeader`],
+    ['typeHeader with a space', { ...base, typeHeader: 'x event type', signedContent: '{type}.{body}' }, `${PATH}.typeHeader`],
+    ['a content type with parameters', { ...base, contentTypes: ['application/json; charset=utf-8'] }, `${PATH}.contentTypes[0]`],
+    ['a content type wildcard', { ...base, contentTypes: ['application/json', 'application/*'] }, `${PATH}.contentTypes[1]`],
+    ['a content type with surrounding space', { ...base, contentTypes: [' application/json'] }, `${PATH}.contentTypes[0]`],
+    ['a content type without a subtype', { ...base, contentTypes: ['json'] }, `${PATH}.contentTypes[0]`],
+    ['a JSONPath idPath', { signatureHeader: 'x-signature', idPath: '$.id' }, `${PATH}.idPath`],
+    ['an idPath with an empty step', { signatureHeader: 'x-signature', idPath: 'data..id' }, `${PATH}.idPath`],
+    ['a typePath with brackets', { ...base, typePath: 'events[0].type' }, `${PATH}.typePath`],
+    ['an objectIdPath ending in a dot', { ...base, objectIdPath: 'data.object.' }, `${PATH}.objectIdPath`],
+  ]))('no request could match: %s → %s', (_name, path, options) => {
+    expect(configPath(() => generic(options))).toBe(path);
+  });
+
+  it('header names, media types and dotted paths as documented are accepted', () => {
+    expect(() => generic({ signatureHeader: 'X-Hub-Signature-256', idHeader: 'X-GitHub-Delivery', signedContent: '{id}{body}', contentTypes: ['application/json', 'Application/Vnd.Api+JSON'] })).not.toThrow();
+    expect(() => generic({ ...base, typePath: 'data.type', objectIdPath: 'items.0.id', createdAtPath: '$created' })).not.toThrow();
+  });
+
   it('through the config loader the full endpoint path is named', () => {
     const doc = configDoc('sqlite::memory:', {
       endpoints: [
