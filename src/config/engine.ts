@@ -205,6 +205,10 @@ export function eventGlobs(o: Obj, path: string): string[] | undefined {
   const events = optStringArray(o, 'events', path);
   events?.forEach((g, i) => {
     if (isUnmatchableGlob(g)) throw new ConfigError(child(child(path, 'events'), i), 'has surrounding whitespace or a control character, so it would match no event type');
+    // Matched literally (http/event-filter.ts), and no built-in provider's event type holds one of them.
+    if (/[?[\]{}\\]/.test(g)) {
+      throw new ConfigError(child(child(path, 'events'), i), 'only "*" is a wildcard (any characters): "?", "[…]", "{a,b}" and "\\" would be matched as themselves, so it would match no event type; list each type, or use "*"');
+    }
   });
   return events;
 }

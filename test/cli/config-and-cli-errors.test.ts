@@ -69,6 +69,18 @@ describe('config errors', () => {
       .toMatch(/^ConfigError: endpoints\[0\]\.routes\[0\]\.events\[0\]: /);
   });
 
+  // `*` is the only wildcard: shell- or regex-style syntax in a glob was matched literally, so
+  // `charge.{succeeded,refunded}` or `payment_intent.?` let every event it was written for be
+  // answered 200 "ignored" and dropped (the provider does not send it again).
+  it('an events glob using a wildcard other than * (?, [..], {a,b}, a regex escape) is refused, naming the path', () => {
+    for (const glob of ['charge.{succeeded,refunded}', 'payment_intent.?', 'charge.[rs]*', 'payment_intent\\..*']) {
+      expect(errorOf({ ...base(), endpoints: [stripeEp({ events: ['charge.refunded', glob] })] })).toMatch(/^ConfigError: endpoints\[0\]\.events\[1\]: only "\*" is a wildcard/);
+    }
+    expect(errorOf({ ...base(), destinations: [api], endpoints: [stripeEp({ routes: [{ events: ['invoice.{paid,voided}'], destination: 'api' }] })] }))
+      .toMatch(/^ConfigError: endpoints\[0\]\.routes\[0\]\.events\[0\]: only "\*" is a wildcard/);
+    expect(errorOf({ ...base(), endpoints: [stripeEp({ events: ['payment_intent.*', '*.created', 'Push Hook', 'orders/create', '/deploy'] })] })).toBe('config was accepted');
+  });
+
   // A NATS subject NATS cannot take is a static config error: parseConfig must refuse it with the config's path (it passed, serve started with the destination offline for good, and the error said destinations[id="bus"]).
   it('an invalid NATS subject is refused at load, naming destinations[0].subject', () => {
     expect(errorOf({ ...base(), destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:4222', subject: 'webhooks events' }] }))
