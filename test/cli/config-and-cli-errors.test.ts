@@ -109,6 +109,17 @@ describe('config errors', () => {
     expect(parseConfig({ ...base(), database: 'sqlite:/tmp/x.db?txTimeoutMs=2147483647&busyTimeoutMs=0' }, {}).database).toContain('txTimeoutMs');
   });
 
+  // sqlite:PATH takes the rest as a file path: `sqlite://./data/inbox.db` (URL habit) opened
+  // /data/inbox.db at the file system's root, and `sqlite:///inbox.db` (relative in the
+  // SQLAlchemy/Django convention) /inbox.db, without a word: in a container running as root, a
+  // database outside the mounted volume.
+  it('a sqlite URL with "//" (sqlite://…, sqlite:///…) is a config error naming database, not a file at the root', () => {
+    for (const url of ['sqlite://./data/inbox.db', 'sqlite:///inbox.db', 'sqlite://data/inbox.db?busyTimeoutMs=100']) {
+      expect(errorOf({ ...base(), database: url })).toMatch(/^ConfigError: database: .*sqlite:\.\/data\/webhook-inbox\.db.*sqlite:\/var\/lib/);
+    }
+    expect(parseConfig({ ...base(), database: 'sqlite:/tmp/x.db' }, {}).database).toBe('sqlite:/tmp/x.db');
+  });
+
   // parseConfig(doc, env) resolves ${env:} references from `env` (destination URLs do); adapter option secrets read process.env instead, so a library caller's env was ignored.
   it('${env:} references in provider options are resolved from the env given to parseConfig', () => {
     const doc = { ...base(), endpoints: [{ id: 'c', provider: 'checkout', secrets: [{ version: 'v1', value: 'cko-secret' }], options: { authorization: ['${env:AUDIT_CKO_AUTH}'] } }] };

@@ -32,6 +32,11 @@ export function parseSqliteUrl(url: string): WorkerInit {
     return Number(v);
   };
   if (!file) throw new Error('sqlite URL needs a file path, e.g. sqlite:./data/webhook-inbox.db');
+  // Read as a path, "//…" is the root ("sqlite://./data/x.db" is /data/x.db), while URL habits
+  // read it as an authority or, in the SQLAlchemy/Django "sqlite:///x.db", a relative path.
+  if (file.startsWith('//')) {
+    throw new Error('sqlite URL takes a file path after "sqlite:", not "//": sqlite:./data/webhook-inbox.db (relative to the working directory) or sqlite:/var/lib/webhook-inbox/inbox.db (absolute)');
+  }
   // Not 0: a transaction could not run a statement before it was rolled back.
   const txTimeoutMs = num('txTimeoutMs', 10_000, 1);
   return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', defaultBusyTimeoutMs(txTimeoutMs), 0), txTimeoutMs, durableEngineCommits: true };
