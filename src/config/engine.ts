@@ -188,13 +188,21 @@ export function parseDestinations(v: unknown, env: NodeJS.ProcessEnv): Destinati
   });
 }
 
-export function parseRetry(v: unknown, path: string): RetryPolicy | undefined {
+/**
+ * A `retry` block. It overrides only the fields it names: the others come from `around`, the
+ * policy it overrides (a route's: its endpoint's; an endpoint's: the top-level `retry`, whose own
+ * are the built-in defaults), named by `aroundPath` in errors.
+ */
+export function parseRetry(v: unknown, path: string, around: RetryPolicy = DEFAULT_RETRY, aroundPath = 'the default'): RetryPolicy | undefined {
   if (v === undefined) return undefined;
   const o = asObject(v, path, ['baseMs', 'capMs', 'maxAttempts']);
-  const baseMs = optInt(o, 'baseMs', path, 1, 86_400_000) ?? DEFAULT_RETRY.baseMs;
-  const capMs = optInt(o, 'capMs', path, 1, 7 * 86_400_000) ?? DEFAULT_RETRY.capMs;
-  if (capMs < baseMs) throw new ConfigError(child(path, 'capMs'), `must be ≥ baseMs (${baseMs})`);
-  return { baseMs, capMs, maxAttempts: optInt(o, 'maxAttempts', path, 1, 1000) ?? DEFAULT_RETRY.maxAttempts };
+  const baseMs = optInt(o, 'baseMs', path, 1, 86_400_000) ?? around.baseMs;
+  const capMs = optInt(o, 'capMs', path, 1, 7 * 86_400_000) ?? around.capMs;
+  if (capMs < baseMs) {
+    if (o.capMs === undefined) throw new ConfigError(child(path, 'baseMs'), `must be ≤ capMs (${capMs}, from ${aroundPath})`);
+    throw new ConfigError(child(path, 'capMs'), `must be ≥ baseMs (${baseMs}${o.baseMs === undefined ? `, from ${aroundPath}` : ''})`);
+  }
+  return { baseMs, capMs, maxAttempts: optInt(o, 'maxAttempts', path, 1, 1000) ?? around.maxAttempts };
 }
 
 /**
@@ -213,7 +221,7 @@ export function eventGlobs(o: Obj, path: string): string[] | undefined {
   return events;
 }
 
-export function parseRoutes(v: unknown, path: string, destinations: readonly DestinationConfig[]): RouteConfig[] {
+export function parseRoutes(v: unknown, path: string, destinations: readonly DestinationConfig[], endpointRetry: RetryPolicy = DEFAULT_RETRY, endpointRetryPath?: string): RouteConfig[] {
   if (v === undefined) return [];
   return asArray(v, path).map((r, i) => {
     const p = child(path, i);
@@ -224,7 +232,7 @@ export function parseRoutes(v: unknown, path: string, destinations: readonly Des
     }
     const events = eventGlobs(o, p) ?? ['*'];
     if (events.length === 0) throw new ConfigError(child(p, 'events'), 'is empty, so the route would never receive an event; omit it to route every type');
-    return { events, destination, retry: parseRetry(o.retry, child(p, 'retry')) };
+    return { events, destination, retry: parseRetry(o.retry, child(p, 'retry'), endpointRetry, endpointRetryPath) };
   });
 }
 

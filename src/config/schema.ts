@@ -149,8 +149,10 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
     if (perSecond === undefined) throw new ConfigError(child(rp, 'perSecond'), 'is required');
     rateLimit = { perSecond, burst: optInt(r, 'burst', rp, 1, 1e8) ?? Math.max(1, Math.ceil(perSecond)) };
   }
-  const routes = parseRoutes(o.routes, child(path, 'routes'), destinations);
-  const retry = parseRetry(o.retry, child(path, 'retry')) ?? defaultRetry;
+  // Each overrides only the fields it names (parseRetry): the endpoint's the top-level retry, a route's the endpoint's.
+  const defaultRetryPath = defaultRetry === DEFAULT_RETRY ? 'the default' : 'retry';
+  const retry = parseRetry(o.retry, child(path, 'retry'), defaultRetry, defaultRetryPath) ?? defaultRetry;
+  const routes = parseRoutes(o.routes, child(path, 'routes'), destinations, retry, o.retry === undefined ? defaultRetryPath : child(path, 'retry'));
   return { id, provider, adapter, adapterOptions: options, secrets, events, toleranceSeconds, maxBodyBytes, rateLimit, routes, retry };
 }
 

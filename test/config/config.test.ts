@@ -139,6 +139,36 @@ describe('config validation names the bad path', () => {
   });
 });
 
+describe('retry policies', () => {
+  // The README's `retry` is the default policy that endpoints and routes override; an override
+  // that named one field took the built-in defaults for the others, so the configured default
+  // was lost: `retry: { maxAttempts: 3 }` under `retry: { baseMs: 5000, capMs: 600000 }` retried
+  // after 1 s, up to 1 h apart, and a route's `retry: { capMs: 60000 }` made 12 attempts, not 3.
+  it('an endpoint or route retry overrides only the fields it names: the rest come from the policy around it', () => {
+    const doc = {
+      ...base(),
+      retry: { baseMs: 5000, capMs: 600_000, maxAttempts: 30 },
+      destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret: 'whsec_abc' }],
+      endpoints: [
+        stripeEp({ retry: { maxAttempts: 3 }, routes: [{ destination: 'api', retry: { capMs: 60_000 } }, { events: ['charge.*'], destination: 'api' }] }),
+        stripeEp({ id: 'ep2' }),
+      ],
+    };
+    const c = parseConfig(doc, {});
+    expect(c.retry).toEqual({ baseMs: 5000, capMs: 600_000, maxAttempts: 30 });
+    expect(c.endpoints[0]!.retry).toEqual({ baseMs: 5000, capMs: 600_000, maxAttempts: 3 });
+    expect(c.endpoints[0]!.routes[0]!.retry).toEqual({ baseMs: 5000, capMs: 60_000, maxAttempts: 3 });
+    expect(c.endpoints[0]!.routes[1]!.retry).toBeUndefined(); // the endpoint's
+    expect(c.endpoints[1]!.retry).toEqual({ baseMs: 5000, capMs: 600_000, maxAttempts: 30 });
+  });
+
+  it('a baseMs past the capMs it inherits is refused, naming the baseMs written', () => {
+    const doc = { ...base(), retry: { capMs: 60_000 }, endpoints: [stripeEp({ retry: { baseMs: 120_000 } })] };
+    expect(errorOf(doc)).toMatch(/^endpoints\[0\]\.retry\.baseMs: must be ≤ capMs \(60000, from retry\)/);
+    expect(errorOf({ ...base(), retry: { baseMs: 5000, capMs: 1000 } })).toMatch(/^retry\.capMs: must be ≥ baseMs \(5000\)/);
+  });
+});
+
 describe('destination URLs by reference (they may carry broker or Basic credentials)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'wi-desturl-'));
   const dest = (type: string, url: string) => ({ ...base(), destinations: [{ id: 'd', type, url, ...(type === 'http' ? { secret: 'whsec_abc' } : {}) }] });
