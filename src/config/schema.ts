@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import { ConfigError } from '../errors.js';
 import { IN_MEMORY_COPIES } from '../http/body.js';
 import type { ProviderAdapter } from '../providers/contract.js';
@@ -168,6 +169,10 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   const listen = { host: optString(l, 'host', lp) ?? '127.0.0.1', port: optInt(l, 'port', lp, 0, 65535) ?? 8080 };
   // Blank is not a host: Node would resolve " " or fail at serve; --host refuses it likewise.
   if (listen.host.trim() === '') throw new ConfigError(child(lp, 'host'), 'must name a host or address, not be blank');
+  // A port, scheme, path, brackets or a space make it no host: serve would only fail with "does not resolve".
+  if (isIP(listen.host) === 0 && !/^[A-Za-z0-9_.-]+$/.test(listen.host)) {
+    throw new ConfigError(child(lp, 'host'), 'must be a host name or IP address alone, e.g. 127.0.0.1, 0.0.0.0, ::1 or localhost (no scheme, port, path, brackets or spaces; the port is listen.port)');
+  }
 
   if (typeof o.database === 'string' && o.database.includes('${') && !env.DATABASE_URL) {
     throw new ConfigError('database', 'contains "${": a reference is not read here; to keep the URL (and its password) out of the config, set DATABASE_URL, which overrides database');

@@ -49,6 +49,17 @@ describe('config errors', () => {
     expect(errorOf({ ...base(), listen: { host: ' ' } })).toMatch(/^ConfigError: listen\.host: /);
   });
 
+  // A listen.host with a port, a scheme, brackets or a space passed check-config and then failed
+  // serve ("does not resolve"): the form alone says it is no host.
+  it('a listen.host that is not a host name or address alone (a port, scheme, brackets, space) is refused, naming listen.host', () => {
+    for (const host of ['0.0.0.0:8080', 'http://127.0.0.1', '[::1]', 'localhost ', 'hooks.example.com/in']) {
+      expect(errorOf({ ...base(), listen: { host } })).toMatch(/^ConfigError: listen\.host: must be a host name or IP address alone/);
+    }
+    for (const host of ['::1', '::', '0.0.0.0', 'localhost', 'fe80::1%eth0', 'inbox-1.internal']) {
+      expect(parseConfig({ ...base(), listen: { host } }, {}).listen.host).toBe(host);
+    }
+  });
+
   // The README's own config example (and docs/destinations.md) writes `exchange: ""` for the default exchange: it must load, not fail with "must be a non-empty string".
   it('a rabbitmq destination with exchange: "" (the default exchange, as the README example writes it) is accepted', () => {
     const doc = { ...base(), destinations: [{ id: 'mq', type: 'rabbitmq', url: 'amqp://guest:guest@127.0.0.1:5672', exchange: '', routingKey: 'webhooks', queue: 'webhooks' }] };
