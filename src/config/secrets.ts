@@ -47,8 +47,11 @@ export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.e
     case 'inline':
       return ref.value;
     case 'env': {
-      const v = env[ref.name];
-      if (v === undefined || v === '') throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is not set`);
+      const raw = env[ref.name];
+      if (raw === undefined || raw === '') throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is not set`);
+      // Filled from the same secret a mount holds (a Kubernetes secretKeyRef), it ends with its newline too.
+      const v = raw.replace(/\r?\n$/, '');
+      if (v === '') throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is empty`);
       return v;
     }
     case 'file': {

@@ -287,6 +287,16 @@ describe('secret references', () => {
     expect(ring.keysFor('ep')!.map((k) => [k.version, k.key.toString()])).toEqual([['v2', 'whsec_from_env'], ['v1', 'whsec_from_file']]);
   });
 
+  // An env var filled from the same secret a mount would hold (Kubernetes secretKeyRef of a file
+  // written with `echo`) ends with its newline too: it was kept, so every signature was checked
+  // with a key one byte off (401 for every request) while check-config said OK.
+  it('a trailing newline in an ${env:} value is dropped, as in a ${file:}', () => {
+    const doc = withEndpoint(stripeEp({ secrets: [{ version: 'v1', value: '${env:STRIPE_V1}' }] }));
+    expect(new KeyRing(parseConfig(doc, {}), { STRIPE_V1: 'whsec_from_env\n' }).keysFor('ep')!.map((k) => k.key.toString())).toEqual(['whsec_from_env']);
+    expect(new KeyRing(parseConfig(doc, {}), { STRIPE_V1: 'whsec_from_env\r\n' }).keysFor('ep')!.map((k) => k.key.toString())).toEqual(['whsec_from_env']);
+    expect(new KeyRing(parseConfig(doc, {}), { STRIPE_V1: '\n' }).problems).toEqual(['endpoints[0].secrets[0].value: environment variable STRIPE_V1 is empty']);
+  });
+
   it('an unresolvable or malformed secret is reported by path, never by value', () => {
     const doc = {
       ...base(),
