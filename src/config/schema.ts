@@ -198,7 +198,8 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   const current = reqString(k, 'current', kp);
   const keysObj = asObject(k.keys, child(kp, 'keys'), Object.keys((k.keys ?? {}) as Obj));
   const keys = new Map<string, SecretRef>();
-  for (const [id, v] of Object.entries(keysObj)) keys.set(id, parseSecretRef(v, child(child(kp, 'keys'), id)));
+  // An id longer than any id is more likely a key written where its id goes: not printed in paths (problems reach /readyz).
+  for (const [id, v] of Object.entries(keysObj)) keys.set(id, parseSecretRef(v, child(child(kp, 'keys'), id.length > 32 ? `(a ${id.length}-character key id)` : id)));
   if (!keys.has(current)) {
     // Not echoed when it could be a key pasted into the wrong place (a 32-byte key is 44 characters of base64).
     const named = current.length <= 32 ? `"${current}"` : `(a ${current.length}-character value)`;

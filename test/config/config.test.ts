@@ -356,6 +356,14 @@ describe('secret references', () => {
     expect(errorOf({ ...base(), payloadKeys: { current: 'k1', keys: { k1: '${env:KEY ' } } })).toMatch(/^payloadKeys\.keys\.k1: is not a valid reference/);
   });
 
+  // A key written where its id goes (`keys: { "<key>": k2 }`, key and id swapped) was printed in
+  // the problem's path: by check-config, in the log and in /readyz's reasons.
+  it('a payload key id that may be a key itself is not printed in a path', () => {
+    const ring = new KeyRing(parseConfig({ ...base(), payloadKeys: { current: 'k1', keys: { k1: PAYLOAD_KEY, [PAYLOAD_KEY]: 'k2' } } }, {}), {});
+    expect(ring.problems).toEqual(['payloadKeys.keys.(a 44-character key id): must be 32 bytes, base64-encoded (openssl rand -base64 32)']);
+    expect(errorOf({ ...base(), payloadKeys: { current: 'k1', keys: { k1: PAYLOAD_KEY, [PAYLOAD_KEY]: '${ENV:K2}' } } })).toBe('payloadKeys.keys.(a 44-character key id): is not a valid reference: write exactly ${env:NAME} or ${file:PATH} (lower-case, nothing around it); an inline value cannot contain "${"');
+  });
+
   it('a payload key that is not 32 bytes of base64 is refused', () => {
     const ring = new KeyRing(parseConfig({ ...base(), payloadKeys: { current: 'k1', keys: { k1: 'c2hvcnQ=' } } }, {}), {});
     expect(ring.problems).toEqual(['payloadKeys.keys.k1: must be 32 bytes, base64-encoded (openssl rand -base64 32)']);
