@@ -11,6 +11,13 @@ export function child(path: string, key: string | number): string {
   return typeof key === 'number' ? `${path}[${key}]` : path ? `${path}.${key}` : key;
 }
 
+const INVISIBLE_RE = /[\s\p{Cc}\p{Cf}\p{Z}]/u;
+const INVISIBLE_G = /[\s\p{Cc}\p{Cf}\p{Z}]/gu;
+const escaped = (c: string): string => {
+  const n = c.codePointAt(0)!;
+  return n > 0xffff ? `\\u{${n.toString(16)}}` : `\\u${n.toString(16).padStart(4, '0')}`;
+};
+
 export function asObject(v: unknown, path: string, allowed: readonly string[]): Obj {
   // A plain mapping only: YAML's !!omap and !!set load as a Map and a Set (a 1.1 timestamp as a
   // Date), objects whose entries Object.entries does not see, so their keys went unchecked and unread.
@@ -20,8 +27,12 @@ export function asObject(v: unknown, path: string, allowed: readonly string[]): 
     // A long "key" is more likely a value in the wrong place (a secret, say) than a typo: not echoed.
     // Nor is a key without a value, whatever its length: that is a value written alone, without its
     // key (`{ version: v1, <a 32-character Slack signing secret> }` in YAML is a key with a null value).
-    const shown = value === null || k.length > 32 ? `(a ${k.length}-character key)` : k;
-    throw new ConfigError(child(path, shown), `unknown key (allowed: ${allowed.join(', ') || 'none'})`);
+    // An invisible character (a no-break or zero-width space pasted from a page) is shown escaped:
+    // printed as is, "listen.port : unknown key (allowed: host, port)" names a key that looks allowed.
+    const withheld = value === null || k.length > 32;
+    const hidden = !withheld && INVISIBLE_RE.test(k);
+    const shown = withheld ? `(a ${k.length}-character key)` : hidden ? `"${k.replace(INVISIBLE_G, escaped)}"` : k;
+    throw new ConfigError(child(path, shown), `unknown key (allowed: ${allowed.join(', ') || 'none'})${hidden ? '; it holds an invisible or space character' : ''}`);
   }
   return v as Obj;
 }

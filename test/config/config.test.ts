@@ -112,6 +112,15 @@ describe('config validation names the bad path', () => {
     expect(errorOf(withEndpoint(stripeEp({ secrets: [{ version: 'v1', valeu: 'whsec_a' }] })))).toMatch(/^endpoints\[0\]\.secrets\[0\]\.valeu: unknown key/);
   });
 
+  // A key with an invisible character (a no-break space or a zero-width space pasted from a web
+  // page) was printed as is: "listen.port : unknown key (allowed: host, port)" names a key that
+  // looks allowed.
+  it('an unknown key holding an invisible or space character is shown with it escaped', () => {
+    expect(errorOf({ ...base(), listen: { 'port\u00a0': 8080 } })).toBe('listen."port\\u00a0": unknown key (allowed: host, port); it holds an invisible or space character');
+    expect(errorOf(withEndpoint(stripeEp({ '\u200bevents': ['*'] })))).toMatch(/^endpoints\[0\]\."\\u200bevents": unknown key \(allowed: .*\); it holds an invisible or space character$/);
+    expect(errorOf({ ...base(), 'log ': { level: 'info' } })).toMatch(/^"log\\u0020": unknown key/);
+  });
+
   it('DATABASE_URL overrides database, and a bad one is named', () => {
     expect(parseConfig(base(), { DATABASE_URL: 'postgres://u@h/db' }).database).toBe('postgres://u@h/db');
     expect(errorOf(base(), { DATABASE_URL: 'oracle://x' })).toMatch(/^DATABASE_URL: /);
