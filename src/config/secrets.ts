@@ -10,7 +10,8 @@ export type SecretRef =
   | { readonly kind: 'file'; readonly file: string; readonly path: string }
   | { readonly kind: 'inline'; readonly value: string; readonly path: string };
 
-const REF_RE = /^\$\{(env|file):([^}]+)\}$/;
+/** No white space at either end of the name or path: `${env: X}` is not the variable X (nor a file " /x" meant). */
+const REF_RE = /^\$\{(env|file):([^}\s]|[^}\s][^}]*[^}\s])\}$/;
 
 export function parseSecretRef(v: unknown, path: string): SecretRef {
   if (typeof v !== 'string' || v.length === 0) throw new ConfigError(path, 'must be a non-empty string (${env:NAME}, ${file:PATH} or an inline value)');
@@ -18,7 +19,7 @@ export function parseSecretRef(v: unknown, path: string): SecretRef {
   // A reference written almost right (${ENV:X}, a space around it, ${vault:X}, text beside it)
   // must not become an inline secret: the key would be the reference text, known to anyone who
   // reads the config. The value is not echoed: it may be a secret.
-  if (!m && v.includes('${')) throw new ConfigError(path, 'is not a valid reference: write exactly ${env:NAME} or ${file:PATH} (lower-case, nothing around it); an inline value cannot contain "${"');
+  if (!m && v.includes('${')) throw new ConfigError(path, 'is not a valid reference: write exactly ${env:NAME} or ${file:PATH} (lower-case, no spaces inside, nothing around it); an inline value cannot contain "${"');
   if (!m) return { kind: 'inline', value: v, path };
   return m[1] === 'env' ? { kind: 'env', name: m[2]!, path } : { kind: 'file', file: m[2]!, path };
 }

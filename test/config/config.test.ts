@@ -329,7 +329,11 @@ describe('secret references', () => {
     expect(ring.problems.join('\n')).not.toContain('not-a-whsec-value-xyz');
   });
 
-  it.each(['${ENV:STRIPE_V2}', ' ${env:STRIPE_V2}', '${env:STRIPE_V2} ', 'pre${env:STRIPE_V2}', '${env:STRIPE_V2', '${vault:STRIPE_V2}', '${env:}', '${file:}'])(
+  // A space inside the braces (`${env: STRIPE_V2}`, `${file: /run/secrets/x}`) was read as part of
+  // the name: "environment variable  STRIPE_V2 is not set", "cannot read  /run/secrets/x (ENOENT)"
+  // about a variable that is set and a file that is there.
+  it.each(['${ENV:STRIPE_V2}', ' ${env:STRIPE_V2}', '${env:STRIPE_V2} ', 'pre${env:STRIPE_V2}', '${env:STRIPE_V2', '${vault:STRIPE_V2}', '${env:}', '${file:}',
+    '${env: STRIPE_V2}', '${env:STRIPE_V2 }', '${file: /run/secrets/STRIPE_V2}', '${file:/run/secrets/STRIPE_V2\n}'])(
     'a reference written almost right (%j) is refused by path, never taken as the inline secret it spells',
     (value) => {
       const message = errorOf(withEndpoint(stripeEp({ secrets: [{ version: 'v1', value }] })), { STRIPE_V2: 'whsec_real' });
@@ -370,7 +374,7 @@ describe('secret references', () => {
   it('a payload key id that may be a key itself is not printed in a path', () => {
     const ring = new KeyRing(parseConfig({ ...base(), payloadKeys: { current: 'k1', keys: { k1: PAYLOAD_KEY, [PAYLOAD_KEY]: 'k2' } } }, {}), {});
     expect(ring.problems).toEqual(['payloadKeys.keys.(a 44-character key id): must be 32 bytes, base64-encoded (openssl rand -base64 32)']);
-    expect(errorOf({ ...base(), payloadKeys: { current: 'k1', keys: { k1: PAYLOAD_KEY, [PAYLOAD_KEY]: '${ENV:K2}' } } })).toBe('payloadKeys.keys.(a 44-character key id): is not a valid reference: write exactly ${env:NAME} or ${file:PATH} (lower-case, nothing around it); an inline value cannot contain "${"');
+    expect(errorOf({ ...base(), payloadKeys: { current: 'k1', keys: { k1: PAYLOAD_KEY, [PAYLOAD_KEY]: '${ENV:K2}' } } })).toBe('payloadKeys.keys.(a 44-character key id): is not a valid reference: write exactly ${env:NAME} or ${file:PATH} (lower-case, no spaces inside, nothing around it); an inline value cannot contain "${"');
   });
 
   it('a payload key that is not 32 bytes of base64 is refused', () => {
