@@ -121,6 +121,15 @@ describe('config validation names the bad path', () => {
     expect(errorOf({ ...base(), 'log ': { level: 'info' } })).toMatch(/^"log\\u0020": unknown key/);
   });
 
+  // A DATABASE_URL from an env file with CRLF line endings ends with "\r": SQLite opened a new,
+  // empty database file named "inbox.db\r" beside the real one. The same for a quoted trailing space.
+  it('a database URL with a control character, or white space at an end, is refused, naming it', () => {
+    expect(errorOf(base(), { DATABASE_URL: 'sqlite:/tmp/inbox.db\r' })).toMatch(/^DATABASE_URL: has a control character or white space at an end/);
+    expect(errorOf({ ...base(), database: 'sqlite:/tmp/inbox.db ' })).toMatch(/^database: has a control character or white space at an end/);
+    expect(errorOf({ ...base(), database: 'postgres://u@h/db\n' })).toMatch(/^database: has a control character/);
+    expect(parseConfig({ ...base(), database: 'sqlite:/tmp/my data/inbox.db' }, {}).database).toBe('sqlite:/tmp/my data/inbox.db');
+  });
+
   it('DATABASE_URL overrides database, and a bad one is named', () => {
     expect(parseConfig(base(), { DATABASE_URL: 'postgres://u@h/db' }).database).toBe('postgres://u@h/db');
     expect(errorOf(base(), { DATABASE_URL: 'oracle://x' })).toMatch(/^DATABASE_URL: /);
