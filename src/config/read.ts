@@ -23,6 +23,8 @@ export function asObject(v: unknown, path: string, allowed: readonly string[]): 
   // Date), objects whose entries Object.entries does not see, so their keys went unchecked and unread.
   if (Object.prototype.toString.call(v) !== '[object Object]') throw new ConfigError(path || '(root)', 'must be an object');
   for (const [k, value] of Object.entries(v as Obj)) {
+    // YAML 1.1's merge key; the YAML 1.2 reader (config/load.ts) leaves it a key like any other.
+    if (k === '<<') throw new ConfigError(child(path, k), 'a YAML merge key, which is not applied: write the keys out, or alias whole values (secrets: *shared)');
     if (allowed.includes(k)) continue;
     // A long "key" is more likely a value in the wrong place (a secret, say) than a typo: not echoed.
     // Nor is a key without a value, whatever its length: that is a value written alone, without its

@@ -284,6 +284,14 @@ describe('config files', () => {
     expect(() => loadConfigFile(join(dir, 'set.yaml'), {})).toThrow(/^limits: must be an object/);
   });
 
+  // `<<: *defaults` (a YAML 1.1 merge key) is not applied by the YAML 1.2 reader: the error was
+  // "endpoints[1].<<: unknown key (allowed: id, provider, …)", as if `<<` were a typo.
+  it('a YAML merge key (<<) is refused saying it is one, and what to write instead', () => {
+    const { endpoints: _e, ...doc } = withEndpoint(stripeEp()) as Record<string, unknown>;
+    writeFileSync(join(dir, 'merge.yaml'), `${stringify(doc)}endpoints:\n  - &ep { id: a, provider: stripe, secrets: [{ version: v1, value: whsec_abc }] }\n  - <<: *ep\n    id: b\n`);
+    expect(() => loadConfigFile(join(dir, 'merge.yaml'), {})).toThrow(/^endpoints\[1\]\.<<: a YAML merge key, which is not applied: write the keys out, or alias whole values \(secrets: \*shared\)$/);
+  });
+
   it('a YAML file of several documents is refused, by place', () => {
     const first = stringify(withEndpoint(stripeEp()));
     writeFileSync(join(dir, 'two-docs.yaml'), `${first}---\nlisten: { host: 127.0.0.1, port: 9999 }\n`);
