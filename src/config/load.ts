@@ -40,8 +40,20 @@ function readYaml(text: string): unknown {
   const d = parseDocument(text, { logLevel: 'error' });
   const problem = d.errors[0] ?? d.warnings[0];
   if (problem) throw problem;
-  return d.toJS();
+  try {
+    return d.toJS({ maxAliasCount: MAX_ALIAS_EXPANSIONS });
+  } catch (err) {
+    if (err instanceof ReferenceError && /alias count/.test(err.message)) throw Object.assign(new Error('too many aliases'), { code: 'TOO_MANY_ALIASES' });
+    throw err;
+  }
 }
+
+/**
+ * How many nodes aliases may expand to (the yaml package's guard against alias bombs, whose
+ * default, 100, refused a config sharing one `secrets: *list` among 101 endpoints). Aliased
+ * values load as one shared object; this bounds only what reading the config walks.
+ */
+const MAX_ALIAS_EXPANSIONS = 100_000;
 
 /**
  * Where a parse failed, without the parser's message: both parsers quote the source around the

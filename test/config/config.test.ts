@@ -292,6 +292,20 @@ describe('config files', () => {
     expect(() => loadConfigFile(join(dir, 'merge.yaml'), {})).toThrow(/^endpoints\[1\]\.<<: a YAML merge key, which is not applied: write the keys out, or alias whole values \(secrets: \*shared\)$/);
   });
 
+  // The YAML reader's default guard against alias bombs (100 expansions of an anchor) refused a
+  // config that shares one secrets list among 150 endpoints, with "not valid YAML" and no reason.
+  it('an anchor aliased by hundreds of endpoints loads; an alias bomb is refused with its reason', () => {
+    const { endpoints: _e, ...doc } = withEndpoint(stripeEp()) as Record<string, unknown>;
+    const eps = ['endpoints:', '  - { id: e0, provider: stripe, secrets: &s [{ version: v1, value: whsec_abc }], events: &ev ["charge.*"] }'];
+    for (let i = 1; i < 500; i++) eps.push(`  - { id: e${i}, provider: stripe, secrets: *s, events: *ev }`);
+    writeFileSync(join(dir, 'shared.yaml'), `${stringify(doc)}${eps.join('\n')}\n`);
+    expect(loadConfigFile(join(dir, 'shared.yaml'), {}).endpoints).toHaveLength(500);
+    const bomb = ['a0: &a0 [x, x, x, x, x, x, x, x, x, x]'];
+    for (let i = 1; i < 10; i++) bomb.push(`a${i}: &a${i} [${Array(10).fill(`*a${i - 1}`).join(', ')}]`);
+    writeFileSync(join(dir, 'bomb.yaml'), `${bomb.join('\n')}\n`);
+    expect(() => loadConfigFile(join(dir, 'bomb.yaml'), {})).toThrow(/bomb\.yaml: not valid YAML \(TOO_MANY_ALIASES\)$/);
+  });
+
   it('a YAML file of several documents is refused, by place', () => {
     const first = stringify(withEndpoint(stripeEp()));
     writeFileSync(join(dir, 'two-docs.yaml'), `${first}---\nlisten: { host: 127.0.0.1, port: 9999 }\n`);
