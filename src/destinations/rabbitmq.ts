@@ -21,6 +21,8 @@ interface Live {
   heardAt: number;
   /** The broker has blocked publishing (a resource alarm): silence is expected, not a dead link. */
   blocked: boolean;
+  /** The reason the broker gave with connection.blocked (e.g. `low on memory`). */
+  blockedReason: string;
 }
 
 /**
@@ -61,6 +63,11 @@ export class RabbitMqDestination implements Destination {
     }
     const { timeoutMs } = this.config;
     const live = await this.connection();
+    if (live.blocked) {
+      // The broker has stopped reading from us (a resource alarm): a publish now would only wait in
+      // this process's memory, one more copy per retry, to land as duplicates once it unblocks.
+      throw new RetryableError('rabbitmq_blocked', `${where}: the broker blocks publishers (${live.blockedReason}); nothing sent`);
+    }
     const sentAt = performance.now();
     const confirmed = new Promise<void>((resolve, reject) => {
       const settle = (err: unknown): void => {
@@ -138,8 +145,11 @@ export class RabbitMqDestination implements Destination {
       c.on('error', () => undefined);
       c.on('close', () => this.forget(c));
       const ch = await c.createConfirmChannel();
-      const live: Live = { conn: c, ch, returned: new Map(), heardAt: performance.now(), blocked: false };
-      c.on('blocked', () => (live.blocked = true));
+      const live: Live = { conn: c, ch, returned: new Map(), heardAt: performance.now(), blocked: false, blockedReason: '' };
+      c.on('blocked', (reason: unknown) => {
+        live.blocked = true;
+        live.blockedReason = typeof reason === 'string' && reason !== '' ? reason.replace(/\s+/g, ' ').slice(0, 100) : 'no reason given';
+      });
       c.on('unblocked', () => (live.blocked = false));
       ch.on('error', () => undefined);
       // A channel error (e.g. unknown exchange) closes the channel: start over on the next delivery.

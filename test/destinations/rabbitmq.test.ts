@@ -56,6 +56,15 @@ async function topicExchange(): Promise<string> {
   return x;
 }
 
+/** An AMQP connection-class method frame on channel 0: 60 = connection.blocked (with a reason), 61 = connection.unblocked. */
+function amqpConnectionFrame(method: 60 | 61, reason?: string): Buffer {
+  const args = reason === undefined ? Buffer.alloc(0) : Buffer.concat([Buffer.from([Buffer.byteLength(reason)]), Buffer.from(reason)]);
+  const payload = Buffer.concat([Buffer.from([0, 10, 0, method]), args]);
+  const size = Buffer.alloc(4);
+  size.writeUInt32BE(payload.length);
+  return Buffer.concat([Buffer.from([1, 0, 0]), size, payload, Buffer.from([0xce])]);
+}
+
 /** The next message on `q`, waiting briefly for it to arrive. */
 async function take(q: string): Promise<GetMessage> {
   for (let i = 0; i < 50; i++) {
@@ -181,6 +190,40 @@ describe('rabbitmq destination (real broker)', () => {
       await d.deliver(e);
       const ids = [(await take(q)).properties.messageId, (await take(q)).properties.messageId];
       expect(ids).toContain(e.inboxId);
+    } finally {
+      await proxy.stop();
+    }
+  });
+
+  it('a broker that blocks publishers (connection.blocked, a resource alarm) is sent nothing: deliveries fail at once, and no copies pile up to land as duplicates', async () => {
+    const proxy = new TcpProxy(5672);
+    await proxy.start();
+    try {
+      const q = queueName();
+      const d = destination({ url: `amqp://guest:guest@127.0.0.1:${proxy.port}`, routingKey: q, queue: q, timeoutMs: 500 });
+      await d.deliver(deliveryEvent());
+      await take(q);
+      // The broker blocks this publisher and stops reading its socket, as RabbitMQ does on an alarm.
+      proxy.hold();
+      proxy.inject(amqpConnectionFrame(60, 'low on memory'));
+      await new Promise((r) => setTimeout(r, 100));
+      const e = deliveryEvent();
+      for (let i = 0; i < 3; i++) {
+        const t0 = Date.now();
+        const f = await failureOf(d.deliver(e)); // the relay retrying one row while the alarm lasts
+        expect(f).toBeInstanceOf(RetryableError);
+        expect(f.reason).toBe('rabbitmq_blocked');
+        expect(Date.now() - t0).toBeLessThan(400);
+      }
+      // Nothing was written for the broker to read later: no memory held in our process for it.
+      expect(proxy.heldBytes()).toBe(0);
+      proxy.release();
+      proxy.inject(amqpConnectionFrame(61));
+      await new Promise((r) => setTimeout(r, 100));
+      await d.deliver(e);
+      expect((await take(q)).properties.messageId).toBe(e.inboxId);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(await ch.get(q, { noAck: true })).toBe(false); // one copy, not one per failed attempt
     } finally {
       await proxy.stop();
     }

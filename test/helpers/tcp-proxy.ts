@@ -14,6 +14,9 @@ export class TcpProxy {
   private trap: ((clientChunk: Buffer) => boolean) | undefined;
   /** Set by cutAfterAnswer(); applies to every connection made after it. */
   private cut: { readonly ask: (clientChunk: Buffer) => boolean; readonly answered: (serverChunk: Buffer) => boolean; readonly tail: Buffer } | undefined;
+  /** Set by hold(): what clients send is kept back (not forwarded) until release(). */
+  private holding = false;
+  private held: { readonly out: Transform; readonly chunks: Buffer[] }[] = [];
   /** Connections cutAfterAnswer() has cut. */
   cuts = 0;
   port = 0;
@@ -98,18 +101,51 @@ export class TcpProxy {
     return t;
   }
 
+  /**
+   * From now on what clients send is kept back, not forwarded (kept in order, per connection):
+   * a server that stopped reading its sockets, as RabbitMQ does from a publisher it has blocked.
+   * The server's side still reaches the clients. release() forwards what was kept.
+   */
+  hold(): void {
+    this.holding = true;
+  }
+
+  /** Ends hold(): what was kept back goes to the server, in order, and later bytes pass again. */
+  release(): void {
+    this.holding = false;
+    for (const h of this.held) for (const c of h.chunks.splice(0)) h.out.push(c);
+  }
+
+  /** Bytes kept back by hold() so far, over every connection. */
+  heldBytes(): number {
+    return this.held.reduce((n, h) => n + h.chunks.reduce((m, c) => m + c.length, 0), 0);
+  }
+
+  /** Writes `bytes` to every open client as if the server had sent them (e.g. an AMQP frame). */
+  inject(bytes: Buffer): void {
+    for (const [client] of this.pairs) client.write(bytes);
+  }
+
   /** Passes a client's bytes on until silenceAt()'s trap matches one of its chunks. */
   private gate(): Transform {
     let silent = false;
-    return new Transform({
+    const h = { out: undefined as unknown as Transform, chunks: [] as Buffer[] };
+    const t = new Transform({
       transform: (chunk: Buffer, _encoding, done) => {
         if (!silent && this.trap?.(chunk)) {
           this.trap = undefined;
           silent = true;
         }
+        if (!silent && this.holding) {
+          h.chunks.push(chunk);
+          return done();
+        }
         done(null, silent ? undefined : chunk);
       },
     });
+    h.out = t;
+    this.held.push(h);
+    return t;
   }
 
   /** Closes the port and cuts every open connection. */
