@@ -144,7 +144,14 @@ export class RabbitMqDestination implements Destination {
       // An 'error' is always followed by 'close'; the listener keeps it from being thrown.
       c.on('error', () => undefined);
       c.on('close', () => this.forget(c));
-      const ch = await c.createConfirmChannel();
+      // amqplib's socket timeout bounds the handshake only: a link that dies silently after it
+      // would leave this connection pending (every delivery waiting on it) until AMQP heartbeats
+      // gave up, minutes later. So the channel and queue setup get timeoutMs too.
+      const setup = this.setUp(c);
+      const ch = await withTimeout(setup, this.config.timeoutMs, 'setting up the channel').catch((err: unknown) => {
+        setup.then((late) => late.close(), () => undefined).catch(() => undefined);
+        throw err;
+      });
       const live: Live = { conn: c, ch, returned: new Map(), heardAt: performance.now(), blocked: false, blockedReason: '' };
       c.on('blocked', (reason: unknown) => {
         live.blocked = true;
@@ -159,10 +166,6 @@ export class RabbitMqDestination implements Destination {
         const id = msg.properties.messageId as unknown;
         if (typeof id === 'string') live.returned.set(id, (live.returned.get(id) ?? 0) + 1);
       });
-      if (this.config.queue !== undefined) {
-        await ch.assertQueue(this.config.queue, { durable: true });
-        if (this.binding !== undefined) await ch.bindQueue(this.config.queue, this.config.exchange, this.binding);
-      }
       if (this.closed) throw closedError(this.type, this.id);
       return live;
     } catch (err) {
@@ -171,8 +174,21 @@ export class RabbitMqDestination implements Destination {
       if (err instanceof RetryableError) throw err;
       const msg = describe(err);
       // amqplib's socket timeout also bounds the AMQP handshake ("connect ETIMEDOUT").
-      throw new RetryableError(/ETIMEDOUT/.test(msg) ? 'timeout' : 'rabbitmq_unavailable', `${where}: cannot connect (${msg})`, { cause: err });
+      throw new RetryableError(err instanceof DeadlineExceeded || /ETIMEDOUT/.test(msg) ? 'timeout' : 'rabbitmq_unavailable', `${where}: cannot connect (${msg})`, { cause: err });
     }
+  }
+
+  /** The confirm channel, with our queue asserted and bound when `queue` is set. */
+  private async setUp(conn: ChannelModel): Promise<ConfirmChannel> {
+    const ch = await conn.createConfirmChannel();
+    // A channel error (e.g. the queue exists with other arguments) rejects the call below; the
+    // listener keeps it from being thrown as well.
+    ch.on('error', () => undefined);
+    if (this.config.queue !== undefined) {
+      await ch.assertQueue(this.config.queue, { durable: true });
+      if (this.binding !== undefined) await ch.bindQueue(this.config.queue, this.config.exchange, this.binding);
+    }
+    return ch;
   }
 
   /** Forgets `conn` if it is the current one. */

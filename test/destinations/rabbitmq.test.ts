@@ -229,6 +229,27 @@ describe('rabbitmq destination (real broker)', () => {
     }
   });
 
+  it('a link that goes silent while the connection is being set up (after the AMQP handshake): the delivery times out and the next one connects afresh', async () => {
+    const proxy = new TcpProxy(5672);
+    await proxy.start();
+    try {
+      const q = queueName();
+      const d = destination({ url: `amqp://guest:guest@127.0.0.1:${proxy.port}`, routingKey: q, queue: q, timeoutMs: 500 });
+      // The client's channel.open (a method frame on channel 1, class 20 method 10) never reaches the broker.
+      proxy.silenceAt((c) => c.length >= 11 && c[0] === 1 && c.readUInt16BE(1) === 1 && c.readUInt16BE(7) === 20 && c.readUInt16BE(9) === 10);
+      expect((await failureOf(d.deliver(deliveryEvent()))).reason).toBe('timeout');
+      // Without a bound on the setup, every delivery waited on that half-open connection until
+      // AMQP heartbeats gave up on it (minutes).
+      const e = deliveryEvent();
+      const t0 = Date.now();
+      await d.deliver(e);
+      expect(Date.now() - t0).toBeLessThan(1500);
+      expect((await take(q)).properties.messageId).toBe(e.inboxId);
+    } finally {
+      await proxy.stop();
+    }
+  });
+
   it('a closed port is rabbitmq_unavailable', async () => {
     const d = destination({ url: `amqp://guest:guest@127.0.0.1:${await closedPort()}`, timeoutMs: 1000 });
     const err = await failureOf(d.deliver(deliveryEvent()));
