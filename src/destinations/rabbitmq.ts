@@ -21,6 +21,8 @@ interface Live {
   heardAt: number;
   /** The broker has blocked publishing (a resource alarm): silence is expected, not a dead link. */
   blocked: boolean;
+  /** Why the broker closed the channel (e.g. `404 NOT_FOUND - no exchange`), once it has. */
+  closedBy: string | undefined;
   /** The reason the broker gave with connection.blocked (e.g. `low on memory`). */
   blockedReason: string;
 }
@@ -81,7 +83,7 @@ export class RabbitMqDestination implements Destination {
           const msg = describe(err);
           reject(msg === 'message nacked'
             ? new RetryableError('rabbitmq_nack', `${where}: the broker nacked the message`)
-            : new RetryableError('rabbitmq_unavailable', `${where}: ${msg}`, { cause: err }));
+            : new RetryableError('rabbitmq_unavailable', `${where}: ${msg}${live.closedBy === undefined ? '' : ` (${live.closedBy})`}`, { cause: err }));
         } else if (n > 0) {
           // Our queue may have been deleted (an operator, an expiry policy): the next delivery opens
           // a new channel, which declares and binds it again.
@@ -152,13 +154,14 @@ export class RabbitMqDestination implements Destination {
         setup.then((late) => late.close(), () => undefined).catch(() => undefined);
         throw err;
       });
-      const live: Live = { conn: c, ch, returned: new Map(), heardAt: performance.now(), blocked: false, blockedReason: '' };
+      const live: Live = { conn: c, ch, returned: new Map(), heardAt: performance.now(), blocked: false, blockedReason: '', closedBy: undefined };
       c.on('blocked', (reason: unknown) => {
         live.blocked = true;
         live.blockedReason = typeof reason === 'string' && reason !== '' ? reason.replace(/\s+/g, ' ').slice(0, 100) : 'no reason given';
       });
       c.on('unblocked', () => (live.blocked = false));
-      ch.on('error', () => undefined);
+      // amqplib fails the unconfirmed publishes with a bare "channel closed": keep the broker's reason.
+      ch.on('error', (e: unknown) => (live.closedBy = describe(e)));
       // A channel error (e.g. unknown exchange) closes the channel: start over on the next delivery.
       ch.on('close', () => this.drop(live));
       ch.on('return', (msg: Message) => {

@@ -144,6 +144,16 @@ describe('rabbitmq destination (real broker)', () => {
     expect(err.reason).toBe('rabbitmq_nack');
   });
 
+  it('a publish to a missing exchange (no queue set) fails saying why the broker closed the channel', async () => {
+    const x = uniqueName('whi_test_x');
+    exchanges.push(x);
+    const d = destination({ exchange: x, routingKey: 'late.{provider}' });
+    const err = await failureOf(d.deliver(deliveryEvent()));
+    expect(err.reason).toBe('rabbitmq_unavailable');
+    expect(err.message).toContain('404');
+    expect(err.message).toContain('no exchange');
+  });
+
   it('a missing exchange fails as retryable; the next delivery reconnects and succeeds once it exists', async () => {
     const x = uniqueName('whi_test_x');
     exchanges.push(x);
