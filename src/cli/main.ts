@@ -181,10 +181,10 @@ const COMMANDS: Record<string, Command> = {
     run: listAndRequeue({ command: 'effects', list: 'failed', requeue: 'retry', id: 'effect', runList: runEffectsFailed, runRequeue: runEffectsRetry }),
   },
   keys: {
-    summary: 'Payload key rotation: keys list (payloads per key) | keys reseal (seal old ones under the current key).',
+    summary: 'Payload key rotation: keys list (payloads and effects per key) | keys reseal (seal old ones under the current key).',
     usage: 'webhook-inbox keys list --config FILE\n       webhook-inbox keys reseal --config FILE [--busy PERCENT] [--per-second N]\n\n' +
-      '  list    stored payloads per payload key id, and whether each key is current, old or missing\n' +
-      '  reseal  seal every payload under an older key again under payloadKeys.current (same bytes,\n' +
+      '  list    stored payloads and effects per payload key id, and whether each key is current, old or missing\n' +
+      '  reseal  seal every payload and effect under an older key again under payloadKeys.current (same bytes,\n' +
       '          same hash; safe while serve and work run), so the older key can be removed.\n' +
       '          Exits 1 if some payload is left under an older key (its key missing, it does not authenticate,\n' +
       '          or it was stored under an older key while this ran).\n' +
