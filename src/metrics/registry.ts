@@ -20,7 +20,11 @@ function labelText(names: Labels, values: readonly string[], extra = ''): string
 
 export class Counter implements Metric {
   private values = new Map<string, { labels: string[]; value: number }>();
-  constructor(readonly name: string, readonly help: string, readonly labelNames: Labels = []) {}
+  constructor(readonly name: string, readonly help: string, readonly labelNames: Labels = []) {
+    // One without labels is 0 from the start: a series that appears only at its first increment
+    // reads as "no data" to an alert on its rate or increase (a LISTEN connection never yet lost).
+    if (labelNames.length === 0) this.values.set('', { labels: [], value: 0 });
+  }
 
   inc(labels: string[] = [], by = 1): void {
     const key = labels.join('\u0000');
@@ -67,7 +71,10 @@ export class Gauge implements Metric {
 
 export class Histogram implements Metric {
   private series = new Map<string, { labels: string[]; counts: number[]; sum: number; count: number }>();
-  constructor(readonly name: string, readonly help: string, readonly buckets: readonly number[], readonly labelNames: Labels = []) {}
+  constructor(readonly name: string, readonly help: string, readonly buckets: readonly number[], readonly labelNames: Labels = []) {
+    // Likewise 0 from the start without labels (as a counter).
+    if (labelNames.length === 0) this.series.set('', { labels: [], counts: new Array(buckets.length).fill(0), sum: 0, count: 0 });
+  }
 
   observe(value: number, labels: string[] = []): void {
     const key = labels.join('\u0000');

@@ -224,3 +224,21 @@ describeEachStore('/metrics is valid Prometheus text under real traffic', (kind)
     return r.text;
   }
 });
+
+describeEachStore('/metrics before anything happened', (kind) => {
+  it('the counters and histograms without labels are there at 0, so an alert on their increase has a series to read', async () => {
+    const app = await startTestApp(kind);
+    try {
+      const r = await post(`${app.url}/metrics`, '', {}, 'GET');
+      const families = parseExposition(r.text);
+      // The families without labels (the README's list); each has its series at 0 before any event.
+      for (const name of ['webhook_commit_failures_total', 'webhook_listener_lost_total', 'webhook_db_commit_latency_seconds', 'webhook_commit_batch_size']) {
+        const f = families.get(name);
+        expect(f?.samples.length, name).toBeGreaterThan(0);
+        for (const sample of f!.samples) expect(sample.value, `${sample.name} ${JSON.stringify(sample.labels)}`).toBe(0);
+      }
+    } finally {
+      await app.stop();
+    }
+  });
+});
