@@ -32,7 +32,8 @@ const bindable = (v: unknown): unknown =>
 export class TxGate {
   private open: { id: number; timer: NodeJS.Timeout } | undefined;
   private readonly waiting: Msg[] = [];
-  private readonly abandoned: number[] = [];
+  /** Transactions that ended without their COMMIT or ROLLBACK (timed out, or SQLite ended them): why, by id. */
+  private readonly ended = new Map<number, string>();
   /** The handlers' own SQL, prepared once; least recently used out first. */
   private readonly userStatements = new Map<string, Database.Statement>();
   private synchronous: 'FULL' | 'NORMAL' = 'FULL';
@@ -86,9 +87,13 @@ export class TxGate {
   private abandon(id: number): void {
     if (this.open?.id !== id) return;
     this.end(false);
-    this.abandoned.push(id);
-    if (this.abandoned.length > MAX_REMEMBERED_ABANDONED) this.abandoned.shift();
+    this.remember(id, `SQLite transaction was rolled back: it stayed open longer than ${this.timeoutMs} ms`);
     this.drain();
+  }
+
+  private remember(id: number, why: string): void {
+    this.ended.set(id, why);
+    if (this.ended.size > MAX_REMEMBERED_ABANDONED) this.ended.delete(this.ended.keys().next().value!);
   }
 
   /** Closes the transaction either way; a failed COMMIT (e.g. a deferred foreign key) rolls back. */
@@ -103,19 +108,41 @@ export class TxGate {
   }
 
   private runInTx(txId: number, op: string, arg: unknown): unknown {
-    if (this.open?.id !== txId) {
-      throw new Error(this.abandoned.includes(txId)
-        ? `SQLite transaction was rolled back: it stayed open longer than ${this.timeoutMs} ms`
-        : 'SQLite transaction is not open');
-    }
+    if (this.open?.id !== txId) throw new Error(this.ended.get(txId) ?? 'SQLite transaction is not open');
     switch (op) {
       case 'commit': return this.end(true);
       case 'rollback': return this.end(false);
-      case 'query': return this.query(arg as UserQuery);
     }
-    const run = this.inTx[op];
+    const run = op === 'query' ? (q: unknown) => this.query(q as UserQuery) : this.inTx[op];
     if (!run) throw new Error(`unknown transaction op "${op}"`);
-    return run(arg);
+    try {
+      return run(arg);
+    } catch (err) {
+      throw this.endedBy(txId, err) ?? err;
+    } finally {
+      this.endedBy(txId, undefined);
+    }
+  }
+
+  /**
+   * SQLite ends a transaction itself after some errors (SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM, a
+   * trigger's RAISE(ROLLBACK)), and a handler's own COMMIT or ROLLBACK ends it too. Left open here,
+   * the transaction's later ops ran in autocommit mode: the next handler's SAVEPOINT … RELEASE and
+   * finishBatch committed on their own, settling PROCESSED events whose writes had been rolled
+   * back (a mutation never applied) and committing writes a retry then applied again. So the
+   * transaction is over: this op and every later one of it fail. Returns the error to throw, if
+   * the transaction ended just now.
+   */
+  private endedBy(txId: number, err: unknown): Error | undefined {
+    if (this.open?.id !== txId || this.db.inTransaction) return undefined;
+    clearTimeout(this.open.timer);
+    this.open = undefined;
+    const e = err as { message?: string; code?: string } | undefined;
+    const why = e === undefined
+      ? 'SQLite transaction was ended by a statement inside it (COMMIT, ROLLBACK or END); nothing after it may run'
+      : `SQLite rolled the transaction back after an error: ${e.message ?? String(err)}`;
+    this.remember(txId, why);
+    return Object.assign(new Error(why), { code: e?.code });
   }
 
   private query(q: UserQuery): unknown[] {
