@@ -14,7 +14,7 @@ import { createLogger } from './log.js';
 import { ingressMetrics, type IngressMetrics } from './metrics/registry.js';
 import { GroupCommitter } from './store/group-commit.js';
 import { warnIfSchemaNewer } from './store/migrations.js';
-import { idleInTransactionMs, openStore } from './store/open.js';
+import { openStore } from './store/open.js';
 import type { AcceptRecord, AcceptResult, InboxStore } from './store/port.js';
 import { Engine } from './engine/engine.js';
 import { HandlerRegistry } from './engine/handlers.js';
@@ -70,7 +70,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const env = opts.env ?? configEnv(config);
   const keyring = new KeyRing(config, env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; until it loads its endpoint answers 503 or its forwards wait (retried every 10 s and on SIGHUP)');
-  const store = opts.store ?? openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits, idleInTransactionMs: idleInTransactionMs(config) });
+  const store = opts.store ?? openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   // A start that fails from here on (migration, a port in use) closes what it opened: the store's
   // thread and pools would otherwise keep the process alive, not listening, for good.
   const abandon = async (err: unknown): Promise<never> => {

@@ -11,7 +11,7 @@ import { HandlerRegistry } from './engine/handlers.js';
 import { createLogger } from './log.js';
 import { Registry } from './metrics/registry.js';
 import { warnIfSchemaNewer } from './store/migrations.js';
-import { idleInTransactionMs, openStore } from './store/open.js';
+import { openStore } from './store/open.js';
 import type { InboxStore } from './store/port.js';
 
 export interface RunningWorkers {
@@ -51,7 +51,7 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
   const keyring = new KeyRing(config, env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; retried every 10 s and on SIGHUP');
   // Opened first: a store that cannot be (its SQLite directory) throws here, before any check runs.
-  const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits, idleInTransactionMs: idleInTransactionMs(config) });
+  const store = openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   const secretChecks = keepSecretsCurrent(keyring, log, secretCheckMs);
   if (opts.migrate ?? true) {
     // As in startApp: a failed start closes what it opened (the pools would keep the process alive).

@@ -6,8 +6,6 @@ export interface OpenOptions {
   readonly queryTimeoutMs?: number;
   /** false: the engine's commits do not wait for the disk (workers.durableCommits); accepts always do. */
   readonly durableEngineCommits?: boolean;
-  /** PostgreSQL: PostgresOptions.idleInTransactionMs. */
-  readonly idleInTransactionMs?: number;
 }
 
 /** Opens the store a `database` URL names: `sqlite:PATH` or `postgres://…`. */
@@ -15,13 +13,4 @@ export function openStore(url: string, opts: OpenOptions = {}): InboxStore {
   if (url.startsWith('sqlite:')) return SqliteStore.fromUrl(url, opts.durableEngineCommits ?? true);
   if (/^postgres(ql)?:\/\//.test(url)) return new PostgresStore(url, opts);
   throw new Error(`unsupported database URL (use sqlite:PATH or postgres://…)`);
-}
-
-/**
- * The idle-in-transaction bound for a server's and a worker's connections: a live transaction
- * of ours pauses between statements for at most one handler's run (bounded by workers.leaseMs);
- * idle for that plus a commit timeout, its client is gone.
- */
-export function idleInTransactionMs(config: { readonly workers: { readonly leaseMs: number }; readonly groupCommit: { readonly commitTimeoutMs: number } }): number {
-  return config.workers.leaseMs + config.groupCommit.commitTimeoutMs;
 }

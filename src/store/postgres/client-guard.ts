@@ -21,3 +21,24 @@ export function checkIn(client: pg.PoolClient, unguard: () => void, discard?: Er
   if (!discard) unguard();
   client.release(discard);
 }
+
+/**
+ * Our backends whose client we gave up on: one of ours (this database, this role), not the asker.
+ * pg_terminate_backend needs no privilege for a backend of one's own role.
+ */
+const TERMINATE = `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+  WHERE pid = $1 AND datname = current_database() AND usename = current_user AND pid <> pg_backend_pid()`;
+
+/**
+ * Asks the server, on another connection, to end the backend of a client discarded mid-transaction
+ * (best effort, not awaited). A link that died without a FIN or RST (a NAT or firewall dropped it)
+ * is given up by the client (its query timeout), but the server never hears: the backend stayed
+ * "idle in transaction" with its locks until TCP keepalive noticed (~2 h by default), and the
+ * event's retry waited all that time on its own uncommitted ledger row. A server-side idle
+ * timeout cannot do this: a live settle transaction may pause for several handlers in a row.
+ */
+export function endBackendOf(pool: pg.Pool, client: pg.PoolClient): void {
+  const pid = (client as unknown as { processID?: number | null }).processID;
+  if (typeof pid !== 'number') return;
+  pool.query(TERMINATE, [pid]).catch(() => undefined);
+}

@@ -12,7 +12,7 @@ import type {
   Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal,
 } from '../work-port.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
-import { checkIn, guardCheckedOut } from './client-guard.js';
+import { checkIn, endBackendOf, guardCheckedOut } from './client-guard.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
 import * as SQL from './sql.js';
@@ -30,16 +30,6 @@ export interface PostgresOptions {
   readonly durableEngineCommits?: boolean;
   /** How long the new-work listener waits, silent, before it checks its connection, and then for the answer (default LIVENESS_MS; tests shorten it). */
   readonly listenLivenessMs?: number;
-  /**
-   * The server ends a session of ours idle inside a transaction this long (its
-   * idle_in_transaction_session_timeout). A link that dies without a FIN or RST while a transaction
-   * is open (a handler's, a notice's) is given up by the client, but the server never hears: its
-   * backend kept the transaction and its locks until TCP keepalive noticed (about 2 h by default),
-   * and a retry of the same event waited on its own uncommitted ledger row all that time. Must
-   * exceed the longest pause between statements of a live transaction: a handler's (leaseMs).
-   * Undefined: the server's setting.
-   */
-  readonly idleInTransactionMs?: number;
 }
 
 /** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
@@ -118,13 +108,12 @@ export class PostgresStore implements InboxStore {
     this.listener = new PgListener({
       connectionString: url, connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000, keepAlive: true, application_name: 'webhook-inbox-listen',
     }, SQL.NEW_WORK_CHANNEL, opts.listenLivenessMs);
-    const idle = opts.idleInTransactionMs === undefined ? '' : ` -c idle_in_transaction_session_timeout=${Math.min(Math.ceil(opts.idleInTransactionMs), 2_147_483_647)}`;
     const poolConfig = {
       connectionTimeoutMillis: opts.connectTimeoutMs ?? 3000,
       query_timeout: opts.queryTimeoutMs ?? 10_000,
       keepAlive: true,
       application_name: 'webhook-inbox',
-      ...withStartupOptions(url, `${ACCEPT_PLANS} ${DURABLE}${idle}`),
+      ...withStartupOptions(url, `${ACCEPT_PLANS} ${DURABLE}`),
     };
     // The accept connections stay open while idle (min = max), and with them their prepared statements (warm).
     const size = opts.poolSize ?? 4;
@@ -135,7 +124,7 @@ export class PostgresStore implements InboxStore {
       application_name: 'webhook-inbox-work',
       // Engine commits need not wait for the WAL flush (see WorkersConfig.durableCommits): a lost
       // one is redone, while an accept's flush must never queue behind them.
-      ...withStartupOptions(url, `${WORK_PLANS} ${opts.durableEngineCommits === false ? '-c synchronous_commit=off' : DURABLE}${idle}`),
+      ...withStartupOptions(url, opts.durableEngineCommits === false ? `${WORK_PLANS} -c synchronous_commit=off` : `${WORK_PLANS} ${DURABLE}`),
     });
     // An idle client losing its connection must not crash the process; the next query reconnects.
     this.pool.on('error', () => undefined);
@@ -245,6 +234,8 @@ export class PostgresStore implements InboxStore {
       // ROLLBACK queued behind it could time out too (a second wait before the 503), leaving the
       // connection in this transaction: the next accept on it returned rows that never committed.
       checkIn(client, unguard, failed);
+      // A link that died silently left the transaction, and the key's advisory lock, at the server.
+      if (failed) endBackendOf(this.pool, client);
     }
   }
 

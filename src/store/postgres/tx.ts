@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { assertStillLeased, type BatchOutcome, type EventKey, type ProcessedMarker, type Row, type StoreTx } from '../work-port.js';
-import { checkIn, guardCheckedOut } from './client-guard.js';
+import { checkIn, endBackendOf, guardCheckedOut } from './client-guard.js';
 import * as W from './work-sql.js';
 
 /**
@@ -81,6 +81,8 @@ export class PgTx implements StoreTx {
       throw err;
     } finally {
       checkIn(client, this.unguard, this.broken);
+      // Its transaction may live on at the server, locks and all, if the link died silently.
+      if (this.broken) endBackendOf(this.pool, client);
       this.client = undefined;
     }
   }
