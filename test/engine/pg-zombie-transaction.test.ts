@@ -65,8 +65,8 @@ describe.runIf(await pgAvailable())('a handler transaction whose link dies silen
     const status = () => direct.query<{ status: string; attempts: number }>('SELECT status, attempt_count AS attempts FROM webhook_inbox').then((r) => r.rows[0]!);
     const done = await waitFor(async () => ((await status()).status === 'PROCESSED' ? true : null), 15_000, 'PROCESSED').catch(() => false);
     const zombies = await direct.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'");
-    console.log(await status(), 'idle in transaction:', zombies.rows[0].n, 'runs', runs);
     expect(done).toBe(true);
+    expect(zombies.rows[0].n, 'backends left idle in transaction').toBe(0);
     expect((await direct.query('SELECT count(*)::int AS n FROM ledger')).rows[0].n).toBe(1);
   }, 30_000);
 });

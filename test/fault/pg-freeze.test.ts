@@ -33,29 +33,26 @@ describe.runIf(await pgAvailable())('hung connections [postgres]', () => {
     proxy.silenceAt((c) => c.includes(Buffer.from('wi_accept')) || c[0] === 0x42 /* Bind */);
     const t0 = Date.now();
     const during = await Promise.all(Array.from({ length: 40 }, (_, i) => send(app.url, `evt_mid_${i}`).then((r) => ({ s: r.status, ms: Date.now() - t0 }))));
-    console.log('silenced one', during.map((d) => `${d.s}@${d.ms}`).join(' '));
     proxy.freeze();
     const t1 = Date.now();
     const frozen = await Promise.all(Array.from({ length: 40 }, (_, i) => send(app.url, `evt_frozen_${i}`).then((r) => ({ s: r.status, ms: Date.now() - t1 }))));
-    console.log('frozen', frozen.map((d) => `${d.s}@${d.ms}`).join(' '));
-    const rt = Date.now();
     const ready = await post(`${app.url}/readyz`, '', {}, 'GET');
-    console.log('readyz', ready.status, Date.now() - rt, ready.text.slice(0, 300));
     const after: number[] = [];
     for (let i = 0; i < 10; i++) after.push((await send(app.url, `evt_after_${i}`)).status);
-    console.log('after freeze', after.join(','));
     await proxy.stop();
     const down = await send(app.url, 'evt_down');
     await proxy.start(proxy.port);
     const back: number[] = [];
     for (let i = 0; i < 10; i++) back.push((await send(app.url, `evt_back_${i}`)).status);
-    console.log('down', down.status, 'back', back.join(','));
     const ready2 = await post(`${app.url}/readyz`, '', {}, 'GET');
-    const m = await (await fetch(`${app.url}/metrics`)).text();
-    console.log('ready2', ready2.status, m.split('\n').filter((l) => /commit_fail|listener|storage|unavailable/.test(l) && !l.startsWith('#')).join('\n'));
+    const failures = /^webhook_commit_failures_total (\d+)$/m.exec(await (await fetch(`${app.url}/metrics`)).text());
     // Bounded, but by about twice commitTimeoutMs: a request queued behind a hung commit waits for
     // its timeout, and its own batch then goes to the next pooled connection, frozen too.
-    expect(frozen.every((f) => f.s === 503 && f.ms < 2.5 * 1000)).toBe(true);
+    // (measured ~2.0 s here; the bound leaves room for a loaded machine).
+    expect(frozen.filter((f) => f.s !== 503 || f.ms >= 5 * 1000)).toEqual([]);
+    // One connection silenced: each request is answered (200, or 503 for the batch on it), none hangs.
+    expect(during.filter((d) => (d.s !== 200 && d.s !== 503) || d.ms >= 5 * 1000)).toEqual([]);
+    expect(Number(failures?.[1]), 'the hung commits were counted').toBeGreaterThan(0);
     expect(ready.status).toBe(503);
     expect(after.every((s) => s === 200)).toBe(true);
     expect(down.status).toBe(503);

@@ -22,9 +22,7 @@ describe.runIf(await pgAvailable())('LISTEN backend terminated [postgres]', () =
       await killer.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'webhook-inbox-listen'", [dbName]);
       expect((await send(`evt_k${k}`)).status).toBe(200);
     }
-    const t = Date.now();
     const ok = await waitFor(async () => (await processed()) === 4 || null, 10_000, 'after').then(() => true, () => false);
-    console.log('waited', Date.now() - t, ok);
     await killer.end();
     await app.stop();
     expect(ok).toBe(true);

@@ -51,9 +51,6 @@ describe.runIf(await pgAvailable())('restart-like cut [postgres]', () => {
     for (let i = 0; i < 5; i++) if ((await send(app.url, `evt_b${i}`)).status === 200) ok++;
     const t = Date.now();
     const r = await waitFor(async () => (await processed()) === 5 + ok || null, 15_000, 'after restart').then(() => Date.now() - t, () => -1);
-    const m = await (await fetch(`${app.url}/metrics`)).text();
-    console.log({ ok, waitedMs: r }, m.split('\n').filter((l) => /listener|commit_fail/.test(l) && !l.startsWith('#')).join('\n'));
-    console.log(lines.filter((l) => /"level":(40|50)/.test(l)).map((l) => JSON.parse(l).msg).join('\n'));
     expect(ok).toBe(5);
     expect(r).toBeGreaterThanOrEqual(0);
     expect(r).toBeLessThan(5000);

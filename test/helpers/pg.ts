@@ -44,3 +44,31 @@ export async function createTestDatabase(): Promise<{ url: string; drop(): Promi
     },
   };
 }
+
+/**
+ * Terminates, again and again until stopped, the backends of database `url` whose
+ * application_name is `applicationName` (the app's pools name themselves), pausing up to
+ * `maxPauseMs` between rounds. `stop()` resolves with how many backends it ended.
+ */
+export async function terminateBackendsWhile(url: string, applicationName: string, maxPauseMs: number): Promise<{ client: pg.Client; stop(): Promise<number> }> {
+  const dbName = new URL(url).pathname.slice(1);
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  let stopped = false;
+  let kills = 0;
+  const loop = (async () => {
+    while (!stopped) {
+      const r = await client.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name = $2', [dbName, applicationName]);
+      kills += r.rowCount ?? 0;
+      await new Promise((resolve) => setTimeout(resolve, 5 + Math.random() * maxPauseMs));
+    }
+  })();
+  return {
+    client,
+    async stop() {
+      stopped = true;
+      await loop;
+      return kills;
+    },
+  };
+}

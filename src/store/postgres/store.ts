@@ -129,6 +129,12 @@ export class PostgresStore implements InboxStore {
     // An idle client losing its connection must not crash the process; the next query reconnects.
     this.pool.on('error', () => undefined);
     this.workPool.on('error', () => undefined);
+    // Nor one being handed out. A backend terminated just after it connected sends its FATAL in the
+    // same read as its first ReadyForQuery: the parser reports it synchronously after pg-pool has
+    // taken its idle listener off and before the caller's continuation can add one, and an 'error'
+    // with no listener ended the process (seen terminating `work` backends under load). Each
+    // client keeps a listener for good; its queries still fail, and the pool still drops it.
+    for (const p of [this.pool, this.workPool]) p.on('connect', (client: pg.PoolClient) => void client.on('error', () => undefined));
   }
 
   private async query<R extends pg.QueryResultRow>(config: pg.QueryConfig, pool: pg.Pool = this.pool): Promise<pg.QueryResult<R>> {
