@@ -8,9 +8,8 @@ import { configDoc } from '../helpers/app.js';
 import { waitFor } from '../helpers/engine.js';
 import { post } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { freshDatabase } from '../helpers/stores.js';
 import { pgAvailable } from '../helpers/pg.js';
-import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { proxiedPostgres } from '../helpers/tcp-proxy.js';
 
 /**
  * A link that dies without a FIN or RST (a NAT or firewall dropped it) while a handler's
@@ -22,16 +21,10 @@ describe.runIf(await pgAvailable())('a handler transaction whose link dies silen
   afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
 
   it('does not hold its locks for good: the event is retried and PROCESSED once, within seconds', async () => {
-    const db = await freshDatabase('postgres');
-    cleanups.push(() => db.cleanup());
+    const { db, proxy, url } = await proxiedPostgres(cleanups);
     const direct = new pg.Client({ connectionString: db.url });
     await direct.connect();
     cleanups.push(() => direct.end());
-    const proxy = new TcpProxy(5432);
-    await proxy.start();
-    cleanups.push(() => proxy.stop());
-    const url = new URL(db.url);
-    url.port = String(proxy.port);
 
     let inserted!: () => void;
     const insertedOnce = new Promise<void>((r) => (inserted = r));
@@ -47,7 +40,7 @@ describe.runIf(await pgAvailable())('a handler transaction whose link dies silen
         await ctx.tx.query('SELECT 1');
       }
     }, { version: '1', name: 'ledger' });
-    const config = parseConfig(configDoc(url.toString(), {
+    const config = parseConfig(configDoc(url, {
       groupCommit: { commitTimeoutMs: 1000 },
       workers: { pollMs: 100, leaseMs: 1500 },
       retry: { baseMs: 10, capMs: 200, maxAttempts: 100 },

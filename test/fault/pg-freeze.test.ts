@@ -5,9 +5,8 @@ import { parseConfig } from '../../src/config/schema.js';
 import { configDoc } from '../helpers/app.js';
 import { post } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { freshDatabase } from '../helpers/stores.js';
 import { pgAvailable } from '../helpers/pg.js';
-import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { proxiedPostgres } from '../helpers/tcp-proxy.js';
 
 const send = (url: string, id: string) => {
   const body = stripeEvent(id);
@@ -19,14 +18,8 @@ describe.runIf(await pgAvailable())('hung connections [postgres]', () => {
   afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
 
   it('a link frozen mid-commit: bounded 503s, readyz not ready, recovery without restart; cut-all-then-back too', async () => {
-    const db = await freshDatabase('postgres');
-    cleanups.push(() => db.cleanup());
-    const proxy = new TcpProxy(5432);
-    await proxy.start();
-    cleanups.push(() => proxy.stop());
-    const url = new URL(db.url);
-    url.port = String(proxy.port);
-    const config = parseConfig(configDoc(url.toString(), { groupCommit: { commitTimeoutMs: 1000 } }), {});
+    const { proxy, url } = await proxiedPostgres(cleanups);
+    const config = parseConfig(configDoc(url, { groupCommit: { commitTimeoutMs: 1000 } }), {});
     const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: true });
     cleanups.push(() => app.close());
     for (let i = 0; i < 10; i++) expect((await send(app.url, `evt_up_${i}`)).status).toBe(200);

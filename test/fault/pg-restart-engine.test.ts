@@ -8,9 +8,8 @@ import { configDoc } from '../helpers/app.js';
 import { waitFor } from '../helpers/engine.js';
 import { post } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { freshDatabase } from '../helpers/stores.js';
 import { pgAvailable } from '../helpers/pg.js';
-import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { proxiedPostgres } from '../helpers/tcp-proxy.js';
 
 const send = (url: string, id: string) => {
   const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
@@ -22,18 +21,12 @@ describe.runIf(await pgAvailable())('restart-like cut [postgres]', () => {
   afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
 
   it('all connections cut then back: workers resume and are woken by NOTIFY again', async () => {
-    const db = await freshDatabase('postgres');
-    cleanups.push(() => db.cleanup());
+    const { db, proxy, url } = await proxiedPostgres(cleanups);
     const direct = new pg.Client({ connectionString: db.url });
-    const proxy = new TcpProxy(5432);
-    await proxy.start();
-    cleanups.push(() => proxy.stop());
-    const url = new URL(db.url);
-    url.port = String(proxy.port);
     const handlers = new HandlerRegistry().on('payment_intent.*', async (event, ctx) => {
       await ctx.tx.query('INSERT INTO ledger (event_id) VALUES ($1)', [event.providerEventId]);
     }, { version: '1', name: 'ledger' });
-    const config = parseConfig(configDoc(url.toString(), { groupCommit: { commitTimeoutMs: 2000 }, workers: { pollMs: 20_000, leaseMs: 2000 }, retry: { baseMs: 10, capMs: 40, maxAttempts: 5 } }), {});
+    const config = parseConfig(configDoc(url, { groupCommit: { commitTimeoutMs: 2000 }, workers: { pollMs: 20_000, leaseMs: 2000 }, retry: { baseMs: 10, capMs: 40, maxAttempts: 5 } }), {});
     const lines: string[] = [];
     const app = await startApp(config, { logger: pino({ level: 'info' }, { write: (s: string) => void lines.push(s) }), env: {}, shutdownGraceMs: 200, workers: true, handlers });
     cleanups.push(() => app.close());

@@ -1,5 +1,6 @@
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { Transform } from 'node:stream';
+import { freshDatabase, type TestDatabase } from './stores.js';
 
 /**
  * A loopback TCP proxy in front of a real server, so a test can make the database truly
@@ -155,4 +156,19 @@ export class TcpProxy {
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
     this.server = null;
   }
+}
+
+/**
+ * A fresh PostgreSQL database reached through a TcpProxy: `db` (its direct URL among it) and
+ * `url`, the proxied one to give the app. Both are undone by `cleanups`, proxy first.
+ */
+export async function proxiedPostgres(cleanups: (() => Promise<void>)[]): Promise<{ db: TestDatabase; proxy: TcpProxy; url: string }> {
+  const db = await freshDatabase('postgres');
+  cleanups.push(() => db.cleanup());
+  const proxy = new TcpProxy(5432);
+  await proxy.start();
+  cleanups.push(() => proxy.stop());
+  const url = new URL(db.url);
+  url.port = String(proxy.port);
+  return { db, proxy, url: url.toString() };
 }

@@ -14,7 +14,7 @@ import { record } from '../helpers/records.js';
 import * as SQL from '../../src/store/postgres/sql.js';
 import { freshDatabase } from '../helpers/stores.js';
 import { pgAvailable } from '../helpers/pg.js';
-import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { proxiedPostgres, TcpProxy } from '../helpers/tcp-proxy.js';
 import { waitFor } from '../helpers/engine.js';
 import { scrape, valueOf } from '../helpers/metric-samples.js';
 import { PostgresStore } from '../../src/store/postgres/store.js';
@@ -78,14 +78,8 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
   }
 
   it('answers 503 while PostgreSQL is unreachable, /readyz says not ready, and accepts again when it is back', async () => {
-    const db = await freshDatabase('postgres');
-    cleanups.push(() => db.cleanup());
-    const proxy = new TcpProxy(5432);
-    await proxy.start();
-    cleanups.push(() => proxy.stop());
-    const url = new URL(db.url);
-    url.port = String(proxy.port);
-    const config = parseConfig(configDoc(url.toString(), { groupCommit: { commitTimeoutMs: 3000 } }), {});
+    const { db, proxy, url } = await proxiedPostgres(cleanups);
+    const config = parseConfig(configDoc(url, { groupCommit: { commitTimeoutMs: 3000 } }), {});
     const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200 });
     cleanups.push(() => app.close());
 
