@@ -174,6 +174,11 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     throw new ConfigError(child(lp, 'host'), 'must be a host name or IP address alone, e.g. 127.0.0.1, 0.0.0.0, ::1 or localhost (no scheme, port, path, brackets or spaces; the port is listen.port)');
   }
 
+  // Set but empty is a reference that resolved to nothing (compose's `DATABASE_URL: ${PG_URL}` with
+  // PG_URL unset): falling back to `database` would take the events into another database.
+  if (env.DATABASE_URL === '') {
+    throw new ConfigError('DATABASE_URL', 'is set but empty: give it the database URL, or unset it to use the config\'s database');
+  }
   if (typeof o.database === 'string' && o.database.includes('${') && !env.DATABASE_URL) {
     throw new ConfigError('database', 'contains "${": a reference is not read here; to keep the URL (and its password) out of the config, set DATABASE_URL, which overrides database');
   }

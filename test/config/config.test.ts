@@ -130,6 +130,10 @@ describe('config validation names the bad path', () => {
     expect(parseConfig({ ...base(), database: 'sqlite:/tmp/my data/inbox.db' }, {}).database).toBe('sqlite:/tmp/my data/inbox.db');
   });
 
+  it('DATABASE_URL set but empty is refused rather than falling back to database (an unset variable behind it would move the events to another database)', () => {
+    expect(errorOf(base(), { DATABASE_URL: '' })).toMatch(/^DATABASE_URL: is set but empty/);
+  });
+
   it('DATABASE_URL overrides database, and a bad one is named', () => {
     expect(parseConfig(base(), { DATABASE_URL: 'postgres://u@h/db' }).database).toBe('postgres://u@h/db');
     expect(errorOf(base(), { DATABASE_URL: 'oracle://x' })).toMatch(/^DATABASE_URL: /);
