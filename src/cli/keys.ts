@@ -199,6 +199,8 @@ export interface ResealOptions {
 
 /** Payloads per slice when paced: many small transactions, each holding the database briefly. */
 const PACED_SLICE = 50;
+/** Effects per page of keys reseal, at most (resealEffectsAll). */
+const EFFECTS_PAGE = 50;
 
 /**
  * `keys reseal` works at most a quarter of the time unless told otherwise: it is meant to run
@@ -259,14 +261,16 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
 
 /**
  * Every effect whose data is not sealed under the current key (an older key, or stored plain
- * before sealing began), in effect id order, `sliceMax` per transaction. Effect data is small
- * (what a handler passed to ctx.effect), so a page is read with its data at once.
+ * before sealing began), in effect id order, `sliceMax` per transaction and never more than
+ * EFFECTS_PAGE. A page is read with its data at once, and nothing bounds what a handler passes to
+ * ctx.effect: a handler handing on a 1 MiB body made 500-effect pages (`--busy 100`) of ~700 MB,
+ * past what one PostgreSQL parameter string can hold. At 50 a page stays under ~70 MB then.
  */
 async function resealEffectsAll(store: InboxStore, cipher: PayloadCipher, tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'>, pacer: Pacer, sliceMax: number): Promise<void> {
   const prefix = sealedEffectPrefix(cipher.currentKeyId);
   let after: string | null = null;
   for (;;) {
-    const page = await store.effectsToReseal(prefix, after, Math.min(PAGE, sliceMax));
+    const page = await store.effectsToReseal(prefix, after, Math.min(EFFECTS_PAGE, sliceMax));
     await pacer.pace(0);
     if (page.length === 0) return;
     after = page[page.length - 1]!.effectId;

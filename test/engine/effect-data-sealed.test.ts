@@ -10,6 +10,8 @@ import { startApp, type RunningApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { openStore } from '../../src/store/open.js';
+import { resealAll } from '../../src/cli/keys.js';
+import { PayloadCipher } from '../../src/crypto/payload-cipher.js';
 import type { InboxStore } from '../../src/store/port.js';
 import { configDoc, PAYLOAD_KEY } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
@@ -280,6 +282,32 @@ describeEachStore('effect data sealed at rest', (kind) => {
     const list = await runCli(['keys', 'list', '--config', wrong], 60_000);
     expect(list.out.trimEnd().split('\n')[1]!.split(/\s+/).slice(0, 3)).toEqual(['k1', '1', '0']);
     expect(await storedData(db)).toEqual(before);
+  });
+
+  it('keys reseal reads effects at most 50 a page, even unpaced (--busy 100), since nothing bounds an effect\'s data', async () => {
+    mailUp = false;
+    app = await start({ current: 'k1', keys: { k1: PAYLOAD_KEY } });
+    const inboxIds = await accept(app, Array.from({ length: 60 }, (_, i) => `evt_page_${i}`));
+    await app.close();
+    app = undefined;
+    const store = openStore(db.url);
+    try {
+      const limits: number[] = [];
+      const counting = new Proxy(store, {
+        get(target, name, receiver) {
+          if (name === 'effectsToReseal') return (prefix: string, after: string | null, limit: number) => (limits.push(limit), target.effectsToReseal(prefix, after, limit));
+          const v = Reflect.get(target, name, receiver) as unknown;
+          return typeof v === 'function' ? v.bind(target) : v;
+        },
+      });
+      const cipher = new PayloadCipher(new Map([['k1', Buffer.from(PAYLOAD_KEY, 'base64')], ['k2', Buffer.from(K2, 'base64')]]), 'k2');
+      const tally = await resealAll(counting, cipher, { busyPercent: 100 });
+      expect(tally.resealedEffects).toBe(inboxIds.length);
+      expect(limits.length, 'more than one page').toBeGreaterThan(1);
+      expect(Math.max(...limits)).toBe(50);
+    } finally {
+      await store.close();
+    }
   });
 
   it('an effect sealed under a key the config lacks: keys reseal leaves it, names it, and exits 1', async () => {
