@@ -104,30 +104,22 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
     for (const [id, n] of tally.effectsMissing) console.error(`left ${n} effect(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
     if (tally.unauthentic.length > 0) {
-      const shown = tally.unauthentic.slice(0, SHOW_IDS).map((u) => u.payloadId).join(', ') + (tally.unauthentic.length > SHOW_IDS ? ', …' : '');
-      console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${shown}`);
+      console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${shownIds(tally.unauthentic.map((u) => u.payloadId))}`);
     }
     if (tally.effectsUnauthentic.length > 0) {
-      const shown = tally.effectsUnauthentic.slice(0, SHOW_IDS).map((u) => u.effectId).join(', ') + (tally.effectsUnauthentic.length > SHOW_IDS ? ', …' : '');
-      console.error(`left ${tally.effectsUnauthentic.length} effect(s) whose data does not authenticate (altered or moved rows): ${shown}`);
+      console.error(`left ${tally.effectsUnauthentic.length} effect(s) whose data does not authenticate (altered or moved rows): ${shownIds(tally.effectsUnauthentic.map((u) => u.effectId))}`);
     }
     const usage = await usageOf(store);
     // What the pass did not see: payloads stored under an older key after it went by (a process
     // still sealing under that key, its ids below the cursor or after the last page), or that no
     // event points at. Exit 0 must mean "the older keys seal nothing this run did not name": a
     // script that removes them on 0 would otherwise leave those payloads unopenable.
-    const unseen = [...usage.payloads]
-      .filter(([keyId]) => keyId !== cipher.currentKeyId)
-      .map(([keyId, payloads]) => ({ keyId, n: payloads - (tally.missing.get(keyId) ?? 0) - tally.unauthentic.filter((a) => a.keyId === keyId).length }))
-      .filter((u) => u.n > 0);
+    const unseen = unseenUnder(usage.payloads, cipher.currentKeyId, tally.missing, tally.unauthentic);
     for (const u of unseen) {
       console.error(`left ${u.n} other payload(s) under "${u.keyId}", stored under it after this run went past them ` +
         '(a process still sealing under it: restart it with this config) or not bound to any event: run again');
     }
-    const unseenEffects = [...usage.effects]
-      .filter(([keyId]) => keyId !== cipher.currentKeyId)
-      .map(([keyId, effects]) => ({ keyId, n: effects - (tally.effectsMissing.get(keyId) ?? 0) - tally.effectsUnauthentic.filter((a) => a.keyId === keyId).length }))
-      .filter((u) => u.n > 0);
+    const unseenEffects = unseenUnder(usage.effects, cipher.currentKeyId, tally.effectsMissing, tally.effectsUnauthentic);
     for (const u of unseenEffects) {
       console.error(`left ${u.n} other effect(s) under "${u.keyId}", recorded under it after this run went past them (a process still sealing under it: restart it with this config): run again`);
     }
@@ -135,6 +127,32 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     const effectsLeft = tally.effectsMissing.size > 0 || tally.effectsUnauthentic.length > 0 || unseenEffects.length > 0;
     return tally.missing.size === 0 && tally.unauthentic.length === 0 && unseen.length === 0 && !effectsLeft ? 0 : 1;
   });
+}
+
+/** Whether `open` opens what it was given (a wrong key, or an altered value, throws). */
+function authenticates(open: () => unknown): boolean {
+  try {
+    open();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The first SHOW_IDS of `ids`, and "…" for the rest. */
+function shownIds(ids: readonly string[]): string {
+  return ids.slice(0, SHOW_IDS).join(', ') + (ids.length > SHOW_IDS ? ', …' : '');
+}
+
+/**
+ * Per older key, the rows (payloads or effects) still under it at the end that this run did not
+ * name as left (key missing, not authentic): stored under it after the run went past them.
+ */
+function unseenUnder(counts: ReadonlyMap<string, number>, currentKeyId: string, missing: ReadonlyMap<string, number>, unauthentic: readonly { keyId: string | null }[]): { keyId: string; n: number }[] {
+  return [...counts]
+    .filter(([keyId]) => keyId !== currentKeyId)
+    .map(([keyId, n]) => ({ keyId, n: n - (missing.get(keyId) ?? 0) - unauthentic.filter((a) => a.keyId === keyId).length }))
+    .filter((u) => u.n > 0);
 }
 
 /** The newest events whose payloads tell which key value the servers seal with. */
@@ -158,21 +176,8 @@ async function currentKeyRefusal(store: InboxStore, cipher: PayloadCipher): Prom
   const prefix = sealedEffectPrefix(cipher.currentKeyId);
   const effectsUnderCurrent: { data: string; idempotencyKey: string }[] = [];
   for (const e of events) for (const f of await store.listEffects(e.inboxId)) if (f.data.startsWith(prefix)) effectsUnderCurrent.push(f);
-  const opens = sealedUnderCurrent.some((p) => {
-    try {
-      cipher.open(p, rows.get(p.payloadId)!);
-      return true;
-    } catch {
-      return false;
-    }
-  }) || effectsUnderCurrent.some((f) => {
-    try {
-      openEffectData(cipher, f.data, f.idempotencyKey);
-      return true;
-    } catch {
-      return false;
-    }
-  });
+  const opens = sealedUnderCurrent.some((p) => authenticates(() => cipher.open(p, rows.get(p.payloadId)!)))
+    || effectsUnderCurrent.some((f) => authenticates(() => openEffectData(cipher, f.data, f.idempotencyKey)));
   if (sealedUnderCurrent.length + effectsUnderCurrent.length === 0 || opens) return null;
   const what = [
     ...(sealedUnderCurrent.length ? [`${sealedUnderCurrent.length} recent payload(s)`] : []),
