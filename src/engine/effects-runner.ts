@@ -4,7 +4,7 @@ import { withDeadline } from '../deadline.js';
 import type { EffectRow, EffectSettlement } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
-import { abandonedMessage, classify, FAILURE, NeedsDecisionError, RetryableError, SetupUnavailableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, NeedsDecisionError, payloadKeyUnavailable, RetryableError, SetupUnavailableError } from './failure.js';
 import type { HandlerRegistry } from './handlers.js';
 import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
@@ -91,10 +91,7 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
     try {
       return openEffectData(this.d.cipher(), row.data, row.idempotencyKey);
     } catch (err) {
-      if (err instanceof PayloadKeyMissingError) {
-        if (this.d.payloadKeyConfigured(err.keyId)) throw new SetupUnavailableError('payload_key_unavailable', `effect data is sealed under payload key "${err.keyId}", which is configured but not loaded`);
-        throw new RetryableError('payload_key_unavailable', `effect data is sealed under payload key "${err.keyId}", which is not configured (payloadKeys.keys)`);
-      }
+      if (err instanceof PayloadKeyMissingError) throw payloadKeyUnavailable(err.keyId, this.d.payloadKeyConfigured(err.keyId), 'effect data: ');
       throw new NeedsDecisionError('effect_data_corrupt', 'stored effect data failed authentication');
     }
   }

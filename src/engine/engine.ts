@@ -82,11 +82,13 @@ export class Engine {
     const w = config.workers;
     const onError = (what: string) => (err: unknown) => log.error({ err: loggable(err) }, `${what} failed`);
 
-    const effects = new EffectsRunner({ store, handlers: o.handlers, cipher: () => o.keyring.cipher, payloadKeyConfigured: (id) => config.payloadKeys.keys.has(id), owner: this.owner, leaseMs: w.leaseMs, retry: config.retry, metrics: this.metrics, log });
+    // Both workers open what the payload keys sealed (bodies, effects' data), by the same rules.
+    const keys = { cipher: () => o.keyring.cipher, payloadKeyConfigured: (id: string) => config.payloadKeys.keys.has(id) };
+    const effects = new EffectsRunner({ store, handlers: o.handlers, ...keys, owner: this.owner, leaseMs: w.leaseMs, retry: config.retry, metrics: this.metrics, log });
     const effectsLoop = new ClaimLoop({ ...w, concurrency: w.effectsConcurrency, batchSize: Math.min(w.batchSize, w.effectsConcurrency) },
       (n) => effects.claim(n), (b) => effects.process(b), onError('effects batch'));
     const inbox = new InboxWorker({
-      store, cipher: () => o.keyring.cipher, payloadKeyConfigured: (id) => config.payloadKeys.keys.has(id), endpoints: new Map(config.endpoints.map((e) => [e.id, e])), router, handlers: o.handlers,
+      store, ...keys, endpoints: new Map(config.endpoints.map((e) => [e.id, e])), router, handlers: o.handlers,
       owner: this.owner, leaseMs: w.leaseMs, defaultRetry: config.retry, metrics: this.metrics, log, onEffects: () => effectsLoop.wake(), fresh: this.fresh,
       bodies: new Budget(w.maxInFlightBodyBytes, (held) => this.metrics.bodyBytes.set([], held)),
     });

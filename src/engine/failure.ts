@@ -28,6 +28,18 @@ export class SetupUnavailableError extends RetryableError {
   }
 }
 
+/**
+ * What a payload key that cannot open something (`subject`: '' for a body) throws. One the config
+ * names but that is not loaded (a late mount): a setup failure, waited for without spending
+ * attempts. One the config does not name at all is the config's choice, not a passing state: it
+ * counts, and the row is requeued once the key is back in payloadKeys.keys.
+ */
+export function payloadKeyUnavailable(keyId: string, configured: boolean, subject = ''): RetryableError {
+  return configured
+    ? new SetupUnavailableError('payload_key_unavailable', `${subject}payload key "${keyId}" is configured but not loaded`)
+    : new RetryableError('payload_key_unavailable', `${subject}payload key "${keyId}" is not configured (payloadKeys.keys)`);
+}
+
 export class NeedsDecisionError extends Error {
   override readonly name = 'NeedsDecisionError';
   constructor(readonly reason: string, message: string, options?: ErrorOptions) {

@@ -13,7 +13,7 @@ import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
-import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, redact, RetryableError, SetupUnavailableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payloadKeyUnavailable, redact, RetryableError, SetupUnavailableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
@@ -395,13 +395,8 @@ export class InboxWorker {
     if (!sealed) throw new NeedsDecisionError(FAILURE.payloadUnavailable, 'the raw payload was purged');
     const cipher = this.d.cipher();
     if (!cipher) throw new SetupUnavailableError('payload_key_unavailable', 'payload keys are not loaded');
-    if (!cipher.has(sealed.keyId)) {
-      // Configured but not loaded (a secret mount that is late, /readyz names it): the event waits
-      // for it. Not configured at all is the config's choice, not a passing state: the event
-      // spends its attempts as before, and is requeued once the key is back in payloadKeys.keys.
-      if (this.d.payloadKeyConfigured(sealed.keyId)) throw new SetupUnavailableError('payload_key_unavailable', `payload key "${sealed.keyId}" is configured but not loaded`);
-      throw new RetryableError('payload_key_unavailable', `payload key "${sealed.keyId}" is not configured (payloadKeys.keys)`);
-    }
+    // Configured but not loaded (a secret mount that is late, /readyz names it): the event waits.
+    if (!cipher.has(sealed.keyId)) throw payloadKeyUnavailable(sealed.keyId, this.d.payloadKeyConfigured(sealed.keyId));
     try {
       return cipher.open(sealed, { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId });
     } catch {
