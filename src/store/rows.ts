@@ -2,7 +2,7 @@ import { bytes } from '../threads.js';
 import type { PayloadEncoding } from '../crypto/payload-cipher.js';
 import type { InboxRow, StoredPayload } from './port.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EffectToReseal, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
+  BacklogStat, ClaimedInbox, EffectKeyUsage, EffectRow, EffectSettlement, EffectToReseal, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
 } from './work-port.js';
 
 /**
@@ -80,7 +80,7 @@ export function toEffectRow(r: RawRow): EffectRow {
   };
 }
 
-export function toEffectKeyUsage(r: RawRow): { sealedKeyId: string | null; effects: number } {
+export function toEffectKeyUsage(r: RawRow): EffectKeyUsage {
   return { sealedKeyId: r.sealed_key_id as string | null, effects: Number(r.effects) };
 }
 

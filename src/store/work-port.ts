@@ -235,6 +235,12 @@ export interface PayloadKeyUsage {
   readonly payloads: number;
 }
 
+/** Effects per key their data is sealed under: the key id as stored (base64url), null for data stored plain. */
+export interface EffectKeyUsage {
+  readonly sealedKeyId: string | null;
+  readonly effects: number;
+}
+
 /** An effect whose data `keys reseal` seals again (under the current key). */
 export interface EffectToReseal {
   readonly effectId: string;
@@ -341,11 +347,8 @@ export interface WorkStore {
    * resealed or purged meanwhile is left alone.
    */
   resealPayloads(items: readonly Resealed[]): Promise<number>;
-  /**
-   * Effects per key their data is sealed under, as stored (crypto/effect-data.ts): `keyId` is the
-   * base64url form from the stored value, null for data stored plain (before sealing began).
-   */
-  effectKeyUsage(): Promise<{ readonly sealedKeyId: string | null; readonly effects: number }[]>;
+  /** Effects per key their data is sealed under (crypto/effect-data.ts). */
+  effectKeyUsage(): Promise<EffectKeyUsage[]>;
   /**
    * Up to `limit` effects whose stored data does not start with `sealedPrefix` (sealed under the
    * current key), in effect id order after `afterEffectId` (null: from the first), with their data.

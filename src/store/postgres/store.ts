@@ -8,7 +8,7 @@ import {
   toFailedEffect, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
+  BacklogStat, ClaimedInbox, EffectRow, EffectKeyUsage, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal,
 } from '../work-port.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
@@ -430,7 +430,7 @@ export class PostgresStore implements InboxStore {
     return (await this.query({ text: W.resealStatement(items.length), values })).rowCount ?? 0;
   }
 
-  async effectKeyUsage(): Promise<{ sealedKeyId: string | null; effects: number }[]> {
+  async effectKeyUsage(): Promise<EffectKeyUsage[]> {
     return (await this.rows(W.EFFECT_KEY_USAGE)).map(toEffectKeyUsage);
   }
 

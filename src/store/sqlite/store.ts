@@ -9,7 +9,7 @@ import {
   toBacklogStat, toClaimedInbox, toEffectKeyUsage, toEffectRow, toEffectToReseal, toFailedEffect, toInboxDetail, toInboxRow, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectRow, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
+  BacklogStat, ClaimedInbox, EffectRow, EffectKeyUsage, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal,
 } from '../work-port.js';
 import { LeaseLostError } from '../work-port.js';
@@ -245,7 +245,7 @@ export class SqliteStore implements InboxStore {
     return this.call('resealPayloads', arg);
   }
 
-  async effectKeyUsage(): Promise<{ sealedKeyId: string | null; effects: number }[]> {
+  async effectKeyUsage(): Promise<EffectKeyUsage[]> {
     return (await this.call<RawRow[]>('effectKeyUsage')).map(toEffectKeyUsage);
   }
 
