@@ -8,7 +8,7 @@ import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
 import { listenOn } from './http/listen.js';
 import { OffloadLane, offloadThreshold } from './http/offload.js';
-import { createAdminServer, type AdminHandlers } from './http/admin.js';
+import { commonProblems, createAdminServer, type AdminHandlers } from './http/admin.js';
 import { createHttpServer } from './http/server.js';
 import { createLogger } from './log.js';
 import { ingressMetrics, type IngressMetrics } from './metrics/registry.js';
@@ -131,12 +131,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       },
       notReady: async () => {
         if (shuttingDown) return ['shutting down: no new webhooks are taken'];
-        const problems = [...keyring.problems, ...engine.problems, ...allRetired(config, Date.now())];
-        try {
-          await store.ping();
-        } catch (err) {
-          problems.push(`database: ${(err as Error).message}`);
-        }
+        const problems = await commonProblems(keyring, engine, store, allRetired(config, Date.now()));
         // Recent only: with no traffic there is no commit to clear it, and the ping above still speaks.
         const f = lastCommitFailure;
         if (f && Date.now() - f.atMs < COMMIT_FAILURE_MEMORY_MS) problems.push(`accepts: the latest commit failed ${Math.round((Date.now() - f.atMs) / 1000)} s ago: ${f.error}`);

@@ -4,7 +4,7 @@ import { configEnv, type Config } from './config/schema.js';
 import { checkedSecretInterval, KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { Engine } from './engine/engine.js';
 import { ListenError } from './errors.js';
-import { createAdminServer } from './http/admin.js';
+import { commonProblems, createAdminServer } from './http/admin.js';
 import { listenOn } from './http/listen.js';
 import { eventLoopDelay } from './metrics/event-loop.js';
 import { HandlerRegistry } from './engine/handlers.js';
@@ -78,12 +78,7 @@ export async function startWorkers(config: Config, opts: WorkersOptions = {}): P
         return registry.render();
       },
       notReady: async () => {
-        const problems = [...keyring.problems, ...engine.problems];
-        try {
-          await store.ping();
-        } catch (err) {
-          problems.push(`database: ${(err as Error).message}`);
-        }
+        const problems = await commonProblems(keyring, engine, store);
         return problems.length ? problems : null;
       },
       failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),

@@ -11,6 +11,21 @@ export interface AdminHandlers {
 }
 
 /**
+ * The readiness problems every process has (serve's and work's /readyz): secrets not loaded, the
+ * engine's own, the caller's `more`, and a database that does not answer with this build's
+ * schema, in that order. Empty: none.
+ */
+export async function commonProblems(keyring: { readonly problems: readonly string[] }, engine: { readonly problems: readonly string[] }, store: { ping(): Promise<void> }, more: readonly string[] = []): Promise<string[]> {
+  const problems = [...keyring.problems, ...engine.problems, ...more];
+  try {
+    await store.ping();
+  } catch (err) {
+    problems.push(`database: ${(err as Error).message}`);
+  }
+  return problems;
+}
+
+/**
  * Which operational paths a server answers: all three, or (the webhook port of a `serve` whose
  * metrics have a port of their own) only /healthz, which says nothing but "up" and lets a load
  * balancer in front of the webhook port check it. /readyz names config paths and database errors,
