@@ -17,7 +17,8 @@ export interface GroupCommitOptions {
    * Batches committing at once (SQLite: 1 writer; PostgreSQL: a few connections). A second
    * concurrent commit starts only when a quarter of a full batch is waiting (of `maxBatch` or of
    * `maxBatchBytes`), so overlap never shrinks batches at moderate load — it only adds
-   * throughput when one commit can't keep up.
+   * throughput when one commit can't keep up — or when the newest running commit has run for
+   * OVERLAP_AFTER_MS (it is stuck, and what waits should not wait for its deadline).
    */
   readonly maxInFlight: number;
   /**
@@ -42,6 +43,15 @@ export interface BatchStats {
  * already shared, and at high rates a linger after every commit only adds latency.
  */
 const LINGER_BELOW = 8;
+
+/**
+ * A commit running this long is not one to gather behind: commits take 1–30 ms here, so it is
+ * stuck (a stalled connection, a lock), and the next batch starts on a free slot. Before,
+ * at a low rate (fewer than a quarter of maxBatch arriving in commitTimeoutMs), everything that
+ * arrived waited for that commit's deadline (10 s: past GitHub's and Shopify's timeouts) though
+ * the pool's other connections were fine.
+ */
+export const OVERLAP_AFTER_MS = 250;
 
 interface Pending<I, R> {
   item: I;
@@ -69,6 +79,10 @@ export class GroupCommitter<I, R> {
   /** In-flight commits past commitTimeoutMs whose store call has not returned: they keep their slot. */
   private stuck = 0;
   private scheduled = false;
+  /** The start of each running commit not yet past commitTimeoutMs, for OVERLAP_AFTER_MS. */
+  private readonly running = new Set<{ readonly started: number }>();
+  /** Calls schedule() once the oldest running commit reaches OVERLAP_AFTER_MS. */
+  private overlapTimer: NodeJS.Timeout | undefined;
   /** The timer that answers items queued past commitTimeoutMs (running while anything is queued). */
   private expiry: NodeJS.Timeout | undefined;
 
@@ -108,7 +122,17 @@ export class GroupCommitter<I, R> {
     // behind: counted as running, it held every later small batch until its deadline (503) while
     // other slots were free.
     if (this.inFlight === this.stuck || this.queue.length >= Math.max(1, this.opts.maxBatch >> 2)) return true;
-    return this.opts.maxBatchBytes !== undefined && this.queuedBytes >= this.opts.maxBatchBytes / 4;
+    if (this.opts.maxBatchBytes !== undefined && this.queuedBytes >= this.opts.maxBatchBytes / 4) return true;
+    // Gather behind the newest running commit while it may still be a normal one.
+    let newest = -Infinity;
+    for (const r of this.running) newest = Math.max(newest, r.started);
+    const overlapAt = newest + OVERLAP_AFTER_MS;
+    if (performance.now() >= overlapAt) return true;
+    this.overlapTimer ??= setTimeout(() => {
+      this.overlapTimer = undefined;
+      this.schedule();
+    }, overlapAt - performance.now()).unref();
+    return false;
   }
 
   /** The next batch: at most maxBatch items and maxBatchBytes bytes, but always at least one item. */
@@ -140,6 +164,8 @@ export class GroupCommitter<I, R> {
     const batch = this.take();
     this.inFlight++;
     const started = performance.now();
+    const run = { started };
+    this.running.add(run);
     let settled = false;
     let timedOut = false;
     const settle = (ok: boolean, results: R[] | null, err: unknown) => {
@@ -157,6 +183,7 @@ export class GroupCommitter<I, R> {
     const timer = setTimeout(() => {
       timedOut = true;
       this.stuck++;
+      this.running.delete(run);
       settle(false, null, new StorageUnavailableError(`commit did not finish within ${this.opts.commitTimeoutMs} ms; outcome unknown`));
       if (this.blocked()) this.failQueued();
       else this.schedule(); // what queued behind it may start now
@@ -176,6 +203,7 @@ export class GroupCommitter<I, R> {
     ).finally(() => {
       // The slot frees only when the store is really done, even if callers were already answered.
       this.inFlight--;
+      this.running.delete(run);
       if (timedOut) this.stuck--;
       this.schedule();
     });

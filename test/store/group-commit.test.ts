@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { StorageUnavailableError } from '../../src/errors.js';
-import { GroupCommitter } from '../../src/store/group-commit.js';
+import { GroupCommitter, OVERLAP_AFTER_MS } from '../../src/store/group-commit.js';
 
 /** A commit function the test completes by hand, recording every batch it was given. */
 function manualCommit() {
@@ -9,6 +9,11 @@ function manualCommit() {
   return { batches, commit };
 }
 const tick = () => new Promise((r) => setImmediate(r));
+async function waitUntil(done: () => boolean, ms = 5000): Promise<void> {
+  for (const end = performance.now() + ms; !done(); await new Promise((r) => setTimeout(r, 5))) {
+    if (performance.now() > end) throw new Error('timed out');
+  }
+}
 const opts = { maxBatch: 3, maxWaitMs: 0, maxInFlight: 1, commitTimeoutMs: 10_000 };
 
 describe('group commit', () => {
@@ -148,6 +153,34 @@ describe('group commit', () => {
     await tick();
     await tick();
     expect(batches[2]!.items).toEqual([4, 5, 6, 7, 8, 9]);
+  });
+
+  it('a commit running past OVERLAP_AFTER_MS is not one to gather behind: what waits starts on a free slot then, not at its deadline', async () => {
+    const { batches, commit } = manualCommit();
+    const gc = new GroupCommitter(commit, { ...opts, maxBatch: 256, maxInFlight: 4 });
+    const hung = gc.submit(1); // its connection stalls: never answered within this test
+    await tick();
+    const t0 = performance.now();
+    const waiting = gc.submit(2); // 1 waiting, far below 256/4
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1]]); // a young commit: gather behind it
+    await waitUntil(() => batches.length === 2);
+    const waited = performance.now() - t0;
+    expect(waited).toBeGreaterThanOrEqual(OVERLAP_AFTER_MS - 5);
+    expect(waited).toBeLessThan(opts.commitTimeoutMs / 2);
+    expect(batches[1]!.items).toEqual([2]);
+    // Behind the new commit, young again, the next item gathers as usual.
+    const third = gc.submit(3);
+    await tick();
+    expect(batches).toHaveLength(2);
+    batches[1]!.resolve(['ok2']);
+    await expect(waiting).resolves.toBe('ok2');
+    await tick();
+    expect(batches[2]!.items).toEqual([3]);
+    batches[2]!.resolve(['ok3']);
+    await expect(third).resolves.toBe('ok3');
+    batches[0]!.resolve(['ok1']);
+    await expect(hung).resolves.toBe('ok1');
   });
 
   it('caps a batch at maxBatchBytes, and an item larger than the cap still commits, alone', async () => {
