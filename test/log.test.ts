@@ -1,7 +1,9 @@
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { LOG_BUFFER_MAX_BYTES } from '../src/log.js';
 
 /** The module afresh: its one flush timer is module state, made under whichever timers a test has. */
 async function freshLogModule(): Promise<typeof import('../src/log.js')> {
@@ -41,4 +43,35 @@ describe('the default logger (createLogger)', () => {
     expect(JSON.parse(text.trim())).toMatchObject({ level: 'info', endpoint: 'stripe', msg: 'one line' });
     rmSync(dir, { recursive: true, force: true });
   });
+});
+
+describe('a stdout nobody reads', () => {
+  it('past the 16 MiB buffer, lines are dropped and counted, not held until the process runs out of memory; the count is logged once stdout takes lines again', async () => {
+    const lines = 100_000; // ~40 MiB of log lines
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/log-flood.ts', String(lines)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    try {
+      child.stdout.pause(); // the pipe fills, then the logger's own buffer
+      await new Promise<void>((resolve, reject) => {
+        let err = '';
+        child.stderr.on('data', (d: Buffer) => { err += d; if (err.includes('written')) resolve(); });
+        child.on('exit', (code) => reject(new Error(`exited ${code}: ${err}`)));
+      });
+      let out = '';
+      const report = await new Promise<{ droppedLines: number }>((resolve) => {
+        child.stdout.on('data', (d: Buffer) => {
+          out += d;
+          const m = /\{[^\n]*"droppedLines"[^\n]*\}/.exec(out);
+          if (m) resolve(JSON.parse(m[0]));
+        });
+        child.stdout.resume();
+      });
+      const received = out.split('\n').filter((l) => l.includes('"msg":"flood"'));
+      expect(report).toMatchObject({ level: 'warn', droppedLines: lines - received.length });
+      expect(report.droppedLines).toBeGreaterThan(0);
+      // What was kept fits the cap (plus what the pipe and the reader held before it filled).
+      expect(received.join('\n').length).toBeLessThan(LOG_BUFFER_MAX_BYTES + 1024 * 1024);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  }, 30_000);
 });
