@@ -28,7 +28,11 @@ export interface InboxEvent {
   readonly raw: Buffer;
 }
 
-/** The handler's transaction on the inbox database (PostgreSQL `$1` placeholders, SQLite `?`). */
+/**
+ * The handler's transaction on the inbox database (PostgreSQL `$1` placeholders, SQLite `?`).
+ * One statement per query; transaction control (COMMIT, ROLLBACK, SAVEPOINT…) is refused:
+ * FAILED `handler_transaction_control` (engine/tx-control.ts).
+ */
 export interface HandlerTx {
   readonly kind: 'sqlite' | 'postgres';
   query<R extends Row = Row>(sql: string, params?: readonly unknown[]): Promise<R[]>;

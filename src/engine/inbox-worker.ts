@@ -17,6 +17,10 @@ import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payl
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
+import { transactionControl } from './tx-control.js';
+
+/** The most JSON one `ctx.effect` may record (64 KiB). */
+export const MAX_EFFECT_DATA_BYTES = 64 * 1024;
 
 export interface InboxWorkerDeps {
   readonly store: InboxStore;
@@ -525,6 +529,11 @@ export class InboxWorker {
           };
           const run = (async () => {
             if (!open) throw over();
+            const control = transactionControl(sql, tx.kind);
+            if (control) {
+              throw (failedQuery ??= new NeedsDecisionError('handler_transaction_control',
+                `handler "${h.name}" ran ${control} in ctx.tx: the engine commits a handler's writes together with its processed marker, so a handler may not control the transaction`));
+            }
             await (savepoint ??= tx.query('SAVEPOINT wi_handler'));
             if (!open) throw over();
             try {
@@ -550,6 +559,12 @@ export class InboxWorker {
           throw new Error(`effect "${name}": data is not JSON-serialisable (${redact(err)})`);
         }
         if (json === undefined) throw new Error(`effect "${name}": data is not JSON-serialisable (a function or a symbol)`);
+        // Claimed effects hold their data in memory (up to effectsConcurrency at once) and the
+        // settle sends it in one statement: a reference, not a document, belongs here.
+        const size = Buffer.byteLength(json);
+        if (size > MAX_EFFECT_DATA_BYTES) {
+          throw new Error(`effect "${name}": data is ${size} bytes of JSON, over the limit of ${MAX_EFFECT_DATA_BYTES}; record ids and let the executor fetch the rest`);
+        }
         // Sealed at rest as the bodies are (it may carry customer details). Without the current
         // key the handler fails, its writes undone, and the event waits for the key with its
         // attempt given back; also when the handler catches this (checked once it returns).
@@ -579,8 +594,12 @@ export class InboxWorker {
       // A query failed and the handler went on as if it had not. PostgreSQL refuses everything
       // after it until the savepoint is rolled back (the whole batch would fail); SQLite would
       // keep the handler's other writes. On both: undo this handler's writes and fail it alone.
-      await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
-      await tx.query('RELEASE SAVEPOINT wi_handler');
+      if (savepoint) {
+        await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
+        await tx.query('RELEASE SAVEPOINT wi_handler');
+      }
+      // A refused statement is a fault of the handler's code: retrying cannot help.
+      if (failedQuery instanceof NeedsDecisionError) throw failedQuery;
       throw new Error(`handler "${h.name}" went on after a failed query, so its writes are undone (use ON CONFLICT or a check rather than catching the error): ${redact(failedQuery)}`);
     }
     if (sealFailure) {

@@ -16,6 +16,9 @@ export function storageError(err: unknown): Error {
   return new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
 }
 
+/** A statement: the engine's own (named, prepared), or SQL text (`queryMode`: pg's, not in its types). */
+type Query = string | W.Statement | { readonly text: string; readonly queryMode: 'extended' };
+
 /**
  * A transaction on one pooled client, begun lazily (as on SQLite, sqlite/tx.ts): the batch
  * protocol's reads (`lockLeased`, `processed`) run on their own until something needs the
@@ -32,6 +35,8 @@ export class PgTx implements StoreTx {
   private finished = false;
   /** The client's connection failed: it is destroyed, not returned to the pool. */
   private broken = false;
+  /** Set once a statement inside the transaction ended it (see run). */
+  private endedWhy: string | undefined;
   /** Removes the client's 'error' guard (guardCheckedOut) when it goes back to the pool (checkIn). */
   private unguard: () => void = () => undefined;
 
@@ -87,11 +92,16 @@ export class PgTx implements StoreTx {
     }
   }
 
+  /**
+   * One statement, always with the extended protocol (the simple one, used for SQL without
+   * parameters, runs several separated by `;`): as on SQLite, and so the engine's refusal of
+   * transaction control (engine/tx-control.ts) can read a statement by its first word.
+   */
   async query<R extends Row = Row>(sql: string, params?: readonly unknown[]): Promise<R[]> {
-    return (await this.run<R>(sql, params)).rows;
+    return (await this.run<R>({ text: sql, queryMode: 'extended' }, params)).rows;
   }
 
-  private async exec<R extends Row = Row>(on: pg.Pool | pg.PoolClient, q: string | W.Statement, values?: readonly unknown[]): Promise<pg.QueryResult<R>> {
+  private async exec<R extends Row = Row>(on: pg.Pool | pg.PoolClient, q: Query, values?: readonly unknown[]): Promise<pg.QueryResult<R>> {
     try {
       const config = typeof q === 'string' ? { text: q } : q;
       return await on.query<R>({ ...config, values: values as unknown[] | undefined });
@@ -100,8 +110,19 @@ export class PgTx implements StoreTx {
     }
   }
 
-  private async run<R extends Row = Row>(q: string | W.Statement, values?: readonly unknown[]): Promise<pg.QueryResult<R>> {
-    return this.exec<R>(await this.begin(), q, values);
+  private async run<R extends Row = Row>(q: Query, values?: readonly unknown[]): Promise<pg.QueryResult<R>> {
+    if (this.endedWhy) throw new Error(this.endedWhy);
+    const client = await this.begin();
+    const r = await this.exec<R>(client, q, values);
+    // Every statement here runs inside BEGIN … COMMIT, so the server must still report a
+    // transaction ('T', or 'E' after an error). Idle means a statement ended it: what follows
+    // would run in autocommit, markers committed beside writes rolled back or a retry's
+    // writes applied twice. So the transaction is over: this statement and every later one fail.
+    if ((client as unknown as { getTransactionStatus(): string | null }).getTransactionStatus() === 'I') {
+      this.endedWhy = 'PostgreSQL transaction was ended by a statement inside it (COMMIT, ROLLBACK or END); nothing after it may run';
+      throw new Error(this.endedWhy);
+    }
+    return r;
   }
 
   /** In the transaction if it is open, else on its own. */

@@ -16,6 +16,15 @@ export interface UserQuery {
 }
 
 const MAX_USER_STATEMENTS = 200;
+
+/**
+ * Reads that run at once even while a handler transaction is open, between its ops (this
+ * thread runs one thing at a time, and they write nothing): /readyz's ping waited behind a
+ * handler's transaction, up to txTimeoutMs, and a readiness probe with a 1 s timeout took a
+ * healthy server out of its load balancer. It reads the schema version, which no transaction
+ * here changes.
+ */
+const NEVER_WAITS: ReadonlySet<string> = new Set(['ping']);
 const MAX_REMEMBERED_ABANDONED = 100;
 
 /** better-sqlite3 binds numbers, strings, bigints, buffers and null; map the rest the obvious way. */
@@ -53,6 +62,7 @@ export class TxGate {
 
   receive(msg: Msg): void {
     if (msg.tx !== undefined) this.reply(msg.id, () => this.runInTx(msg.tx!, msg.op, msg.arg));
+    else if (this.open && NEVER_WAITS.has(msg.op)) this.reply(msg.id, () => this.free[msg.op]!(msg.arg));
     else if (this.open) this.waiting.push(msg);
     else this.runFree(msg);
     this.drain();

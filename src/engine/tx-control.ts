@@ -1,0 +1,65 @@
+/**
+ * A handler's `ctx.tx` runs inside the engine's settle transaction, in a savepoint of its own.
+ * Transaction control there breaks exactly-once: a COMMIT commits the handler's writes (and
+ * those of the handlers before it) without their processed markers, so a retry applies them
+ * again; a ROLLBACK undoes the earlier handlers' writes while the rest of the batch would run in
+ * autocommit; a RELEASE or ROLLBACK TO of the engine's savepoint ends the handler's isolation.
+ * So such statements are refused before they reach the database. One statement per query is
+ * what makes the first word decisive: SQLite prepares one statement only, and the PostgreSQL
+ * store sends a handler's SQL with the extended protocol, which refuses several.
+ */
+const CONTROL = new Set(['BEGIN', 'START', 'COMMIT', 'END', 'ROLLBACK', 'ABORT', 'SAVEPOINT', 'RELEASE']);
+
+/**
+ * The transaction-control statement `sql` is, by its first words (`COMMIT`, `PREPARE
+ * TRANSACTION`…), or undefined. Skips what both databases skip before a statement: white
+ * space, empty statements (`;`) and comments (PostgreSQL's block comments nest, SQLite's not).
+ */
+export function transactionControl(sql: string, kind: 'sqlite' | 'postgres'): string | undefined {
+  let i = skipToWord(sql, 0, kind);
+  const first = wordAt(sql, i);
+  if (CONTROL.has(first)) return first;
+  if (first !== 'PREPARE' || kind !== 'postgres') return undefined;
+  i = skipToWord(sql, i + first.length, kind);
+  return wordAt(sql, i) === 'TRANSACTION' ? 'PREPARE TRANSACTION' : undefined;
+}
+
+function wordAt(sql: string, i: number): string {
+  const m = /^[A-Za-z_]+/.exec(sql.slice(i, i + 32));
+  return m ? m[0].toUpperCase() : '';
+}
+
+function skipToWord(sql: string, from: number, kind: 'sqlite' | 'postgres'): number {
+  let i = from;
+  while (i < sql.length) {
+    const c = sql[i]!;
+    if (c === ';' || /\s/.test(c)) {
+      i++;
+    } else if (sql.startsWith('--', i)) {
+      const nl = sql.indexOf('\n', i);
+      i = nl < 0 ? sql.length : nl + 1;
+    } else if (sql.startsWith('/*', i)) {
+      i = blockCommentEnd(sql, i, kind);
+    } else {
+      break;
+    }
+  }
+  return i;
+}
+
+/** The index just past the block comment that starts at `i` (the end of `sql` if unterminated). */
+function blockCommentEnd(sql: string, i: number, kind: 'sqlite' | 'postgres'): number {
+  let depth = 0;
+  while (i < sql.length) {
+    if (sql.startsWith('/*', i) && (depth === 0 || kind === 'postgres')) {
+      depth++;
+      i += 2;
+    } else if (sql.startsWith('*/', i)) {
+      i += 2;
+      if (--depth === 0) return i;
+    } else {
+      i++;
+    }
+  }
+  return sql.length;
+}

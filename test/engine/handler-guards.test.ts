@@ -1,0 +1,189 @@
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/schema.js';
+import { HandlerRegistry } from '../../src/engine/handlers.js';
+import { MAX_EFFECT_DATA_BYTES } from '../../src/engine/inbox-worker.js';
+import { transactionControl } from '../../src/engine/tx-control.js';
+import { openStore } from '../../src/store/open.js';
+import { startWorkers } from '../../src/workers.js';
+import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
+import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { post } from '../helpers/http.js';
+import { describeEachStore, freshDatabase } from '../helpers/stores.js';
+
+describe('transactionControl: the first words of a statement, as each database reads them', () => {
+  it.each([
+    ['COMMIT', 'COMMIT'], ['commit', 'COMMIT'], ['  end;', 'END'], ['Rollback', 'ROLLBACK'], ['ABORT', 'ABORT'],
+    ['BEGIN', 'BEGIN'], ['START TRANSACTION', 'START'], ['SAVEPOINT mine', 'SAVEPOINT'], ['RELEASE wi_handler', 'RELEASE'],
+    ['ROLLBACK TO SAVEPOINT wi_handler', 'ROLLBACK'], ['COMMIT AND CHAIN', 'COMMIT'],
+    [';; COMMIT', 'COMMIT'], ['-- note\nCOMMIT', 'COMMIT'], ['/* a */ /* b */\n\tcommit', 'COMMIT'],
+    ['/* outer /* inner */ still a comment */ COMMIT', 'COMMIT'], ['PREPARE  TRANSACTION \'t\'', 'PREPARE TRANSACTION'],
+    ['prepare /* x */ transaction \'t\'', 'PREPARE TRANSACTION'],
+  ])('PostgreSQL: %j is %s', (sql, kw) => {
+    expect(transactionControl(sql, 'postgres')).toBe(kw);
+  });
+
+  it.each([
+    'SELECT 1', 'INSERT INTO commits (x) VALUES (1)', 'UPDATE t SET "commit" = 1', '"COMMIT"', 'PREPARE q AS SELECT 1',
+    'COMMITTED', '-- COMMIT\nSELECT 1', '/* COMMIT */ SELECT 1', '/* /* COMMIT */ */ SELECT 1', 'WITH x AS (SELECT 1) SELECT * FROM x', '',
+  ])('PostgreSQL: %j is not transaction control', (sql) => {
+    expect(transactionControl(sql, 'postgres')).toBeUndefined();
+  });
+
+  it('block comments nest in PostgreSQL only; PREPARE TRANSACTION is PostgreSQL\'s', () => {
+    // SQLite's comment ends at the first */: what follows is the statement.
+    expect(transactionControl('/* a /* b */ COMMIT', 'sqlite')).toBe('COMMIT');
+    expect(transactionControl('/* a /* b */ COMMIT', 'postgres')).toBeUndefined(); // unterminated: not a statement
+    expect(transactionControl('BEGIN IMMEDIATE', 'sqlite')).toBe('BEGIN');
+    expect(transactionControl('PREPARE TRANSACTION', 'sqlite')).toBeUndefined();
+  });
+});
+
+describeEachStore('handler guards', (kind) => {
+  let app: TestApp | undefined;
+  afterEach(async () => {
+    await app?.stop();
+    app = undefined;
+  });
+  const sql = (pg: string) => (kind === 'postgres' ? pg : pg.replace(/\$\d+/g, '?'));
+
+  it('COMMIT, ROLLBACK or several statements in ctx.tx fail that event alone, none of its writes kept, and every other event of the batch applied once', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
+    const ids = ['evt_ok_1', 'evt_commit', 'evt_rollback_caught', 'evt_release', 'evt_two_statements', 'evt_ok_2'];
+    const inboxIds = new Map<string, string>();
+    for (const id of ids) {
+      const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
+      const answer = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+      expect(answer.status).toBe(200);
+      inboxIds.set(id, answer.json().inbox_id);
+    }
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      const id = event.providerEventId;
+      await ctx.tx.query(sql('INSERT INTO ledger (event_id) VALUES ($1)'), [id]);
+      if (id === 'evt_commit') await ctx.tx.query('COMMIT');
+      if (id === 'evt_rollback_caught') await ctx.tx.query('/* undo */ ROLLBACK').catch(() => undefined);
+      if (id === 'evt_release') await ctx.tx.query('RELEASE SAVEPOINT wi_handler');
+      if (id === 'evt_two_statements') await ctx.tx.query(sql('SELECT 1; COMMIT'));
+    }, { name: 'ledger' });
+    // One batch holds them all, so a COMMIT would take the other handlers' writes with it.
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 },
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const final = (id: string) => waitFor(async () => {
+        const e = await app!.store.getEvent(inboxIds.get(id)!);
+        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+      }, 10_000, `${id} terminal`);
+      for (const id of ['evt_ok_1', 'evt_ok_2']) expect(await final(id), id).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+      for (const id of ['evt_commit', 'evt_rollback_caught', 'evt_release']) {
+        const e = await final(id);
+        // Its code, not a passing state: FAILED at once, not retried.
+        expect(e, id).toMatchObject({ status: 'FAILED', failureReason: 'handler_transaction_control', attemptCount: 1 });
+        expect(e.lastError).toMatch(/ran (COMMIT|ROLLBACK|RELEASE) in ctx\.tx/);
+      }
+      // The database refuses two statements in one query: an error as any other (retried, then FAILED).
+      expect(await final('evt_two_statements')).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted' });
+      const rows = await app.store.transaction((tx) => tx.query<{ event_id: string; n: number | string }>(
+        'SELECT event_id, count(*) AS n FROM ledger GROUP BY event_id ORDER BY event_id'));
+      expect(rows.map((r) => [r.event_id, Number(r.n)])).toEqual([['evt_ok_1', 1], ['evt_ok_2', 1]]);
+    } finally {
+      await workers.stop();
+    }
+  });
+
+  it('ctx.effect data over 64 KiB of JSON fails the handler at the call, its writes undone; exactly 64 KiB is recorded and executed', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
+    const inboxIds = new Map<string, string>();
+    for (const id of ['evt_at_limit', 'evt_over_limit']) {
+      const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
+      inboxIds.set(id, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id);
+    }
+    const executed: number[] = [];
+    // {"blob":"…"} is 11 bytes around the string.
+    const data = (bytes: number) => ({ blob: 'x'.repeat(bytes - 11) });
+    const handlers = new HandlerRegistry()
+      .on('payment_intent.succeeded', async (event, ctx) => {
+        await ctx.tx.query(sql('INSERT INTO ledger (event_id) VALUES ($1)'), [event.providerEventId]);
+        ctx.effect('archive', data(event.providerEventId === 'evt_at_limit' ? MAX_EFFECT_DATA_BYTES : MAX_EFFECT_DATA_BYTES + 1));
+      })
+      .effect('archive', (d) => void executed.push(JSON.stringify(d).length));
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const final = (id: string) => waitFor(async () => {
+        const e = await app!.store.getEvent(inboxIds.get(id)!);
+        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+      }, 10_000, `${id} terminal`);
+      expect(await final('evt_at_limit')).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+      const over = await final('evt_over_limit');
+      expect(over).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted' });
+      expect(over.lastError).toContain(`data is ${MAX_EFFECT_DATA_BYTES + 1} bytes of JSON, over the limit of ${MAX_EFFECT_DATA_BYTES}`);
+      await waitFor(() => executed.length === 1 || null, 5000, 'the effect at the limit executed');
+      expect(executed).toEqual([MAX_EFFECT_DATA_BYTES]);
+      expect(await app.store.listEffects(inboxIds.get('evt_over_limit')!)).toEqual([]);
+      const rows = await app.store.transaction((tx) => tx.query<{ event_id: string }>('SELECT event_id FROM ledger'));
+      expect(rows.map((r) => r.event_id)).toEqual(['evt_at_limit']);
+    } finally {
+      await workers.stop();
+    }
+  });
+
+  it('the store: once a statement ends the transaction, nothing after it runs on its own', async () => {
+    const db = await freshDatabase(kind);
+    const store = openStore(db.url);
+    try {
+      await store.migrate();
+      await store.transaction((tx) => tx.query('CREATE TABLE notes (note TEXT NOT NULL)'));
+      const run = store.transaction(async (tx) => {
+        await tx.query(sql('INSERT INTO notes (note) VALUES ($1)'), ['before']);
+        await tx.query('COMMIT').catch(() => undefined);
+        await tx.query(sql('INSERT INTO notes (note) VALUES ($1)'), ['after']);
+      });
+      await expect(run).rejects.toThrow(/ended by a statement inside it/);
+      const notes = await store.transaction((tx) => tx.query<{ note: string }>('SELECT note FROM notes'));
+      // 'before' is what that COMMIT committed; 'after' would have been committed in autocommit.
+      expect(notes.map((n) => n.note)).toEqual(['before']);
+    } finally {
+      await store.close();
+      await db.cleanup();
+    }
+  });
+});
+
+describe('SQLite: /readyz while a handler holds the one writer', () => {
+  let app: TestApp | undefined;
+  afterEach(async () => {
+    await app?.stop();
+    app = undefined;
+  });
+
+  it('answers ready at once, not after the handler\'s transaction (a 1 s readiness probe would take the server out)', async () => {
+    let release: () => void = () => undefined;
+    const holding = new Promise<void>((resolve) => { release = resolve; });
+    let inTx: () => void = () => undefined;
+    const began = new Promise<void>((resolve) => { inTx = resolve; });
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (_event, ctx) => {
+      await ctx.tx.query('SELECT 1 AS x'); // BEGIN IMMEDIATE: the writer is this transaction's now
+      inTx();
+      await holding;
+    });
+    app = await startTestApp('sqlite', { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, leaseMs: 10_000 } }, {}, { workers: true, handlers });
+    try {
+      const body = stripeEvent('evt_slow', { type: 'payment_intent.succeeded' });
+      expect((await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(200);
+      await began;
+      const t0 = Date.now();
+      const ready = await post(`${app.url}/readyz`, '', {}, 'GET');
+      const ms = Date.now() - t0;
+      expect(ready.status).toBe(200);
+      // Before: the ping waited in the writer's queue until the handler's transaction ended, here
+      // at its 5 s limit (half the store's txTimeoutMs). Measured now: a few ms.
+      expect(ms).toBeLessThan(3000);
+    } finally {
+      release();
+    }
+  });
+});
