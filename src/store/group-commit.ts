@@ -81,7 +81,7 @@ export class GroupCommitter<I, R> {
   private scheduled = false;
   /** The start of each running commit not yet past commitTimeoutMs, for OVERLAP_AFTER_MS. */
   private readonly running = new Set<{ readonly started: number }>();
-  /** Calls schedule() once the oldest running commit reaches OVERLAP_AFTER_MS. */
+  /** Calls schedule() once the newest running commit reaches OVERLAP_AFTER_MS. */
   private overlapTimer: NodeJS.Timeout | undefined;
   /** The timer that answers items queued past commitTimeoutMs (running while anything is queued). */
   private expiry: NodeJS.Timeout | undefined;
