@@ -26,7 +26,11 @@ export function natsConfigProblem(subject: string, stream: string | undefined): 
  * What is wrong with an exchange, routing key and queue together, known from the config alone
  * (parseConfig reports it with the config's path, so check-config does and serve never starts with it).
  */
-export function rabbitMqConfigProblem(exchange: string, routingKey: string, queue: string | undefined): { key: 'routingKey'; message: string } | undefined {
+export function rabbitMqConfigProblem(exchange: string, routingKey: string, queue: string | undefined): { key: 'routingKey' | 'queue'; message: string } | undefined {
+  // The broker refuses both on every declare (403 ACCESS_REFUSED; a frame error): each delivery
+  // would fail the same way for good.
+  if (queue !== undefined && queue.startsWith('amq.')) return { key: 'queue', message: 'queue names starting with "amq." are reserved by RabbitMQ' };
+  if (queue !== undefined && Buffer.byteLength(queue) > 255) return { key: 'queue', message: 'a queue name is at most 255 bytes' };
   if (queue !== undefined && exchange === '' && (hasPlaceholder(routingKey) || routingKey !== queue)) {
     return { key: 'routingKey', message: `on the default exchange ("") the routing key is the queue name: set routingKey to "${queue}" or name an exchange` };
   }

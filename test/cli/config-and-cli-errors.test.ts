@@ -104,6 +104,16 @@ describe('config errors', () => {
       .toMatch(/^ConfigError: destinations\[0\]\.routingKey: /);
   });
 
+  // RabbitMQ refuses these on every declare (403 ACCESS_REFUSED for amq.*; a frame error past 255
+  // bytes), so every delivery failed for good while check-config passed.
+  it('a rabbitmq queue the broker can never declare (reserved amq.* prefix, over 255 bytes) is refused at load, naming destinations[0].queue', () => {
+    for (const queue of ['amq.events', 'q'.repeat(256)]) {
+      expect(errorOf({ ...base(), destinations: [{ id: 'mq', type: 'rabbitmq', url: 'amqp://127.0.0.1:5672', exchange: 'webhooks', queue }] }))
+        .toMatch(/^ConfigError: destinations\[0\]\.queue: /);
+    }
+    expect(parseConfig({ ...base(), destinations: [{ id: 'mq', type: 'rabbitmq', url: 'amqp://127.0.0.1:5672', exchange: 'webhooks', queue: 'q'.repeat(255) }] }, {}).destinations[0]).toMatchObject({ queue: 'q'.repeat(255) });
+  });
+
   // The SQLite URL's parameters (busyTimeoutMs, txTimeoutMs) are config too: a typo or a non-number silently fell back to the default.
   it('a SQLite URL parameter that is unknown or not a number is a config error naming database', () => {
     expect(errorOf({ ...base(), database: 'sqlite:/tmp/x.db?busyTimeoutMs=abc' })).toMatch(/^ConfigError: database: /);
