@@ -150,6 +150,11 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     // log line and count for the same request would be wrong.
     if (answers.answeredMidBody(socket)) return socket.destroy();
     const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+    // A connection that sent nothing at all is no request: an idle pre-opened connection, a TCP
+    // health check, a port scan. It is closed without an answer, a count or a log line: counted,
+    // it showed as malformed requests, and a pooling client could read an unasked 408 as the
+    // answer to the request it sends next.
+    if (timeout && (socket as Duplex & { bytesRead?: number }).bytesRead === 0) return socket.destroy();
     const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : timeout ? 'request_timeout' : 'bad_request';
     const status = `${REASONS[reason].status} ${STATUS_CODES[REASONS[reason].status]}`;
     const body = `{"error":"${reason}"}`;

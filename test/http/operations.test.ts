@@ -303,6 +303,9 @@ describe('logs and metrics', () => {
       expect(statusOf((await rawExchange(port, `POST /webhooks/stripe HTTP/1.1\r\nx-big: ${'a'.repeat(2000)}\r\n\r\n`)).text)).toBe(431);
       const slow = await rawExchange(port, `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: t=1,v1=${'0'.repeat(64)}\r\ncontent-length: 100\r\n\r\n{"id":`, 3000);
       expect(statusOf(slow.text)).toBe(408);
+      // A connection that sends nothing is no request: closed past the header timeout, unanswered, uncounted.
+      const silent = await rawExchange(port, '', 3000);
+      expect(silent).toEqual({ text: '', closed: true });
       await new Promise((r) => setTimeout(r, 100));
       t.app.log.flush();
       await new Promise((r) => setTimeout(r, 50));
