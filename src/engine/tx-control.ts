@@ -13,7 +13,8 @@ const CONTROL = new Set(['BEGIN', 'START', 'COMMIT', 'END', 'ROLLBACK', 'ABORT',
 /**
  * The transaction-control statement `sql` is, by its first words (`COMMIT`, `PREPARE
  * TRANSACTION`…), or undefined. Skips what both databases skip before a statement: white
- * space, empty statements (`;`) and comments (PostgreSQL's block comments nest, SQLite's not).
+ * space, empty statements (`;`) and comments (PostgreSQL's block comments nest and its `--`
+ * comments end at a carriage return too, SQLite's not).
  */
 export function transactionControl(sql: string, kind: 'sqlite' | 'postgres'): string | undefined {
   let i = skipToWord(sql, 0, kind);
@@ -36,8 +37,9 @@ function skipToWord(sql: string, from: number, kind: 'sqlite' | 'postgres'): num
     if (c === ';' || /\s/.test(c)) {
       i++;
     } else if (sql.startsWith('--', i)) {
-      const nl = sql.indexOf('\n', i);
-      i = nl < 0 ? sql.length : nl + 1;
+      // PostgreSQL's lexer ends a -- comment at \n or \r, SQLite's at \n only.
+      const nl = sql.slice(i).search(kind === 'postgres' ? /[\n\r]/ : /\n/);
+      i = nl < 0 ? sql.length : i + nl + 1;
     } else if (sql.startsWith('/*', i)) {
       i = blockCommentEnd(sql, i, kind);
     } else {

@@ -10,6 +10,7 @@ import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
+import { pgAvailable } from '../helpers/pg.js';
 import { describeEachStore, freshDatabase } from '../helpers/stores.js';
 
 describe('transactionControl: the first words of a statement, as each database reads them', () => {
@@ -29,6 +30,13 @@ describe('transactionControl: the first words of a statement, as each database r
     'COMMITTED', '-- COMMIT\nSELECT 1', '/* COMMIT */ SELECT 1', '/* /* COMMIT */ */ SELECT 1', 'WITH x AS (SELECT 1) SELECT * FROM x', '',
   ])('PostgreSQL: %j is not transaction control', (sql) => {
     expect(transactionControl(sql, 'postgres')).toBeUndefined();
+  });
+
+  it('a -- comment ends at a carriage return in PostgreSQL (its lexer: newline is \\n or \\r), at \\n only in SQLite', () => {
+    expect(transactionControl('-- note\rCOMMIT AND CHAIN', 'postgres')).toBe('COMMIT');
+    expect(transactionControl('-- note\rROLLBACK AND CHAIN', 'postgres')).toBe('ROLLBACK');
+    expect(transactionControl('PREPARE -- x\rTRANSACTION \'t\'', 'postgres')).toBe('PREPARE TRANSACTION');
+    expect(transactionControl('-- note\rCOMMIT', 'sqlite')).toBeUndefined(); // all comment there
   });
 
   it('block comments nest in PostgreSQL only; PREPARE TRANSACTION is PostgreSQL\'s', () => {
@@ -149,6 +157,47 @@ describeEachStore('handler guards', (kind) => {
     } finally {
       await store.close();
       await db.cleanup();
+    }
+  });
+});
+
+describe.runIf(await pgAvailable())('PostgreSQL: transaction control behind a -- comment ended by a carriage return', () => {
+  let app: TestApp | undefined;
+  afterEach(async () => {
+    await app?.stop();
+    app = undefined;
+  });
+
+  it('COMMIT AND CHAIN (the server still reports a transaction) is refused: no write committed without its marker, none applied twice', async () => {
+    app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
+    await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
+    const inboxIds = new Map<string, string>();
+    for (const id of ['evt_ok', 'evt_chain']) {
+      const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
+      inboxIds.set(id, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id);
+    }
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      await ctx.tx.query('INSERT INTO ledger (event_id) VALUES ($1)', [event.providerEventId]);
+      // PostgreSQL's -- comment ends at \r: the server runs COMMIT AND CHAIN.
+      if (event.providerEventId === 'evt_chain') await ctx.tx.query('-- done\rCOMMIT AND CHAIN');
+    }, { name: 'ledger' });
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 },
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const final = (id: string) => waitFor(async () => {
+        const e = await app!.store.getEvent(inboxIds.get(id)!);
+        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+      }, 10_000, `${id} terminal`);
+      const ok = await final('evt_ok');
+      const chain = await final('evt_chain');
+      const rows = await app.store.transaction((tx) => tx.query<{ event_id: string; n: string }>(
+        'SELECT event_id, count(*) AS n FROM ledger GROUP BY event_id ORDER BY event_id'));
+      expect(rows.map((r) => [r.event_id, Number(r.n)])).toEqual([['evt_ok', 1]]);
+      expect(ok).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+      expect(chain).toMatchObject({ status: 'FAILED', failureReason: 'handler_transaction_control', attemptCount: 1 });
+    } finally {
+      await workers.stop();
     }
   });
 });
