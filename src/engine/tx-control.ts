@@ -25,9 +25,13 @@ export function transactionControl(sql: string, kind: 'sqlite' | 'postgres'): st
   return wordAt(sql, i) === 'TRANSACTION' ? 'PREPARE TRANSACTION' : undefined;
 }
 
+/**
+ * The word at `i`, upper-cased (ASCII only, as both databases match keywords). It runs on as an
+ * identifier does in both (digits, `$`, non-ASCII): `transaction1` is a name, not TRANSACTION.
+ */
 function wordAt(sql: string, i: number): string {
-  const m = /^[A-Za-z_]+/.exec(sql.slice(i, i + 32));
-  return m ? m[0].toUpperCase() : '';
+  const m = /^[A-Za-z_][A-Za-z0-9_$\u0080-\uffff]*/.exec(sql.slice(i, i + 64));
+  return m ? m[0].replace(/[a-z]+/g, (w) => w.toUpperCase()) : '';
 }
 
 function skipToWord(sql: string, from: number, kind: 'sqlite' | 'postgres'): number {

@@ -39,6 +39,14 @@ describe('transactionControl: the first words of a statement, as each database r
     expect(transactionControl('-- note\rCOMMIT', 'sqlite')).toBeUndefined(); // all comment there
   });
 
+  it('a word runs on through digits, $ and non-ASCII letters, as both databases read an identifier', () => {
+    expect(transactionControl('PREPARE transaction1 AS SELECT 1', 'postgres')).toBeUndefined();
+    expect(transactionControl('PREPARE transaction$x AS SELECT 1', 'postgres')).toBeUndefined();
+    expect(transactionControl('PREPARE transactioné AS SELECT 1', 'postgres')).toBeUndefined();
+    expect(transactionControl('PREPARE transaction AS SELECT 1', 'postgres')).toBe('PREPARE TRANSACTION');
+    expect(transactionControl('commit;', 'postgres')).toBe('COMMIT');
+  });
+
   it('block comments nest in PostgreSQL only; PREPARE TRANSACTION is PostgreSQL\'s', () => {
     // SQLite's comment ends at the first */: what follows is the statement.
     expect(transactionControl('/* a /* b */ COMMIT', 'sqlite')).toBe('COMMIT');
@@ -196,6 +204,35 @@ describe.runIf(await pgAvailable())('PostgreSQL: transaction control behind a --
       expect(rows.map((r) => [r.event_id, Number(r.n)])).toEqual([['evt_ok', 1]]);
       expect(ok).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
       expect(chain).toMatchObject({ status: 'FAILED', failureReason: 'handler_transaction_control', attemptCount: 1 });
+    } finally {
+      await workers.stop();
+    }
+  });
+});
+
+describe.runIf(await pgAvailable())('PostgreSQL: a statement that only looks like transaction control', () => {
+  let app: TestApp | undefined;
+  afterEach(async () => {
+    await app?.stop();
+    app = undefined;
+  });
+
+  it('PREPARE transaction1 AS … (a statement named transaction1, not PREPARE TRANSACTION) runs: the event is PROCESSED', async () => {
+    app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
+    const body = stripeEvent('evt_prepare', { type: 'payment_intent.succeeded' });
+    const inboxId = (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string;
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (_event, ctx) => {
+      await ctx.tx.query('PREPARE transaction1 AS SELECT 1');
+      await ctx.tx.query('DEALLOCATE transaction1');
+    }, { name: 'prepare' });
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }] }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const e = await waitFor(async () => {
+        const e = await app!.store.getEvent(inboxId);
+        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+      }, 10_000, 'evt_prepare terminal');
+      expect(e).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
     } finally {
       await workers.stop();
     }
