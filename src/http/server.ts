@@ -138,17 +138,21 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     sendJson(res, 404, '{"error":"not_found"}');
   });
 
-  // Malformed HTTP and oversized header blocks: answer plainly and close. A request pipelined
-  // before the bad bytes may still be committing: its answer goes out first (its 200 must not be
-  // replaced by the 400 of the bytes that followed it). Anything else (a timeout: the request in
-  // progress is itself too slow; a reset connection) ends the connection at once, which is also
-  // what aborts a body still being read and frees its budget.
+  // Malformed HTTP, oversized header blocks and requests too slow to arrive: answer plainly and
+  // close. A request pipelined before the bad bytes (or the late request) may still be committing:
+  // its answer goes out first (its 200 must not be replaced by the 400 or 408 of what followed it).
+  // Anything else (a reset connection) ends the connection at once.
+  // Only a connection's first error is answered, logged and counted: once in error, Node's parser
+  // fails again on every later read, and the timeout check fires again, while that answer waits.
+  const erred = new WeakSet<Duplex>();
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     if (!socket.writable || err.code === 'ECONNRESET') return socket.destroy();
     // The request was refused before its body and answered, and the rest of its body, being
     // dropped (linger.ts afterRefusal), stopped coming: nothing is owed, and a second answer,
     // log line and count for the same request would be wrong.
     if (answers.answeredMidBody(socket)) return socket.destroy();
+    if (erred.has(socket)) return;
+    erred.add(socket);
     const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
     // A connection that sent nothing at all is no request: an idle pre-opened connection, a TCP
     // health check, a port scan. It is closed without an answer, a count or a log line: counted,
@@ -169,7 +173,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       if (reading) markAnsweredRaw(reading, reason);
       socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
     };
-    if (err.code?.startsWith('HPE_')) answers.afterPending(socket, answer);
+    if (err.code?.startsWith('HPE_') || timeout) answers.afterPending(socket, answer);
     else answer();
   });
 

@@ -1,0 +1,104 @@
+import Database from 'better-sqlite3';
+import { connect } from 'node:net';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { changes, scrape, series } from '../helpers/metric-samples.js';
+
+/**
+ * Bad bytes (or a header timeout) behind a complete request whose commit takes a while: server.ts
+ * owes that request its 200 first, then answers the error once, logs it once and counts it once
+ * (README: "close the connection, after the answers still owed to any complete requests pipelined
+ * before the bad bytes"). The commit is held up by another SQLite connection's write lock.
+ */
+describe('an HTTP error pipelined behind a request still committing', () => {
+  const HEADERS_TIMEOUT_MS = 800;
+  let app: TestApp;
+  let port: number;
+  const lines: string[] = [];
+  beforeAll(async () => {
+    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
+    app = await startTestApp('sqlite', {
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }],
+      limits: { headersTimeoutMs: HEADERS_TIMEOUT_MS, requestTimeoutMs: 5000 },
+    }, {}, { logger: pino({ level: 'info' }, sink), urlSuffix: '?busyTimeoutMs=8000' });
+    port = Number(new URL(app.url).port);
+  });
+  afterAll(async () => { await app?.stop(); });
+
+  function signed(id: string): string {
+    const body = stripeEvent(id);
+    return `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n`
+      + `stripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`;
+  }
+
+  /**
+   * Holds the write lock for `lockMs` while `writes` go out on one connection (`gapMs` apart); returns
+   * what was answered, the request log lines written meanwhile and the change in webhook_requests_total.
+   */
+  async function run(writes: string[], lockMs: number, gapMs = 100) {
+    const before = await scrape(app.url);
+    const from = lines.length;
+    const blocker = new Database(app.db.url.slice('sqlite:'.length));
+    blocker.exec('BEGIN IMMEDIATE');
+    const release = setTimeout(() => { blocker.exec('ROLLBACK'); blocker.close(); }, lockMs);
+    const sock = connect({ port, host: '127.0.0.1' });
+    let text = '';
+    let closed = false;
+    sock.on('data', (c) => { text += c.toString('latin1'); });
+    sock.on('error', () => undefined);
+    sock.on('close', () => { closed = true; });
+    await new Promise((r) => sock.once('connect', r));
+    for (const w of writes) {
+      if (!closed) sock.write(w);
+      await new Promise((r) => setTimeout(r, gapMs));
+    }
+    const until = Date.now() + lockMs + 3000;
+    while (!closed && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    sock.destroy();
+    clearTimeout(release);
+    if (blocker.open) { blocker.exec('ROLLBACK'); blocker.close(); }
+    await new Promise((r) => setTimeout(r, 200));
+    const logged = lines.slice(from).map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.status !== undefined);
+    return {
+      statuses: [...text.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1])),
+      closed,
+      logged: logged.map((l) => `${String(l.endpoint)} ${String(l.status)}`).sort(),
+      counted: changes(before, await scrape(app.url), 'webhook_requests_total'),
+    };
+  }
+
+  // Node's parser, once in error, fails again on every later read of the connection, and each
+  // failure is another 'clientError': each was logged and counted, one more per TCP read, while
+  // the answer owed before them waited for its commit.
+  it('bad bytes, then more bytes while the 200 before them is owed: 200, then one 400, one log line, one count', async () => {
+    const r = await run([signed('evt_behind_commit_1') + 'GARBAGE\r\n\r\n', 'more\r\n', 'more\r\n', 'more\r\n'], 600);
+    expect(r.statuses).toEqual([200, 400]);
+    expect(r.closed).toBe(true);
+    expect(r.logged).toEqual(['(unparsed) 400', 'stripe 200']);
+    expect(r.counted).toEqual({
+      [series('webhook_requests_total', { endpoint: 'stripe', outcome: 'accepted' })]: 1,
+      [series('webhook_requests_total', { endpoint: '(unparsed)', outcome: 'malformed' })]: 1,
+    });
+  });
+
+  // A pipelined request whose header block is not finished within headersTimeout is answered 408,
+  // but not before the 200 owed to the request before it: sent at once, the 408 was read as that
+  // request's answer (it was stored, and logged as the 200 that never went out).
+  it('a pipelined request whose headers time out while the one before it commits: the 200 first, then 408', async () => {
+    const r = await run([signed('evt_behind_commit_2') + 'POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\n'], HEADERS_TIMEOUT_MS + 1200);
+    expect(r.statuses).toEqual([200, 408]);
+    expect(r.closed).toBe(true);
+    expect(r.logged).toEqual(['(unparsed) 408', 'stripe 200']);
+  });
+
+  // The same timeout after bad bytes already refused: the 400 stands (one answer, one log line).
+  it('bad bytes whose answer waits past the header timeout: 200, then the 400 alone', async () => {
+    const r = await run([signed('evt_behind_commit_3') + 'GARBAGE\r\n\r\n'], HEADERS_TIMEOUT_MS + 1200);
+    expect(r.statuses).toEqual([200, 400]);
+    expect(r.closed).toBe(true);
+    expect(r.logged).toEqual(['(unparsed) 400', 'stripe 200']);
+  });
+});
