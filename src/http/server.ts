@@ -177,17 +177,25 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     else answer();
   });
 
-  // CONNECT (a proxy tunnel; never ours): Node would drop the connection without a word.
+  // CONNECT (a proxy tunnel; never ours): Node would drop the connection without a word. A request
+  // pipelined before it may still be committing: its answer goes out first (Node hands over the
+  // socket at once, and a 405 written then would take that request's place).
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     ingress.refusedConnection('method_not_allowed');
     const body = '{"error":"method_not_allowed"}';
     socket.on('error', () => socket.destroy());
-    // Whatever the client sends after is dropped; it has LINGER.maxMs to close its side.
-    const cut = setTimeout(() => socket.destroy(), LINGER.maxMs);
-    socket.once('close', () => clearTimeout(cut));
-    socket.once('end', () => socket.destroy());
+    // Whatever the client sends after is dropped.
     socket.resume();
-    socket.end(`HTTP/1.1 405 Method Not Allowed\r\nallow: POST\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+    answers.afterPending(socket, () => {
+      if (!socket.writable) return socket.destroy();
+      // The client has LINGER.maxMs to close its side; if it already has, the socket closes once the answer is written.
+      const cut = setTimeout(() => socket.destroy(), LINGER.maxMs);
+      socket.once('close', () => clearTimeout(cut));
+      socket.once('end', () => socket.destroy());
+      socket.end(`HTTP/1.1 405 Method Not Allowed\r\nallow: POST\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`, () => {
+        if (socket.readableEnded) socket.destroy();
+      });
+    });
   });
   return server;
 }
