@@ -151,6 +151,10 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     // dropped (linger.ts afterRefusal), stopped coming: nothing is owed, and a second answer,
     // log line and count for the same request would be wrong.
     if (answers.answeredMidBody(socket)) return socket.destroy();
+    // Bytes after a request that closes the connection (`Connection: close`, HTTP/1.0 without
+    // keep-alive): RFC 9112 §9.6, no further request is processed, so none is answered, logged or
+    // counted; the connection closes once the answers owed are written.
+    if (err.code === 'HPE_CLOSED_CONNECTION') return;
     if (erred.has(socket)) return;
     erred.add(socket);
     const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';

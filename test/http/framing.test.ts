@@ -194,4 +194,23 @@ describe('HTTP/1.1 framing edge cases', () => {
     expect(statuses(r.text), r.text).toEqual([400]);
     expect(logged.map((l) => l.status), JSON.stringify(logged)).toEqual([400]);
   });
+
+  // RFC 9112 §9.6: after a request with `Connection: close` (or HTTP/1.0 without keep-alive) the
+  // server MUST NOT process further requests on the connection. Node's parser refuses the bytes
+  // after it (HPE_CLOSED_CONNECTION) and nothing more is sent, which is right; but clientError took
+  // that for malformed HTTP, and logged and counted a 400 bad_request that never went out.
+  it('a request pipelined behind a Connection: close one is not served, and no 400 is logged for it', async () => {
+    for (const [first, second] of [
+      [signed('evt_audit_conn_close_1', { extra: 'connection: close\r\n' }), signed('evt_audit_behind_close_1')],
+      [signed('evt_audit_conn_close_2', { version: 'HTTP/1.0' }), signed('evt_audit_behind_close_2')],
+    ] as const) {
+      let r = { text: '', closed: false };
+      const logged = await loggedDuring(async () => { r = await exchange(first + second, 3000); });
+      expect(statuses(r.text), r.text).toEqual([200]);
+      expect(r.closed).toBe(true);
+      expect(logged.map((l) => `${String(l.endpoint)} ${String(l.status)}`), 'the log records what was sent').toEqual(['stripe 200']);
+    }
+    expect(await stored('evt_audit_behind_close_1')).toBe(false);
+    expect(await stored('evt_audit_behind_close_2')).toBe(false);
+  });
 });
