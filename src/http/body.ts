@@ -58,6 +58,8 @@ export function readBody(
   maxBytes: number,
   budget: BodyBudget,
   declaredLength: number | null,
+  /** Resolves when the sender has been invited to send the body (100 Continue written): the pace counts from then. */
+  invited?: Promise<unknown>,
 ): Promise<{ body: Buffer; reserved: number }> {
   return new Promise((resolve, reject) => {
     let reserved = 0;
@@ -73,15 +75,24 @@ export function readBody(
       reject(new IngressError(reason, detail));
     };
 
-    // The pace check: most bodies have ended (and cleared it) long before its first run.
-    const started = performance.now();
+    // The pace check: most bodies have ended (and cleared it) long before its first run. A sender
+    // waiting for 100 Continue sends nothing before it, and the 100 may wait behind the answers
+    // still owed on the connection: the pace counts from when it is written.
+    let started = performance.now();
     const minRate = budget.minBytesPerSecond;
     const checkPace = () => {
       const owed = (minRate * (performance.now() - started - PACE_GRACE_MS)) / 1000;
       if (received < owed) return fail('body_too_slow', `body arrived slower than ${minRate} bytes/s`);
       pace = setTimeout(checkPace, PACE_CHECK_MS);
     };
-    let pace: NodeJS.Timeout | undefined = minRate > 0 ? setTimeout(checkPace, PACE_GRACE_MS + PACE_CHECK_MS) : undefined;
+    let pace: NodeJS.Timeout | undefined;
+    const startPace = () => {
+      if (done || minRate <= 0) return;
+      started = performance.now();
+      pace = setTimeout(checkPace, PACE_GRACE_MS + PACE_CHECK_MS);
+    };
+    if (invited) void invited.then(startPace);
+    else startPace();
 
     // With a Content-Length: the body when it came in one chunk (most do: it is kept as it is, with
     // no copy), else the one buffer its chunks are copied into, allocated at the first.

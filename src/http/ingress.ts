@@ -182,12 +182,14 @@ export class Ingress {
     if (!keys || !cipher) throw new IngressError('secrets_unavailable');
 
     // 3. The exact raw bytes, bounded. A sender waiting for 100 Continue is invited only now.
+    let invited: Promise<void> | undefined;
     if (isAwaitingContinue(res)) {
       // A body that could not be held now is not invited (readBody would refuse it at once).
       if (declared !== null && !this.deps.budget.hasRoomForBody(declared)) throw new IngressError('overloaded', 'too many body bytes in flight');
-      res.writeContinue();
+      // Behind an answer still owed on the connection, the 100 is written only after it.
+      invited = new Promise((resolve) => res.writeContinue(() => resolve()));
     }
-    const { body, reserved } = await readBody(req, config.maxBodyBytes, this.deps.budget, declared);
+    const { body, reserved } = await readBody(req, config.maxBodyBytes, this.deps.budget, declared, invited);
     try {
       // An unsigned reachability probe (Slack ssl_check) gets its fixed empty answer; nothing is kept.
       const probe = adapter.probe?.(view, body);

@@ -116,4 +116,36 @@ describe('an HTTP error pipelined behind a request still committing', () => {
       expect(r.logged).toEqual(['(unparsed) 405', 'stripe 200']);
     }
   });
+
+  // Not an error, but the same wait: a pipelined request with `Expect: 100-continue` is invited
+  // only once the answer before it is written (Node queues the 100 behind it), and its sender sends
+  // the body only then. The body's pace (limits.minBodyBytesPerSecond, 1 s grace) was counted from
+  // when the 100 was queued, so behind a commit of a second or two the body was cut off with 408
+  // body_too_slow, though it came at once when invited.
+  it('Expect: 100-continue behind a request still committing: the body sent on the 100 is accepted, not 408', async () => {
+    const body = stripeEvent('evt_behind_commit_expect');
+    const head = `POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n`
+      + `stripe-signature: ${stripeHeaders(body)['stripe-signature']}\r\ncontent-length: ${body.length}\r\nexpect: 100-continue\r\n\r\n`;
+    const blocker = new Database(app.db.url.slice('sqlite:'.length));
+    blocker.exec('BEGIN IMMEDIATE');
+    const release = setTimeout(() => { blocker.exec('ROLLBACK'); blocker.close(); }, 2500);
+    const sock = connect({ port, host: '127.0.0.1' });
+    let text = '';
+    sock.on('error', () => undefined);
+    sock.on('data', (c) => {
+      const invited = !text.includes(' 100 ');
+      text += c.toString('latin1');
+      if (invited && text.includes(' 100 ')) sock.write(body);
+    });
+    await new Promise((r) => sock.once('connect', r));
+    sock.write(signed('evt_behind_commit_before_expect') + head);
+    const until = Date.now() + 6000;
+    while ([...text.matchAll(/HTTP\/1\.1 \d{3}/g)].length < 3 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    sock.destroy();
+    clearTimeout(release);
+    if (blocker.open) { blocker.exec('ROLLBACK'); blocker.close(); }
+    expect([...text.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1])), text).toEqual([200, 100, 200]);
+    const ids = [...text.matchAll(/"inbox_id":"([^"]+)"/g)].map((m) => m[1]!);
+    expect((await app.store.getInbox(ids[1]!))?.providerEventId).toBe('evt_behind_commit_expect');
+  });
 });
