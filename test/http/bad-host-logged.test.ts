@@ -1,5 +1,4 @@
-import { Writable } from 'node:stream';
-import pino from 'pino';
+import { captureLog } from '../helpers/log.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { post, rawExchange, statusOf } from '../helpers/http.js';
@@ -15,8 +14,7 @@ describe('a 400 bad_host outside /webhooks/ is logged and counted like other mal
   let app: TestApp;
   const lines: string[] = [];
   beforeAll(async () => {
-    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...chunk.toString().split('\n').filter(Boolean)); cb(); } });
-    app = await startTestApp('sqlite', {}, {}, { logger: pino({ level: 'info' }, sink) });
+    app = await startTestApp('sqlite', {}, {}, { logger: captureLog(lines) });
   });
   afterAll(async () => {
     await app?.stop();

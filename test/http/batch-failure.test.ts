@@ -1,7 +1,6 @@
-import { Writable } from 'node:stream';
+import { captureLog } from '../helpers/log.js';
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
@@ -137,9 +136,8 @@ describe.runIf(await pgAvailable())('a failed group-commit batch answers 503 to 
     await admin.end();
 
     const lines: string[] = [];
-    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
     const config = parseConfig(configDoc(db.url, { log: { level: 'warn' } }), {});
-    const app = await startApp(config, { logger: pino({ level: 'warn' }, sink), env: {}, workers: false, shutdownGraceMs: 200 });
+    const app = await startApp(config, { logger: captureLog(lines, 'warn'), env: {}, workers: false, shutdownGraceMs: 200 });
     cleanups.push(() => app.close());
 
     const holder = new pg.Client({ connectionString: db.url });

@@ -1,6 +1,5 @@
 import { connect } from 'node:net';
-import { Writable } from 'node:stream';
-import pino from 'pino';
+import { captureLog } from '../helpers/log.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { statusOf } from '../helpers/http.js';
@@ -17,10 +16,9 @@ describe('HTTP/1.1 framing edge cases', () => {
   let port: number;
   const lines: string[] = [];
   beforeAll(async () => {
-    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
     app = await startTestApp('sqlite', {
       endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }], maxBodyBytes: 2048 }],
-    }, {}, { logger: pino({ level: 'info' }, sink) });
+    }, {}, { logger: captureLog(lines) });
     port = Number(new URL(app.url).port);
   });
   afterAll(async () => { await app?.stop(); });

@@ -1,10 +1,9 @@
 import { createHmac } from 'node:crypto';
+import { captureLog } from '../helpers/log.js';
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
-import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PAYLOAD_KEY, startTestApp, STRIPE_SECRET } from '../helpers/app.js';
 import { post, rawExchange, statusOf } from '../helpers/http.js';
@@ -13,8 +12,7 @@ import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 /** Starts an app on SQLite whose log lines are captured. */
 async function appWithLog(over: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, urlSuffix = '', secretCheckMs?: number) {
   const lines: string[] = [];
-  const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...chunk.toString().split('\n').filter(Boolean)); cb(); } });
-  const app = await startTestApp('sqlite', over, env, { logger: pino({ level: 'info' }, sink), urlSuffix, secretCheckMs });
+  const app = await startTestApp('sqlite', over, env, { logger: captureLog(lines), urlSuffix, secretCheckMs });
   return { app, lines, file: app.db.url.slice('sqlite:'.length), stop: () => app.stop() };
 }
 
@@ -260,8 +258,7 @@ describe('logs and metrics', () => {
 
   it('/readyz is not ready on a database this build has not migrated (serve --no-migrate), and every accept would fail', async () => {
     const lines: string[] = [];
-    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(chunk.toString()); cb(); } });
-    const app = await startTestApp('sqlite', {}, {}, { logger: pino({ level: 'info' }, sink), migrate: false });
+    const app = await startTestApp('sqlite', {}, {}, { logger: captureLog(lines), migrate: false });
     try {
       const r = await post(`${app.url}/readyz`, '', {}, 'GET');
       expect(r.status).toBe(503);

@@ -1,7 +1,6 @@
 import Database from 'better-sqlite3';
+import { captureLog } from '../helpers/log.js';
 import { connect } from 'node:net';
-import { Writable } from 'node:stream';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -19,11 +18,10 @@ describe('an HTTP error pipelined behind a request still committing', () => {
   let port: number;
   const lines: string[] = [];
   beforeAll(async () => {
-    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
     app = await startTestApp('sqlite', {
       endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }],
       limits: { headersTimeoutMs: HEADERS_TIMEOUT_MS, requestTimeoutMs: 5000 },
-    }, {}, { logger: pino({ level: 'info' }, sink), urlSuffix: '?busyTimeoutMs=8000' });
+    }, {}, { logger: captureLog(lines), urlSuffix: '?busyTimeoutMs=8000' });
     port = Number(new URL(app.url).port);
   });
   afterAll(async () => { await app?.stop(); });

@@ -1,5 +1,4 @@
-import { Writable } from 'node:stream';
-import pino from 'pino';
+import { captureLog } from '../helpers/log.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { rawExchange } from '../helpers/http.js';
@@ -18,11 +17,10 @@ describe('a refusal whose drained body then hits the request timeout', () => {
   let port: number;
   const lines: string[] = [];
   beforeAll(async () => {
-    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...chunk.toString().split('\n').filter(Boolean)); cb(); } });
     app = await startTestApp('sqlite', {
       endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }],
       limits: { requestTimeoutMs: 1000, headersTimeoutMs: 1000 },
-    }, {}, { logger: pino({ level: 'info' }, sink) });
+    }, {}, { logger: captureLog(lines) });
     port = Number(new URL(app.url).port);
   });
   afterAll(async () => {

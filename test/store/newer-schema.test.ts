@@ -1,10 +1,9 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { captureLog } from '../helpers/log.js';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import pino from 'pino';
 import { stringify } from 'yaml';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { startApp } from '../../src/app.js';
@@ -68,8 +67,7 @@ describeEachStore('a schema newer than this build', (kind) => {
 
   it('serve logs the same warning once at start, and accepts as before', async () => {
     const lines: string[] = [];
-    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...chunk.toString().split('\n').filter(Boolean)); cb(); } });
-    const app = await startApp(parseConfig(configDoc(db.url), {}), { logger: pino({ level: 'info' }, sink), workers: false });
+    const app = await startApp(parseConfig(configDoc(db.url), {}), { logger: captureLog(lines), workers: false });
     try {
       const warnings = lines.map((l) => JSON.parse(l) as { level: number; msg: string }).filter((l) => l.msg.startsWith(WARNING));
       expect(warnings).toHaveLength(1);

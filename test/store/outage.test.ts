@@ -1,5 +1,5 @@
 import { rmSync } from 'node:fs';
-import { Writable } from 'node:stream';
+import { captureLog } from '../helpers/log.js';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -115,9 +115,8 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
     const url = new URL(db.url);
     url.port = String(port);
     const lines: string[] = [];
-    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
     const config = parseConfig(configDoc(url.toString(), { groupCommit: { commitTimeoutMs: 3000 } }), {});
-    const app = await startApp(config, { logger: pino({ level: 'info' }, sink), env: {}, migrate: false, shutdownGraceMs: 200 });
+    const app = await startApp(config, { logger: captureLog(lines), env: {}, migrate: false, shutdownGraceMs: 200 });
     cleanups.push(() => app.close());
 
     const warmLog = lines.map((l) => JSON.parse(l) as { msg?: string; level?: number }).find((l) => l.msg?.startsWith('store warm-up failed'));
@@ -219,8 +218,7 @@ describe.runIf(await pgAvailable())('storage unavailable [postgres]', () => {
 
   it('workers whose new-work listener loses its connection count it (webhook_listener_lost_total) and log a warning', async () => {
     const lines: string[] = [];
-    const sink = new Writable({ write(chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
-    const app = await startTestApp('postgres', {}, {}, { workers: true, logger: pino({ level: 'info' }, sink) });
+    const app = await startTestApp('postgres', {}, {}, { workers: true, logger: captureLog(lines) });
     cleanups.push(() => app.stop());
     const admin = new pg.Client({ connectionString: app.db.url });
     await admin.connect();
