@@ -5,6 +5,7 @@ import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { MAX_EFFECT_DATA_BYTES } from '../../src/engine/inbox-worker.js';
 import { transactionControl } from '../../src/engine/tx-control.js';
 import { openStore } from '../../src/store/open.js';
+import type { InboxDetail } from '../../src/store/work-port.js';
 import { startWorkers } from '../../src/workers.js';
 import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
@@ -12,6 +13,46 @@ import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { pgAvailable } from '../helpers/pg.js';
 import { describeEachStore, freshDatabase } from '../helpers/stores.js';
+
+/** Accepts each id as a signed payment_intent.succeeded event; their inbox ids, by event id. */
+async function acceptEvents(app: TestApp, ids: readonly string[]): Promise<Map<string, string>> {
+  const inboxIds = new Map<string, string>();
+  for (const id of ids) {
+    const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
+    const answer = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+    expect(answer.status).toBe(200);
+    inboxIds.set(id, answer.json().inbox_id);
+  }
+  return inboxIds;
+}
+
+type Terminal = (eventId: string) => Promise<InboxDetail>;
+
+/**
+ * Runs `handlers` in workers over the app's database (one batch holds up to 64 events, so a
+ * COMMIT there would take its neighbours' writes), hands `check` a wait for an event's terminal
+ * state, and stops them.
+ */
+async function withWorkers(app: TestApp, inboxIds: Map<string, string>, handlers: HandlerRegistry, check: (terminal: Terminal) => Promise<void>): Promise<void> {
+  const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 },
+    endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }] }));
+  const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+  try {
+    await check((id) => waitFor(async () => {
+      const e = await app.store.getEvent(inboxIds.get(id)!);
+      return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+    }, 10_000, `${id} terminal`));
+  } finally {
+    await workers.stop();
+  }
+}
+
+/** The ledger's rows as [event id, count], for "applied once". */
+async function ledger(app: TestApp): Promise<[string, number][]> {
+  const rows = await app.store.transaction((tx) => tx.query<{ event_id: string; n: number | string }>(
+    'SELECT event_id, count(*) AS n FROM ledger GROUP BY event_id ORDER BY event_id'));
+  return rows.map((r) => [r.event_id, Number(r.n)]);
+}
 
 describe('transactionControl: the first words of a statement, as each database reads them', () => {
   it.each([
@@ -67,14 +108,7 @@ describeEachStore('handler guards', (kind) => {
   it('COMMIT, ROLLBACK or several statements in ctx.tx fail that event alone, none of its writes kept, and every other event of the batch applied once', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
-    const ids = ['evt_ok_1', 'evt_commit', 'evt_rollback_caught', 'evt_release', 'evt_two_statements', 'evt_ok_2'];
-    const inboxIds = new Map<string, string>();
-    for (const id of ids) {
-      const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
-      const answer = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
-      expect(answer.status).toBe(200);
-      inboxIds.set(id, answer.json().inbox_id);
-    }
+    const inboxIds = await acceptEvents(app, ['evt_ok_1', 'evt_commit', 'evt_rollback_caught', 'evt_release', 'evt_two_statements', 'evt_ok_2']);
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
       const id = event.providerEventId;
       await ctx.tx.query(sql('INSERT INTO ledger (event_id) VALUES ($1)'), [id]);
@@ -83,15 +117,7 @@ describeEachStore('handler guards', (kind) => {
       if (id === 'evt_release') await ctx.tx.query('RELEASE SAVEPOINT wi_handler');
       if (id === 'evt_two_statements') await ctx.tx.query(sql('SELECT 1; COMMIT'));
     }, { name: 'ledger' });
-    // One batch holds them all, so a COMMIT would take the other handlers' writes with it.
-    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 },
-      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }] }));
-    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
-    try {
-      const final = (id: string) => waitFor(async () => {
-        const e = await app!.store.getEvent(inboxIds.get(id)!);
-        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
-      }, 10_000, `${id} terminal`);
+    await withWorkers(app, inboxIds, handlers, async (final) => {
       for (const id of ['evt_ok_1', 'evt_ok_2']) expect(await final(id), id).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
       for (const id of ['evt_commit', 'evt_rollback_caught', 'evt_release']) {
         const e = await final(id);
@@ -101,22 +127,14 @@ describeEachStore('handler guards', (kind) => {
       }
       // The database refuses two statements in one query: an error as any other (retried, then FAILED).
       expect(await final('evt_two_statements')).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted' });
-      const rows = await app.store.transaction((tx) => tx.query<{ event_id: string; n: number | string }>(
-        'SELECT event_id, count(*) AS n FROM ledger GROUP BY event_id ORDER BY event_id'));
-      expect(rows.map((r) => [r.event_id, Number(r.n)])).toEqual([['evt_ok_1', 1], ['evt_ok_2', 1]]);
-    } finally {
-      await workers.stop();
-    }
+      expect(await ledger(app!)).toEqual([['evt_ok_1', 1], ['evt_ok_2', 1]]);
+    });
   });
 
   it('ctx.effect data over 64 KiB of JSON fails the handler at the call, its writes undone; exactly 64 KiB is recorded and executed', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
-    const inboxIds = new Map<string, string>();
-    for (const id of ['evt_at_limit', 'evt_over_limit']) {
-      const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
-      inboxIds.set(id, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id);
-    }
+    const inboxIds = await acceptEvents(app, ['evt_at_limit', 'evt_over_limit']);
     const executed: number[] = [];
     // {"blob":"…"} is 11 bytes around the string.
     const data = (bytes: number) => ({ blob: 'x'.repeat(bytes - 11) });
@@ -126,25 +144,16 @@ describeEachStore('handler guards', (kind) => {
         ctx.effect('archive', data(event.providerEventId === 'evt_at_limit' ? MAX_EFFECT_DATA_BYTES : MAX_EFFECT_DATA_BYTES + 1));
       })
       .effect('archive', (d) => void executed.push(JSON.stringify(d).length));
-    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }] }));
-    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
-    try {
-      const final = (id: string) => waitFor(async () => {
-        const e = await app!.store.getEvent(inboxIds.get(id)!);
-        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
-      }, 10_000, `${id} terminal`);
+    await withWorkers(app, inboxIds, handlers, async (final) => {
       expect(await final('evt_at_limit')).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
       const over = await final('evt_over_limit');
       expect(over).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted' });
       expect(over.lastError).toContain(`data is ${MAX_EFFECT_DATA_BYTES + 1} bytes of JSON, over the limit of ${MAX_EFFECT_DATA_BYTES}`);
       await waitFor(() => executed.length === 1 || null, 5000, 'the effect at the limit executed');
       expect(executed).toEqual([MAX_EFFECT_DATA_BYTES]);
-      expect(await app.store.listEffects(inboxIds.get('evt_over_limit')!)).toEqual([]);
-      const rows = await app.store.transaction((tx) => tx.query<{ event_id: string }>('SELECT event_id FROM ledger'));
-      expect(rows.map((r) => r.event_id)).toEqual(['evt_at_limit']);
-    } finally {
-      await workers.stop();
-    }
+      expect(await app!.store.listEffects(inboxIds.get('evt_over_limit')!)).toEqual([]);
+      expect(await ledger(app!)).toEqual([['evt_at_limit', 1]]);
+    });
   });
 
   it('the store: once a statement ends the transaction, nothing after it runs on its own', async () => {
@@ -179,34 +188,19 @@ describe.runIf(await pgAvailable())('PostgreSQL: transaction control behind a --
   it('COMMIT AND CHAIN (the server still reports a transaction) is refused: no write committed without its marker, none applied twice', async () => {
     app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
     await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
-    const inboxIds = new Map<string, string>();
-    for (const id of ['evt_ok', 'evt_chain']) {
-      const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
-      inboxIds.set(id, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id);
-    }
+    const inboxIds = await acceptEvents(app, ['evt_ok', 'evt_chain']);
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
       await ctx.tx.query('INSERT INTO ledger (event_id) VALUES ($1)', [event.providerEventId]);
       // PostgreSQL's -- comment ends at \r: the server runs COMMIT AND CHAIN.
       if (event.providerEventId === 'evt_chain') await ctx.tx.query('-- done\rCOMMIT AND CHAIN');
     }, { name: 'ledger' });
-    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 64, concurrency: 64 },
-      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }] }));
-    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
-    try {
-      const final = (id: string) => waitFor(async () => {
-        const e = await app!.store.getEvent(inboxIds.get(id)!);
-        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
-      }, 10_000, `${id} terminal`);
+    await withWorkers(app, inboxIds, handlers, async (final) => {
       const ok = await final('evt_ok');
       const chain = await final('evt_chain');
-      const rows = await app.store.transaction((tx) => tx.query<{ event_id: string; n: string }>(
-        'SELECT event_id, count(*) AS n FROM ledger GROUP BY event_id ORDER BY event_id'));
-      expect(rows.map((r) => [r.event_id, Number(r.n)])).toEqual([['evt_ok', 1]]);
+      expect(await ledger(app!)).toEqual([['evt_ok', 1]]);
       expect(ok).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
       expect(chain).toMatchObject({ status: 'FAILED', failureReason: 'handler_transaction_control', attemptCount: 1 });
-    } finally {
-      await workers.stop();
-    }
+    });
   });
 });
 
@@ -219,23 +213,14 @@ describe.runIf(await pgAvailable())('PostgreSQL: a statement that only looks lik
 
   it('PREPARE transaction1 AS … (a statement named transaction1, not PREPARE TRANSACTION) runs: the event is PROCESSED', async () => {
     app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
-    const body = stripeEvent('evt_prepare', { type: 'payment_intent.succeeded' });
-    const inboxId = (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string;
+    const inboxIds = await acceptEvents(app, ['evt_prepare']);
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (_event, ctx) => {
       await ctx.tx.query('PREPARE transaction1 AS SELECT 1');
       await ctx.tx.query('DEALLOCATE transaction1');
     }, { name: 'prepare' });
-    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] }] }));
-    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
-    try {
-      const e = await waitFor(async () => {
-        const e = await app!.store.getEvent(inboxId);
-        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
-      }, 10_000, 'evt_prepare terminal');
-      expect(e).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
-    } finally {
-      await workers.stop();
-    }
+    await withWorkers(app, inboxIds, handlers, async (final) => {
+      expect(await final('evt_prepare')).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+    });
   });
 });
 

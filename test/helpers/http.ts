@@ -1,5 +1,5 @@
 import { request } from 'node:http';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 
 export interface HttpResponse {
   readonly status: number;
@@ -58,4 +58,16 @@ export function rawExchange(port: number, bytes: Buffer | string, waitMs = 2000)
 export function statusOf(raw: string): number {
   const m = /^HTTP\/1\.1 (\d{3})/.exec(raw);
   return m ? Number(m[1]) : 0;
+}
+
+/** A raw connection that collects what the server sends (latin1) and whether it closed. */
+export async function rawConnection(port: number, allowHalfOpen = false): Promise<{ sock: Socket; text: () => string; closed: () => boolean }> {
+  const sock = connect({ port, host: '127.0.0.1', allowHalfOpen });
+  let text = '';
+  let closed = false;
+  sock.on('data', (c: Buffer) => { text += c.toString('latin1'); });
+  sock.on('error', () => undefined);
+  sock.on('close', () => { closed = true; });
+  await new Promise((r) => sock.once('connect', r));
+  return { sock, text: () => text, closed: () => closed };
 }

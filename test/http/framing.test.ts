@@ -1,8 +1,7 @@
-import { connect } from 'node:net';
 import { captureLog } from '../helpers/log.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
-import { statusOf } from '../helpers/http.js';
+import { rawConnection, statusOf } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 
 /**
@@ -32,16 +31,7 @@ describe('HTTP/1.1 framing edge cases', () => {
   }
 
   /** One connection: `send` writes, `text()` is everything answered so far, `closed()` whether the server closed it. */
-  async function connection(allowHalfOpen = false) {
-    const sock = connect({ port, host: '127.0.0.1', allowHalfOpen });
-    let text = '';
-    let closed = false;
-    sock.on('data', (c) => { text += c.toString('latin1'); });
-    sock.on('error', () => undefined);
-    sock.on('close', () => { closed = true; });
-    await new Promise((r) => sock.once('connect', r));
-    return { sock, text: () => text, closed: () => closed };
-  }
+  const connection = (allowHalfOpen = false) => rawConnection(port, allowHalfOpen);
 
   /** Writes `bytes` on a new connection; returns what came back once the server closed or `waitMs` passed. */
   async function exchange(bytes: string, waitMs = 1500, halfClose = false) {

@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3';
 import { captureLog } from '../helpers/log.js';
 import { connect } from 'node:net';
+import { rawConnection } from '../helpers/http.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -42,28 +43,22 @@ describe('an HTTP error pipelined behind a request still committing', () => {
     const blocker = new Database(app.db.url.slice('sqlite:'.length));
     blocker.exec('BEGIN IMMEDIATE');
     const release = setTimeout(() => { blocker.exec('ROLLBACK'); blocker.close(); }, lockMs);
-    const sock = connect({ port, host: '127.0.0.1' });
-    let text = '';
-    let closed = false;
-    sock.on('data', (c) => { text += c.toString('latin1'); });
-    sock.on('error', () => undefined);
-    sock.on('close', () => { closed = true; });
-    await new Promise((r) => sock.once('connect', r));
+    const { sock, text, closed } = await rawConnection(port);
     for (const w of writes) {
-      if (!closed) sock.write(w);
+      if (!closed()) sock.write(w);
       await new Promise((r) => setTimeout(r, gapMs));
     }
-    if (halfClose && !closed) sock.end();
+    if (halfClose && !closed()) sock.end();
     const until = Date.now() + lockMs + 3000;
-    while (!closed && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    while (!closed() && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
     sock.destroy();
     clearTimeout(release);
     if (blocker.open) { blocker.exec('ROLLBACK'); blocker.close(); }
     await new Promise((r) => setTimeout(r, 200));
     const logged = lines.slice(from).map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.status !== undefined);
     return {
-      statuses: [...text.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1])),
-      closed,
+      statuses: [...text().matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1])),
+      closed: closed(),
       logged: logged.map((l) => `${String(l.endpoint)} ${String(l.status)}`).sort(),
       counted: changes(before, await scrape(app.url), 'webhook_requests_total'),
     };
