@@ -49,6 +49,8 @@ export const REASONS = {
   bad_request: { status: 400, outcome: 'malformed' },
   // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host, answered and then closed.
   bad_host: { status: 400, outcome: 'malformed' },
+  // RFC 9110 §15.6.6: a request line naming another major version (HTTP/2.0 over HTTP/1 framing), answered and then closed.
+  http_version_not_supported: { status: 505, outcome: 'malformed' },
   headers_too_large: { status: 431, outcome: 'malformed' },
   missing_signature: { status: 401, outcome: 'invalid_signature' },
   malformed_signature: { status: 401, outcome: 'invalid_signature' },

@@ -6,7 +6,7 @@ import type { EndpointConfig } from '../config/schema.js';
 import { uuidv7 } from '../crypto/ids.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import { sha256 } from '../crypto/payload-cipher.js';
-import { IngressError, StorageUnavailableError, type Outcome } from '../errors.js';
+import { IngressError, StorageUnavailableError, type Outcome, type Reason } from '../errors.js';
 import type { IngressMetrics } from '../metrics/registry.js';
 import type { GroupCommitter } from '../store/group-commit.js';
 import type { AcceptRecord, AcceptResult } from '../store/port.js';
@@ -129,10 +129,10 @@ export class Ingress {
   /**
    * HTTP that never became a request (malformed, an oversized header block, too slow to arrive):
    * Node's parser refused it, so there is no endpoint; logged and counted as `(unparsed)`. Also a
-   * request without exactly one Host on a path other than /webhooks/… (bad_host): as malformed,
-   * and it names no endpoint either.
+   * request without exactly one Host, or not HTTP/1.x, on a path other than /webhooks/… (bad_host,
+   * http_version_not_supported): as malformed, and it names no endpoint either.
    */
-  refusedConnection(reason: 'bad_request' | 'headers_too_large' | 'request_timeout' | 'method_not_allowed' | 'bad_host'): void {
+  refusedConnection(reason: Reason): void {
     const e = new IngressError(reason);
     this.deps.metrics.requests.inc([UNPARSED, e.outcome]);
     this.deps.log.info({ endpoint: UNPARSED, outcome: e.outcome, reason, status: e.status });

@@ -44,11 +44,15 @@ function endpointIdOf(path: string): string | undefined {
 }
 
 /**
- * A request whose Host is missing (HTTP/1.1) or repeated: RFC 9112 §3.2 asks for 400. Checked
- * here rather than by Node (requireHostHeader), whose bare 400 had no reason, no log line, and did
- * not stop a request pipelined behind it from being committed, unanswered.
+ * A request this server cannot frame safely, answered and then closed:
+ * - its Host is missing (HTTP/1.1) or repeated: RFC 9112 §3.2 asks for 400. Checked here rather
+ *   than by Node (requireHostHeader), whose bare 400 had no reason, no log line, and did not stop a
+ *   request pipelined behind it from being committed, unanswered;
+ * - its version is not HTTP/1.x: Node's parser takes `HTTP/2.0` (or 1.9's big brothers) on an
+ *   HTTP/1 connection and frames it as 1.0, without the Host rule; 505 (RFC 9110 §15.6.6).
  */
-function hostRefusal(req: IncomingMessage): IngressError | undefined {
+function framingRefusal(req: IncomingMessage): IngressError | undefined {
+  if (req.httpVersionMajor !== 1) return new IngressError('http_version_not_supported', `HTTP/${req.httpVersion} is not HTTP/1.0 or 1.1`);
   const hosts = req.headersDistinct.host?.length ?? 0;
   if (hosts > 1) return new IngressError('bad_host', 'Host is sent more than once');
   if (hosts === 0 && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) return new IngressError('bad_host', 'an HTTP/1.1 request needs a Host');
@@ -101,7 +105,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     if (isClosing(req.socket)) return ignoreOnClosing(req);
     answers.opened(req, res);
-    const bad = hostRefusal(req);
+    const bad = framingRefusal(req);
     if (bad || endsConnection(req)) closeAfterAnswer(req, res);
     const refusal = bad ?? new IngressError('expectation_failed', 'only 100-continue is supported');
     const endpointId = endpointIdOf(pathOf(req));
@@ -109,7 +113,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     // malformed HTTP, logged and counted as such.
     if (endpointId !== undefined) void ingress.handle(req, res, endpointId, performance.now(), refusal);
     else {
-      if (bad) ingress.refusedConnection('bad_host');
+      if (bad) ingress.refusedConnection(bad.reason);
       sendError(req, res, refusal);
     }
   });
@@ -119,7 +123,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     const startedAt = performance.now();
     answers.opened(req, res);
     const path = pathOf(req);
-    const bad = hostRefusal(req);
+    const bad = framingRefusal(req);
     if (bad || endsConnection(req)) closeAfterAnswer(req, res);
 
     const endpointId = endpointIdOf(path);
@@ -130,7 +134,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     }
     if (bad) {
       // Malformed HTTP on any path: logged and counted, as on a webhook path or as the parser's refusals.
-      ingress.refusedConnection('bad_host');
+      ingress.refusedConnection(bad.reason);
       return sendError(req, res, bad);
     }
     if (serveAdmin(path, req, res, admin, adminRoutes)) return;

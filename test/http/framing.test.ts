@@ -108,6 +108,26 @@ describe('HTTP/1.1 framing edge cases', () => {
     expect(await stored('evt_audit_behind_10_chunked')).toBe(false);
   });
 
+  // RFC 9110 §15.6.6: a server answers 505 to a major version it does not support. Node's parser
+  // took `HTTP/2.0` on this HTTP/1 connection and framed it as HTTP/1.0: no Host rule, and the
+  // event was verified and stored.
+  // (Other versions, HTTP/1.2 or 3.0, are refused by the parser itself: 400 bad_request.)
+  it('a request line naming HTTP/2.0 gets 505 http_version_not_supported, logged and counted, nothing stored, then closed', async () => {
+    const id = 'evt_audit_http2';
+    let r = { text: '', closed: false };
+    const logged = await loggedDuring(async () => { r = await exchange(signed(id, { version: 'HTTP/2.0', extra: 'connection: keep-alive\r\n' }) + signed(`${id}_behind`), 3000); });
+    expect(statusOf(r.text), r.text).toBe(505);
+    expect(r.text).toMatch(/\r\n\r\n\{"error":"http_version_not_supported"/);
+    expect(r.closed).toBe(true);
+    expect(logged).toEqual([expect.objectContaining({ endpoint: 'stripe', status: 505, reason: 'http_version_not_supported', outcome: 'malformed' })]);
+    expect(await stored(id)).toBe(false);
+    expect(await stored(`${id}_behind`)).toBe(false);
+    // Off /webhooks/ too: one line, as other malformed HTTP there.
+    const logged2 = await loggedDuring(async () => { r = await exchange('GET /healthz HTTP/2.0\r\n\r\n'); });
+    expect(statusOf(r.text), r.text).toBe(505);
+    expect(logged2).toEqual([expect.objectContaining({ endpoint: '(unparsed)', status: 505, reason: 'http_version_not_supported' })]);
+  });
+
   // An Upgrade request is served as a plain request (no 'upgrade' listener), which RFC 9110 §7.8
   // allows, but then the rest of that TCP read is dropped by Node (llhttp pauses after an upgrade
   // request; with no listener nobody parses the remaining bytes): the request pipelined behind it
