@@ -48,7 +48,7 @@ function endpointIdOf(path: string): string | undefined {
  * - its Host is missing (HTTP/1.1) or repeated: RFC 9112 §3.2 asks for 400. Checked here rather
  *   than by Node (requireHostHeader), whose bare 400 had no reason, no log line, and did not stop a
  *   request pipelined behind it from being committed, unanswered;
- * - its version is not HTTP/1.x: Node's parser takes `HTTP/2.0` (or 1.9's big brothers) on an
+ * - its version is not HTTP/1.x: Node's parser takes `HTTP/2.0` (other versions it refuses) on an
  *   HTTP/1 connection and frames it as 1.0, without the Host rule; 505 (RFC 9110 §15.6.6).
  */
 function framingRefusal(req: IncomingMessage): IngressError | undefined {
