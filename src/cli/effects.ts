@@ -6,7 +6,7 @@
  * it may carry customer details.
  */
 import type { FailedEffect } from '../store/work-port.js';
-import { dueNowMs, iso, withStore } from './events.js';
+import { dueNowMs, iso, oldestListed, withStore } from './events.js';
 
 function failedJson(e: FailedEffect) {
   return {
@@ -18,7 +18,10 @@ function failedJson(e: FailedEffect) {
 
 export function runEffectsFailed(configFile: string, o: { limit: number; json: boolean }): Promise<number> {
   return withStore(configFile, async (store) => {
-    const rows = await store.listFailedEffects(o.limit);
+    // One more than shown tells whether there are more.
+    const rows = await store.listFailedEffects(o.limit + 1);
+    const more = rows.length > o.limit;
+    if (more) rows.length = o.limit;
     if (o.json) {
       for (const r of rows) console.log(JSON.stringify(failedJson(r)));
       return 0;
@@ -28,7 +31,7 @@ export function runEffectsFailed(configFile: string, o: { limit: number; json: b
       const failedAt = r.failedAtMs === null ? '-' : iso(r.failedAtMs);
       console.log([r.effectId, r.inboxId, r.name.padEnd(24), String(r.attemptCount).padStart(8), r.failureReason.padEnd(24), iso(r.createdAtMs).padEnd(24), failedAt.padEnd(24), r.lastError ?? '-'].join('  '));
     }
-    console.error(`${rows.length} failed effect(s)${rows.length === o.limit ? ` (the oldest ${o.limit}: --limit for more)` : ''}`);
+    console.error(oldestListed(rows.length, 'failed effect(s)', o.limit, more));
     return 0;
   });
 }

@@ -34,6 +34,21 @@ export async function withStore<T>(configFile: string, fn: (s: InboxStore, confi
   }
 }
 
+/** The most rows one `effects failed` / `outbox parked` listing shows (--limit's maximum). */
+export const MAX_LIST_LIMIT = 1000;
+
+/**
+ * The stderr line after a listing of the oldest `limit` rows: "--limit for more" only when more
+ * exist and a larger --limit can show them (it said so for exactly `limit` rows, and at the
+ * maximum, where a larger --limit is a usage error).
+ */
+export function oldestListed(n: number, what: string, limit: number, more: boolean): string {
+  if (!more) return `${n} ${what}`;
+  return limit < MAX_LIST_LIMIT
+    ? `${n} ${what} (the oldest ${limit}: --limit for more)`
+    : `${n} ${what} (the oldest ${limit}, the most one listing shows; more remain)`;
+}
+
 export const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString());
 
 function detailJson(e: InboxDetail) {

@@ -8,7 +8,7 @@ import { runCheckConfig } from './check-config.js';
 import { runSendSample } from './send-sample.js';
 import { CommandError, UsageError } from './usage-error.js';
 import { runWork } from './work.js';
-import { runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
+import { MAX_LIST_LIMIT, runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
 import { DEFAULT_BUSY_PERCENT, runKeysList, runKeysReseal } from './keys.js';
 import { runOutboxParked, runOutboxRequeue } from './outbox.js';
 import { runEffectsFailed, runEffectsRetry } from './effects.js';
@@ -225,7 +225,7 @@ function listAndRequeue(o: {
     if (args[0] === o.list) {
       noMoreThan(args, 1);
       onlyFor(v, ['all'], `${o.command} ${o.requeue}`);
-      const limit = intOption(v.limit, 1, 1000, '--limit must be an integer from 1 to 1000') ?? 100;
+      const limit = intOption(v.limit, 1, MAX_LIST_LIMIT, `--limit must be an integer from 1 to ${MAX_LIST_LIMIT}`) ?? 100;
       return o.runList(String(v.config), { limit, json: Boolean(v.json) });
     }
     if (args[0] !== o.requeue) throw new UsageError(`unknown ${o.command} subcommand "${args[0]}" (${o.list} or ${o.requeue})`);

@@ -4,7 +4,7 @@
  * to the destinations that do not have the message yet).
  */
 import type { ParkedOutbox } from '../store/work-port.js';
-import { dueNowMs, iso, withStore } from './events.js';
+import { dueNowMs, iso, oldestListed, withStore } from './events.js';
 
 function parkedJson(p: ParkedOutbox) {
   return {
@@ -15,7 +15,10 @@ function parkedJson(p: ParkedOutbox) {
 
 export function runOutboxParked(configFile: string, o: { limit: number; json: boolean }): Promise<number> {
   return withStore(configFile, async (store) => {
-    const rows = await store.listParkedOutbox(o.limit);
+    // One more than shown tells whether there are more.
+    const rows = await store.listParkedOutbox(o.limit + 1);
+    const more = rows.length > o.limit;
+    if (more) rows.length = o.limit;
     if (o.json) {
       for (const r of rows) console.log(JSON.stringify(parkedJson(r)));
       return 0;
@@ -24,7 +27,7 @@ export function runOutboxParked(configFile: string, o: { limit: number; json: bo
     for (const r of rows) {
       console.log([r.outboxId, r.inboxId, r.endpointId.padEnd(16), r.eventType.padEnd(32), r.failureReason.padEnd(24), (r.publishedTo.join(',') || '-').padEnd(16), r.lastError ?? '-'].join('  '));
     }
-    console.error(`${rows.length} parked outbox row(s)${rows.length === o.limit ? ` (the oldest ${o.limit}: --limit for more)` : ''}`);
+    console.error(oldestListed(rows.length, 'parked outbox row(s)', o.limit, more));
     return 0;
   });
 }

@@ -96,6 +96,9 @@ describeEachStore('operator CLI: FAILED effects', (kind) => {
     const limited = await cli(['effects', 'failed', '--config', config, '--limit', '1']);
     expect(limited.out.trimEnd().split('\n').slice(1).map((l) => l.split(/\s+/)[0])).toEqual([expected[0]!.effect_id]);
     expect(limited.err).toBe('1 failed effect(s) (the oldest 1: --limit for more)\n');
+    // Exactly --limit of them: there are no more to ask for.
+    const exact = await cli(['effects', 'failed', '--config', config, '--limit', '3']);
+    expect(exact.err).toBe('3 failed effect(s)\n');
   });
 
   it('usage errors exit 2 and change nothing', async () => {
