@@ -3,6 +3,7 @@ import { startApp, type RunningApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
+import { UsageError } from './usage-error.js';
 import { reloadOnHangup, untilStopSignal } from './signals.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
@@ -22,6 +23,10 @@ export async function runServe(configFile: string, opts: ServeOptions): Promise<
   // Logs 'secrets reloaded' with what is still missing (keepSecretsCurrent).
   const started = reloadOnHangup<RunningApp>((a) => void a.reloadSecrets());
   const loaded = loadConfigFile(configFile);
+  // No worker runs here then, so the handlers would never run: the module was imported and ignored.
+  if (opts.handlers !== undefined && !loaded.workers.enabled) {
+    throw new UsageError(`--handlers has no effect: the config says workers.enabled: false, so no handler runs in serve (give --handlers to "webhook-inbox work")`);
+  }
   const listen = { host: opts.host ?? loaded.listen.host, port: opts.port ?? loaded.listen.port };
   const config = { ...loaded, listen };
   const handlers = await loadHandlers(opts.handlers);
