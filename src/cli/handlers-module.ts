@@ -23,7 +23,8 @@ export async function loadHandlers(module: string | undefined): Promise<HandlerR
     }
     throw err;
   }
-  if (typeof mod.default !== 'function') throw new Error(`${module}: the default export must be a function (inbox) => void`);
+  // A bad argument, as a missing module is (exit 2, one line), not a stack trace.
+  if (typeof mod.default !== 'function') throw new UsageError(`--handlers ${module}: the default export must be a function (inbox) => void`);
   await (mod.default as (r: HandlerRegistry) => unknown)(registry);
   return registry;
 }
