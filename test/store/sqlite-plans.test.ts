@@ -1,7 +1,10 @@
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { MIGRATIONS } from '../../src/store/migrations.js';
-import { BACKLOG, LIST_FAILED_EFFECTS, listEventsSql, PAYLOADS_TO_RESEAL, QUEUE_STATS, REQUEUE_FAILED, REQUEUE_PARKED_OUTBOX, RETRY_FAILED_EFFECTS } from '../../src/store/sqlite/work-sql.js';
+import {
+  BACKLOG, LIST_FAILED_EFFECTS, listEventsSql, PAYLOADS_TO_RESEAL, QUEUE_STATS, REQUEUE_FAILED, REQUEUE_FAILED_CHUNK, REQUEUE_PARKED_OUTBOX, REQUEUE_PARKED_OUTBOX_CHUNK,
+  RETRY_FAILED_EFFECTS, RETRY_FAILED_EFFECTS_CHUNK,
+} from '../../src/store/sqlite/work-sql.js';
 
 /** SQLite's query plan of `sql` on a freshly migrated database, one line per step. */
 function planOf(sql: string, params: Record<string, unknown> = {}): string[] {
@@ -32,21 +35,27 @@ describe('SQLite plans', () => {
     expect(plan).not.toContain('SCAN webhook_effects');
   });
 
+  /** Where a requeue's chunk begins (work-sql.ts CHUNK_AFTER). */
+  const chunk = { afterReason: 'retries_exhausted', afterRowid: 42, chunk: 1000 };
+
   it('effects failed and effects retry read the FAILED effects\' index, not every DONE effect ever recorded', () => {
-    for (const plan of [planOf(LIST_FAILED_EFFECTS, { limit: 100 }), planOf(RETRY_FAILED_EFFECTS, { ids: '["x"]', now: 1, chunk: 1000 }), planOf(RETRY_FAILED_EFFECTS, { ids: null, now: 1, chunk: 1000 })]) {
-      expect(plan, plan.join(' / ')).toContain('SCAN webhook_effects USING INDEX webhook_effects_failed');
-      expect(plan).not.toContain('SCAN webhook_effects');
+    expect(planOf(LIST_FAILED_EFFECTS, { limit: 100 })).toContain('SCAN webhook_effects USING INDEX webhook_effects_failed');
+    for (const plan of [planOf(RETRY_FAILED_EFFECTS_CHUNK, { ids: '["x"]', ...chunk }), planOf(RETRY_FAILED_EFFECTS_CHUNK, { ids: null, ...chunk })]) {
+      expect(plan, plan.join(' / ')).toContain('SEARCH webhook_effects USING INDEX webhook_effects_failed (failure_reason>?)');
+      expect(plan.join(' / ')).not.toMatch(/SCAN webhook_effects|TEMP B-TREE/);
     }
+    expect(planOf(RETRY_FAILED_EFFECTS, { rows: '[1]', now: 1 })).toContain('SEARCH webhook_effects USING INTEGER PRIMARY KEY (rowid=?)');
   });
 
-  it('each chunk of an operator\'s requeue finds its rows by the FAILED / parked rows\' index and updates them by key', () => {
-    const inbox = planOf(REQUEUE_FAILED, { reasons: '["retries_exhausted"]', now: 1, chunk: 1000 });
-    expect(inbox).toContain('SEARCH webhook_inbox USING INDEX webhook_inbox_failed (failure_reason=?)');
-    expect(inbox).toContain('SEARCH webhook_inbox USING COVERING INDEX sqlite_autoindex_webhook_inbox_1 (inbox_id=?)');
-    expect(inbox).not.toContain('SCAN webhook_inbox');
-    const outbox = planOf(REQUEUE_PARKED_OUTBOX, { ids: null, now: 1, chunk: 1000 });
+  it('each chunk of an operator\'s requeue finds its rows by the FAILED / parked rows\' index, in its order, and updates them by key', () => {
+    const inbox = planOf(REQUEUE_FAILED_CHUNK, { reasons: '["retries_exhausted"]', ...chunk });
+    expect(inbox).toContain('SEARCH webhook_inbox USING COVERING INDEX webhook_inbox_failed (failure_reason=?)');
+    expect(inbox.join(' / ')).not.toMatch(/SCAN webhook_inbox|TEMP B-TREE/);
+    expect(planOf(REQUEUE_FAILED, { rows: '[1]', now: 1 })).toContain('SEARCH webhook_inbox USING INTEGER PRIMARY KEY (rowid=?)');
+    const outbox = planOf(REQUEUE_PARKED_OUTBOX_CHUNK, { ids: null, ...chunk });
     expect(outbox).toContain('SEARCH webhook_outbox USING INDEX webhook_outbox_parked (failure_reason>?)');
-    expect(outbox).not.toContain('SCAN webhook_outbox');
+    expect(outbox.join(' / ')).not.toMatch(/SCAN webhook_outbox|TEMP B-TREE/);
+    expect(planOf(REQUEUE_PARKED_OUTBOX, { rows: '[1]', now: 1 })).toContain('SEARCH webhook_outbox USING INTEGER PRIMARY KEY (rowid=?)');
   });
 
   it('events list --status failed (newest first) reads the FAILED rows\' index, not the whole inbox from its newest row down', () => {

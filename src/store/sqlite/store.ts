@@ -14,7 +14,7 @@ import type {
 } from '../work-port.js';
 import { LeaseLostError } from '../work-port.js';
 import { SqliteTx } from './tx.js';
-import type { ClaimArgs, ResealArg } from './work-ops.js';
+import type { ChunkCursor, ChunkDone, ClaimArgs, ResealArg } from './work-ops.js';
 import { parseSqliteUrl } from './url.js';
 import type { WorkerInit } from './worker.js';
 
@@ -190,7 +190,7 @@ export class SqliteStore implements InboxStore {
   }
 
   /**
-   * An operator's requeue, REQUEUE_CHUNK rows per transaction until fewer change. SQLite has one
+   * An operator's requeue, REQUEUE_CHUNK rows per transaction until fewer are found. SQLite has one
    * writer, and a running serve's accepts wait for it: one UPDATE of a million FAILED rows held it
    * for seconds (~3.3 µs a row here), past the 6 s busy timeout at ~2 million, and the accepts
    * meanwhile were answered 503. A pause between chunks lets a waiting writer in (its busy
@@ -198,10 +198,13 @@ export class SqliteStore implements InboxStore {
    */
   private async inChunks(op: string, arg: Record<string, unknown>): Promise<number> {
     let total = 0;
+    // Each chunk after the last one's end (work-sql.ts CHUNK_AFTER): a row is visited once.
+    let cursor: ChunkCursor = { afterReason: '', afterRowid: 0 };
     for (;;) {
-      const n = await this.call<number>(op, { ...arg, chunk: REQUEUE_CHUNK });
-      total += n;
-      if (n < REQUEUE_CHUNK) return total;
+      const done = await this.call<ChunkDone>(op, { ...arg, ...cursor, chunk: REQUEUE_CHUNK });
+      total += done.changed;
+      if (done.found < REQUEUE_CHUNK) return total;
+      cursor = { afterReason: done.afterReason, afterRowid: done.afterRowid };
       await new Promise((r) => setTimeout(r, REQUEUE_PAUSE_MS));
     }
   }

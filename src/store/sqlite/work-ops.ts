@@ -9,9 +9,13 @@ export type Ops = Record<string, (arg: any) => unknown>;
 
 export interface ClaimArgs { readonly n: number; readonly owner: string; readonly leaseMs: number; readonly nowMs: number }
 interface Guarded<S> { readonly id: string; readonly owner: string; readonly s: S }
+/** Where an operator's requeue chunk begins: after this (failure_reason, rowid); '' and 0 to begin. */
+export interface ChunkCursor { readonly afterReason: string; readonly afterRowid: number }
+/** One chunk done: the rows it found (fewer than the chunk: the last), the rows it changed, and where the next begins. */
+export interface ChunkDone extends ChunkCursor { readonly found: number; readonly changed: number }
 /** An operator's requeue: these ids (null: every row the statement selects), due at `nowMs`. */
-interface IdsDueNow { readonly ids: readonly string[] | null; readonly nowMs: number; readonly chunk: number }
-const idsDueNow = (a: IdsDueNow) => ({ ids: a.ids === null ? null : JSON.stringify(a.ids), now: a.nowMs, chunk: a.chunk });
+interface IdsDueNow extends ChunkCursor { readonly ids: readonly string[] | null; readonly nowMs: number; readonly chunk: number }
+const idsChunk = (a: IdsDueNow) => ({ ids: a.ids === null ? null : JSON.stringify(a.ids), afterReason: a.afterReason, afterRowid: a.afterRowid, chunk: a.chunk });
 /** One Resealed, flat: its byte fields arrive from the event loop as plain Uint8Arrays. */
 export interface ResealArg { readonly payloadId: string; readonly oldNonce: Uint8Array; readonly keyId: string; readonly nonce: Uint8Array; readonly ciphertext: Uint8Array }
 
@@ -92,6 +96,18 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     return changed;
   });
 
+  /** One chunk of an operator's requeue: its rows found (`select`, in cursor order), then changed (`update`), in one transaction. */
+  const requeueChunk = (select: string, update: string) => db.transaction((params: Record<string, unknown>, nowMs: number, cursor: ChunkCursor): ChunkDone => {
+    const rows = st(select).all(params) as { rid: number; reason: string }[];
+    const last = rows.at(-1);
+    if (!last) return { found: 0, changed: 0, ...cursor };
+    const changed = st(update).run({ rows: JSON.stringify(rows.map((r) => r.rid)), now: nowMs }).changes;
+    return { found: rows.length, changed, afterReason: last.reason, afterRowid: last.rid };
+  });
+  const retryFailedEffectsChunk = requeueChunk(W.RETRY_FAILED_EFFECTS_CHUNK, W.RETRY_FAILED_EFFECTS);
+  const requeueParkedOutboxChunk = requeueChunk(W.REQUEUE_PARKED_OUTBOX_CHUNK, W.REQUEUE_PARKED_OUTBOX);
+  const requeueFailedChunk = requeueChunk(W.REQUEUE_FAILED_CHUNK, W.REQUEUE_FAILED);
+
   const free: Ops = {
     claimInbox: (a: ClaimArgs) => claimInbox.immediate(a),
     claimEffects: (a: ClaimArgs) => claimEffects.immediate(a),
@@ -108,15 +124,15 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     readPayloads: (a: { ids: string; maxBytes: number }) => st(W.READ_PAYLOADS).all(a),
     listEffects: (inboxId: string) => st(W.LIST_EFFECTS).all(inboxId),
     listFailedEffects: (limit: number) => st(W.LIST_FAILED_EFFECTS).all({ limit }),
-    retryFailedEffects: (a: IdsDueNow) => st(W.RETRY_FAILED_EFFECTS).run(idsDueNow(a)).changes,
+    retryFailedEffects: (a: IdsDueNow) => retryFailedEffectsChunk.immediate(idsChunk(a), a.nowMs, a),
     getEvent: (inboxId: string) => st(W.GET_EVENT).get(inboxId) ?? null,
     // Parameters the statement's shape does not name are ignored.
     listEvents: (f: EventFilter) => st(W.listEventsSql(f)).all({ ...f, limit: eventListLimit(f.limit) }),
     listParkedOutbox: (limit: number) => st(W.LIST_PARKED_OUTBOX).all({ limit }),
-    requeueParkedOutbox: (a: IdsDueNow) => st(W.REQUEUE_PARKED_OUTBOX).run(idsDueNow(a)).changes,
+    requeueParkedOutbox: (a: IdsDueNow) => requeueParkedOutboxChunk.immediate(idsChunk(a), a.nowMs, a),
     retryFailed: (a: { id: string; nowMs: number }) => retryFailed.immediate(a),
-    requeueFailed: (a: { reasons: string[]; nowMs: number; chunk: number }) =>
-      st(W.REQUEUE_FAILED).run({ reasons: JSON.stringify(a.reasons), now: a.nowMs, chunk: a.chunk }).changes,
+    requeueFailed: (a: ChunkCursor & { reasons: string[]; nowMs: number; chunk: number }) =>
+      requeueFailedChunk.immediate({ reasons: JSON.stringify(a.reasons), afterReason: a.afterReason, afterRowid: a.afterRowid, chunk: a.chunk }, a.nowMs, a),
     backlog: () => st(W.BACKLOG).all(),
     payloadKeyUsage: () => st(W.PAYLOAD_KEY_USAGE).all(),
     payloadsToReseal: (a: { keyId: string; after: string | null; limit: number }) => st(W.PAYLOADS_TO_RESEAL).all(a),

@@ -108,14 +108,30 @@ export const LIST_FAILED_EFFECTS = `
   FROM webhook_effects WHERE status = 'FAILED' ORDER BY created_at, effect_id LIMIT @limit`;
 
 /**
+ * An operator's requeue goes through its rows a chunk at a time (see REQUEUE_CHUNK), in the
+ * order of the partial index that finds them, (failure_reason, rowid), each chunk after the
+ * last one's end (@afterReason, @afterRowid; '' and 0 to begin). So every row is visited once:
+ * a row a running worker fails (or parks) again while the requeue goes on is not sent back
+ * again and counted again, chunk after chunk (with a relay refusing as fast, that went on for
+ * as long as it kept up: "requeued 171000" of 5,000 parked rows).
+ */
+const CHUNK_AFTER = `(failure_reason, rowid) > (@afterReason, @afterRowid) ORDER BY failure_reason, rowid LIMIT @chunk`;
+/** The rows of an operator's requeue chunk, @rows (a JSON array of the chunk's rowids). */
+const CHUNK_ROWS = `rowid IN (SELECT value FROM json_each(@rows))`;
+
+/** The next chunk of FAILED effects to retry: @ids NULL, every FAILED effect. */
+export const RETRY_FAILED_EFFECTS_CHUNK = `
+  SELECT rowid AS rid, failure_reason AS reason FROM webhook_effects
+  WHERE status = 'FAILED' AND (@ids IS NULL OR effect_id IN ${IDS}) AND ${CHUNK_AFTER}`;
+
+/**
  * FAILED → PENDING due now, a fresh attempt count, the same idempotency key; last_error stays as
- * the history. Any other status is left alone. @ids NULL: every FAILED effect. At most @chunk
- * rows (see REQUEUE_CHUNK): the store runs it again until fewer change.
+ * the history. Any other status is left alone. The rows of one RETRY_FAILED_EFFECTS_CHUNK.
  */
 export const RETRY_FAILED_EFFECTS = `
   UPDATE webhook_effects SET status = 'PENDING', attempt_count = 0, next_attempt_at = @now, failure_reason = NULL,
     lease_owner = NULL, lease_until = NULL, done_at = NULL
-  WHERE effect_id IN (SELECT effect_id FROM webhook_effects WHERE status = 'FAILED' AND (@ids IS NULL OR effect_id IN ${IDS}) LIMIT @chunk)`;
+  WHERE ${CHUNK_ROWS} AND status = 'FAILED'`;
 
 // ── outbox (no status: unpublished is the state; the lease is lease_owner + next_attempt_at) ──
 
@@ -151,10 +167,15 @@ export const LIST_PARKED_OUTBOX = `
   FROM webhook_outbox o JOIN webhook_inbox i ON i.inbox_id = o.inbox_id
   WHERE ${parked('o')} ORDER BY o.created_at, o.outbox_id LIMIT @limit`;
 
-/** Parked → due now, a fresh attempt count; last_error and published_to stay. @ids NULL: every parked row. At most @chunk rows. */
+/** The next chunk of parked rows to requeue (CHUNK_AFTER): @ids NULL, every parked row. */
+export const REQUEUE_PARKED_OUTBOX_CHUNK = `
+  SELECT rowid AS rid, failure_reason AS reason FROM webhook_outbox
+  WHERE ${parked('webhook_outbox')} AND (@ids IS NULL OR outbox_id IN ${IDS}) AND ${CHUNK_AFTER}`;
+
+/** Parked → due now, a fresh attempt count; last_error and published_to stay. The rows of one REQUEUE_PARKED_OUTBOX_CHUNK. */
 export const REQUEUE_PARKED_OUTBOX = `
   UPDATE webhook_outbox SET next_attempt_at = @now, attempt_count = 0, failure_reason = NULL
-  WHERE outbox_id IN (SELECT outbox_id FROM webhook_outbox WHERE ${parked('webhook_outbox')} AND (@ids IS NULL OR outbox_id IN ${IDS}) LIMIT @chunk)`;
+  WHERE ${CHUNK_ROWS} AND ${parked('webhook_outbox')}`;
 
 // ── operator queries ───────────────────────────────────────────────────────────────────────
 
@@ -186,10 +207,13 @@ const REQUEUE_SET = `status = 'PENDING', attempt_count = 0, next_attempt_at = @n
 export const RETRY_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE inbox_id = @id AND status = 'FAILED'`;
 export const INBOX_EXISTS = `SELECT 1 FROM webhook_inbox WHERE inbox_id = ?`;
 
-/** At most @chunk rows (see REQUEUE_CHUNK). */
-export const REQUEUE_FAILED = `
-  UPDATE webhook_inbox SET ${REQUEUE_SET}
-  WHERE inbox_id IN (SELECT inbox_id FROM webhook_inbox WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons)) LIMIT @chunk)`;
+/** The next chunk of FAILED rows with one of @reasons to requeue (CHUNK_AFTER). */
+export const REQUEUE_FAILED_CHUNK = `
+  SELECT rowid AS rid, failure_reason AS reason FROM webhook_inbox
+  WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons)) AND ${CHUNK_AFTER}`;
+
+/** The rows of one REQUEUE_FAILED_CHUNK. */
+export const REQUEUE_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE ${CHUNK_ROWS} AND status = 'FAILED'`;
 
 /** Each branch's condition is a partial index's predicate, as on PostgreSQL (postgres/work-sql.ts BACKLOG). */
 export const BACKLOG = `
