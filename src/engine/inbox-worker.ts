@@ -474,7 +474,7 @@ export class InboxWorker {
           versions.push(version);
           if (done.has(markerKey(p.key, h.consumer))) continue;
           try {
-            const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!);
+            const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!, this.handlerTimeoutMs(started));
             markers.push({ ...p.key, consumer: h.consumer, inboxId: row.inboxId, handlerVersion: version, nowMs: now });
             for (const [name, data] of recorded) {
               effects.push({ effectId: uuidv7(now), inboxId: row.inboxId, name, idempotencyKey: `${row.inboxId}:${name}`, data, nowMs: now });
@@ -499,13 +499,23 @@ export class InboxWorker {
     return this.d.store.maxTxMs === undefined ? Infinity : this.d.store.maxTxMs / 2;
   }
 
-  /** A handler's time limit: its lease, and within a store's transaction limit (see txBudgetMs). */
-  private get handlerTimeoutMs(): number {
-    return Math.min(this.d.leaseMs, this.txBudgetMs);
+  /**
+   * A handler's time limit: its lease, and within a store's transaction limit (see txBudgetMs):
+   * at most half of it, and no more than the transaction begun at `started` has left (less a
+   * tenth, for the settle and COMMIT). An event's handlers share its transaction: each within
+   * its own half, several outlasted the store's limit together, and every attempt was rolled back
+   * (SQLite). So the last one times out instead, the others' work commits, and the next attempt
+   * runs only what is left.
+   */
+  private handlerTimeoutMs(started: number): number {
+    const maxTx = this.d.store.maxTxMs;
+    if (maxTx === undefined) return this.d.leaseMs;
+    const left = maxTx * 0.9 - (performance.now() - started);
+    return Math.max(0, Math.floor(Math.min(this.d.leaseMs, this.txBudgetMs, left)));
   }
 
   /** Runs one handler; its writes are undone if it throws. Returns the effects it recorded, as JSON. */
-  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent): Promise<Map<string, string>> {
+  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent, limit: number): Promise<Map<string, string>> {
     const effects = new Map<string, string>();
     let open = true;
     // The savepoint is opened lazily: a handler that never queries costs no round trip.
@@ -573,7 +583,6 @@ export class InboxWorker {
         effects.set(name, sealEffectData(cipher, json, `${event.inboxId}:${name}`));
       },
     };
-    const limit = this.handlerTimeoutMs;
     try {
       await withDeadline(Promise.resolve().then(() => h.fn(event, ctx)), limit,
         () => new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${limit} ms`));
