@@ -43,7 +43,8 @@ export interface HandlerContext {
   readonly tx: HandlerTx;
   /**
    * Records an external effect in the same transaction; the effects runner executes it after
-   * commit with the idempotency key `<inbox_id>:<name>`. One effect per name per event.
+   * commit with the idempotency key `<inbox_id>:<name>`. One effect per name per event: a name
+   * another handler of the event recorded already throws (`effect_name_taken`, the event FAILED).
    */
   effect(name: string, data: unknown): void;
 }

@@ -450,6 +450,16 @@ export class InboxWorker {
     for (const p of plans) if (!owned.has(p.row.inboxId)) this.d.log.warn({ inboxId: p.row.inboxId }, 'lease lost before settling; another worker owns the event now');
     const withHandlers = live.filter((p) => !p.early && p.handlers.length > 0);
     const done = withHandlers.length ? markerSet(await tx.processed(withHandlers.map((p) => p.key))) : new Set<string>();
+    // One effect per name per event (its key is <inbox_id>:<name>, and a repeated key is not
+    // inserted): the names its handlers hold already. Those of an earlier attempt (read only where
+    // some handlers are done and some are not; before any handler opens the transaction), and
+    // those recorded by this attempt's handlers as they succeed.
+    const taken = new Map<string, Set<string>>();
+    for (const p of withHandlers) {
+      const finished = p.handlers.filter((h) => done.has(markerKey(p.key, h.consumer))).length;
+      const names = finished > 0 && finished < p.handlers.length ? (await this.d.store.listEffects(p.row.inboxId)).map((e) => e.name) : [];
+      taken.set(p.row.inboxId, new Set(names));
+    }
     const markers: NewMarker[] = [];
     const effects: NewEffect[] = [];
     const settlements: { inboxId: string; s: Settlement }[] = [];
@@ -474,7 +484,9 @@ export class InboxWorker {
           versions.push(version);
           if (done.has(markerKey(p.key, h.consumer))) continue;
           try {
-            const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!, this.handlerTimeoutMs(started));
+            const names = taken.get(row.inboxId)!;
+            const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!, this.handlerTimeoutMs(started), names);
+            for (const name of recorded.keys()) names.add(name);
             markers.push({ ...p.key, consumer: h.consumer, inboxId: row.inboxId, handlerVersion: version, nowMs: now });
             for (const [name, data] of recorded) {
               effects.push({ effectId: uuidv7(now), inboxId: row.inboxId, name, idempotencyKey: `${row.inboxId}:${name}`, data, nowMs: now });
@@ -515,7 +527,7 @@ export class InboxWorker {
   }
 
   /** Runs one handler; its writes are undone if it throws. Returns the effects it recorded, as JSON. */
-  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent, limit: number): Promise<Map<string, string>> {
+  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent, limit: number, taken: ReadonlySet<string>): Promise<Map<string, string>> {
     const effects = new Map<string, string>();
     let open = true;
     // The savepoint is opened lazily: a handler that never queries costs no round trip.
@@ -560,6 +572,10 @@ export class InboxWorker {
       },
       effect: (name: string, data: unknown) => {
         if (effects.has(name)) throw new Error(`effect "${name}" recorded twice for one event`);
+        // Another handler's: the insert would be skipped as a repeat, and this one never executed.
+        if (taken.has(name)) {
+          throw new NeedsDecisionError('effect_name_taken', `effect "${name}" is already recorded for this event by another of its handlers: one effect per name per event (its idempotency key is <inbox_id>:<name>)`);
+        }
         // Serialised here, so data that is not JSON fails the handler (its writes undone) at the
         // call, instead of a half-recorded event or a failed batch after the handler returned.
         let json: string | undefined;
