@@ -3,7 +3,6 @@ import { startApp, type RunningApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
-import { UsageError } from './usage-error.js';
 import { reloadOnHangup, untilStopSignal } from './signals.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
@@ -23,9 +22,10 @@ export async function runServe(configFile: string, opts: ServeOptions): Promise<
   // Logs 'secrets reloaded' with what is still missing (keepSecretsCurrent).
   const started = reloadOnHangup<RunningApp>((a) => void a.reloadSecrets());
   const loaded = loadConfigFile(configFile);
-  // No worker runs here then, so the handlers would never run: the module was imported and ignored.
+  // No worker runs here then, so the handlers never run: said, not silently ignored. A warning,
+  // not a refusal: one command line for both modes (the config toggles workers) must still start.
   if (opts.handlers !== undefined && !loaded.workers.enabled) {
-    throw new UsageError(`--handlers has no effect: the config says workers.enabled: false, so no handler runs in serve (give --handlers to "webhook-inbox work")`);
+    process.stderr.write(`webhook-inbox serve: warning: --handlers has no effect: the config says workers.enabled: false, so no handler runs in serve (give --handlers to "webhook-inbox work")\n`);
   }
   const listen = { host: opts.host ?? loaded.listen.host, port: opts.port ?? loaded.listen.port };
   const config = { ...loaded, listen };
