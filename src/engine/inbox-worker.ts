@@ -599,17 +599,20 @@ export class InboxWorker {
         effects.set(name, sealEffectData(cipher, json, `${event.inboxId}:${name}`));
       },
     };
+    // The handler's writes, if it made any, rolled back (its savepoint released either way).
+    const undoWrites = async () => {
+      if (!savepoint) return;
+      await savepoint.catch(() => undefined);
+      await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
+      await tx.query('RELEASE SAVEPOINT wi_handler');
+    };
     try {
       await withDeadline(Promise.resolve().then(() => h.fn(event, ctx)), limit,
         () => new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${limit} ms`));
     } catch (err) {
       open = false; // a timed-out handler may still be running: no new writes
       await Promise.allSettled([...inflight]);
-      if (savepoint) {
-        await savepoint.catch(() => undefined);
-        await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
-        await tx.query('RELEASE SAVEPOINT wi_handler');
-      }
+      await undoWrites();
       throw err;
     }
     // It returned: the writes it started finish inside its savepoint, then it is over.
@@ -619,19 +622,13 @@ export class InboxWorker {
       // A query failed and the handler went on as if it had not. PostgreSQL refuses everything
       // after it until the savepoint is rolled back (the whole batch would fail); SQLite would
       // keep the handler's other writes. On both: undo this handler's writes and fail it alone.
-      if (savepoint) {
-        await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
-        await tx.query('RELEASE SAVEPOINT wi_handler');
-      }
+      await undoWrites();
       // A refused statement is a fault of the handler's code: retrying cannot help.
       if (failedQuery instanceof NeedsDecisionError) throw failedQuery;
       throw new Error(`handler "${h.name}" went on after a failed query, so its writes are undone (use ON CONFLICT or a check rather than catching the error): ${redact(failedQuery)}`);
     }
     if (sealFailure) {
-      if (savepoint) {
-        await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
-        await tx.query('RELEASE SAVEPOINT wi_handler');
-      }
+      await undoWrites();
       throw sealFailure;
     }
     if (savepoint) await tx.query('RELEASE SAVEPOINT wi_handler');
