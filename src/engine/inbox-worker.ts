@@ -8,7 +8,7 @@ import type { EngineMetrics } from '../metrics/engine.js';
 import { heldBytes, logicalKey, type InboxStore, type StoredPayload } from '../store/port.js';
 import { LeaseLostError, type ClaimedInbox, type EventKey, type NewEffect, type NewMarker, type ProcessedMarker, type Settlement, type StoreTx } from '../store/work-port.js';
 import { StorageUnavailableError } from '../errors.js';
-import { withDeadline } from '../deadline.js';
+import { PausableDeadline } from '../deadline.js';
 import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
@@ -443,7 +443,6 @@ export class InboxWorker {
    */
   private async settleBatch(tx: StoreTx, owner: string, plans: Plan[]): Promise<{ effects: number; rest: Plan[] }> {
     const now = this.now();
-    const started = performance.now();
     let rest: Plan[] = [];
     const owned = new Set(await tx.lockLeased(plans.map((p) => p.row.inboxId), owner));
     const live = plans.filter((p) => owned.has(p.row.inboxId));
@@ -466,7 +465,7 @@ export class InboxWorker {
     for (const [i, p] of live.entries()) {
       // A store that rolls back long transactions (SQLite holds its one writer meanwhile): past
       // half that limit, settle what ran and leave the rest to the next transaction.
-      if (i > 0 && performance.now() - started > this.txBudgetMs) {
+      if (i > 0 && tx.begunAt !== undefined && performance.now() - tx.begunAt > this.txBudgetMs) {
         rest = live.slice(i);
         break;
       }
@@ -485,7 +484,7 @@ export class InboxWorker {
           if (done.has(markerKey(p.key, h.consumer))) continue;
           try {
             const names = taken.get(row.inboxId)!;
-            const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!, this.handlerTimeoutMs(started), names);
+            const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!, this.handlerTimeoutMs(tx), names);
             for (const name of recorded.keys()) names.add(name);
             markers.push({ ...p.key, consumer: h.consumer, inboxId: row.inboxId, handlerVersion: version, nowMs: now });
             for (const [name, data] of recorded) {
@@ -513,16 +512,16 @@ export class InboxWorker {
 
   /**
    * A handler's time limit: its lease, and within a store's transaction limit (see txBudgetMs):
-   * at most half of it, and no more than the transaction begun at `started` has left (less a
+   * at most half of it, and no more than the transaction has left since it began (less a
    * tenth, for the settle and COMMIT). An event's handlers share its transaction: each within
    * its own half, several outlasted the store's limit together, and every attempt was rolled back
    * (SQLite). So the last one times out instead, the others' work commits, and the next attempt
-   * runs only what is left.
+   * runs only what is left. (Not yet begun, the transaction has it all: its limit starts at BEGIN.)
    */
-  private handlerTimeoutMs(started: number): number {
+  private handlerTimeoutMs(tx: StoreTx): number {
     const maxTx = this.d.store.maxTxMs;
     if (maxTx === undefined) return this.d.leaseMs;
-    const left = maxTx * 0.9 - (performance.now() - started);
+    const left = maxTx * 0.9 - (tx.begunAt === undefined ? 0 : performance.now() - tx.begunAt);
     return Math.max(0, Math.floor(Math.min(this.d.leaseMs, this.txBudgetMs, left)));
   }
 
@@ -538,6 +537,20 @@ export class InboxWorker {
     // or rolled back, so none runs outside it (a forgotten await would otherwise commit a write
     // of a handler that failed).
     const inflight = new Set<Promise<unknown>>();
+    const deadline = new PausableDeadline(limit, () => new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${limit} ms`));
+    // The first query begins the batch's transaction, which may wait for a connection (the work
+    // pool's, or SQLite's one writer) behind other batches' handlers: their time, not this one's.
+    const openSavepoint = async () => {
+      if (tx.begunAt === undefined) {
+        const resume = deadline.pause();
+        try {
+          await tx.begin();
+        } finally {
+          resume();
+        }
+      }
+      return tx.query('SAVEPOINT wi_handler');
+    };
     const ctx = {
       tx: {
         kind: tx.kind,
@@ -556,7 +569,7 @@ export class InboxWorker {
               throw (failedQuery ??= new NeedsDecisionError('handler_transaction_control',
                 `handler "${h.name}" ran ${control} in ctx.tx: the engine commits a handler's writes together with its processed marker, so a handler may not control the transaction`));
             }
-            await (savepoint ??= tx.query('SAVEPOINT wi_handler'));
+            await (savepoint ??= openSavepoint());
             if (!open) throw over();
             try {
               return await tx.query<R>(sql, params);
@@ -607,8 +620,7 @@ export class InboxWorker {
       await tx.query('RELEASE SAVEPOINT wi_handler');
     };
     try {
-      await withDeadline(Promise.resolve().then(() => h.fn(event, ctx)), limit,
-        () => new RetryableError('handler_timeout', `handler "${h.name}" did not finish within ${limit} ms`));
+      await Promise.race([Promise.resolve().then(() => h.fn(event, ctx)), deadline.expired]).finally(() => deadline.clear());
     } catch (err) {
       open = false; // a timed-out handler may still be running: no new writes
       await Promise.allSettled([...inflight]);

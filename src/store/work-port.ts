@@ -85,6 +85,14 @@ export interface StoreTx {
   readonly kind: 'sqlite' | 'postgres';
   query<R extends Row = Row>(sql: string, params?: readonly unknown[]): Promise<R[]>;
   /**
+   * Begins the transaction (the first `query` does too): waits for its connection — a work-pool
+   * connection on PostgreSQL, the one writer on SQLite — behind other handler transactions.
+   * Waiting is not the handler's time, and a store's transaction limit starts after it (begunAt).
+   */
+  begin(): Promise<void>;
+  /** performance.now() once begun (after the wait), else undefined. */
+  readonly begunAt: number | undefined;
+  /**
    * The batch protocol's first step: of these rows, the ones `owner` still leases, locked until
    * this transaction ends (PostgreSQL `FOR UPDATE`), so their settle at the end cannot be lost to
    * a takeover. SQLite begins its transactions lazily (sqlite/tx.ts): before a handler's first

@@ -16,6 +16,7 @@ import { checkIn, endBackendOf, guardCheckedOut } from './client-guard.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
 import * as SQL from './sql.js';
+import { TxSlots } from './tx-slots.js';
 import { PgTx } from './tx.js';
 import * as W from './work-sql.js';
 
@@ -99,6 +100,8 @@ export class PostgresStore implements InboxStore {
    * busy engine never makes an accept wait for a connection: 2xx latency stays the ingress's.
    */
   private readonly workPool: pg.Pool;
+  /** Handler transactions' hold on the work pool (tx-slots.ts). */
+  private readonly txSlots: TxSlots;
   private readonly listener: PgListener;
   private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
   private closed = false;
@@ -118,9 +121,11 @@ export class PostgresStore implements InboxStore {
     // The accept connections stay open while idle (min = max), and with them their prepared statements (warm).
     const size = opts.poolSize ?? 4;
     this.pool = new pg.Pool({ ...poolConfig, max: size, min: size });
+    const workSize = opts.workPoolSize ?? 4;
+    this.txSlots = new TxSlots(Math.max(1, workSize - 1));
     this.workPool = new pg.Pool({
       ...poolConfig,
-      max: opts.workPoolSize ?? 4,
+      max: workSize,
       application_name: 'webhook-inbox-work',
       // Engine commits need not wait for the WAL flush (see WorkersConfig.durableCommits): a lost
       // one is redone, while an accept's flush must never queue behind them.
@@ -322,7 +327,7 @@ export class PostgresStore implements InboxStore {
   }
 
   async transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
-    const tx = new PgTx(this.workPool);
+    const tx = new PgTx(this.workPool, this.txSlots);
     let result: T;
     try {
       result = await fn(tx);

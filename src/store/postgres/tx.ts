@@ -2,6 +2,7 @@ import pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { assertStillLeased, type BatchOutcome, type EventKey, type ProcessedMarker, type Row, type StoreTx } from '../work-port.js';
 import { checkIn, endBackendOf, guardCheckedOut } from './client-guard.js';
+import type { TxSlots } from './tx-slots.js';
 import * as W from './work-sql.js';
 
 /**
@@ -39,21 +40,32 @@ export class PgTx implements StoreTx {
   private endedWhy: string | undefined;
   /** Removes the client's 'error' guard (guardCheckedOut) when it goes back to the pool (checkIn). */
   private unguard: () => void = () => undefined;
+  /** Gives this transaction's slot back (TxSlots); set once it holds one. */
+  private giveBack: () => void = () => undefined;
 
-  constructor(private readonly pool: pg.Pool) {}
+  constructor(private readonly pool: pg.Pool, private readonly slots: TxSlots) {}
 
   /** Whether BEGIN was sent: `end` then owes a COMMIT or ROLLBACK. */
   get open(): boolean {
     return this.begun !== undefined;
   }
 
-  private begin(): Promise<pg.PoolClient> {
+  /** When the transaction began (performance.now()): after its wait for a slot (TxSlots). */
+  begunAt: number | undefined;
+
+  async begin(): Promise<void> {
+    await this.connection();
+  }
+
+  private connection(): Promise<pg.PoolClient> {
     if (this.finished) return Promise.reject(new Error('this transaction already committed with finishBatch'));
     return (this.begun ??= (async () => {
+      this.giveBack = await this.slots.take();
       let client: pg.PoolClient;
       try {
         client = await this.pool.connect();
       } catch (err) {
+        this.giveBack();
         throw storageError(err);
       }
       // A connection lost mid-transaction: the next query on it fails, and that surfaces.
@@ -62,6 +74,7 @@ export class PgTx implements StoreTx {
       // The pool forces generic plans for the accept statement; the handler's own SQL gets
       // PostgreSQL's usual choice back (one round trip: both go in one simple query).
       await this.exec(client, 'BEGIN; SET LOCAL plan_cache_mode = auto');
+      this.begunAt = performance.now();
       return client;
     })());
   }
@@ -89,6 +102,7 @@ export class PgTx implements StoreTx {
       // Its transaction may live on at the server, locks and all, if the link died silently.
       if (this.broken) endBackendOf(this.pool, client);
       this.client = undefined;
+      this.giveBack();
     }
   }
 
@@ -112,7 +126,7 @@ export class PgTx implements StoreTx {
 
   private async run<R extends Row = Row>(q: Query, values?: readonly unknown[]): Promise<pg.QueryResult<R>> {
     if (this.endedWhy) throw new Error(this.endedWhy);
-    const client = await this.begin();
+    const client = await this.connection();
     const r = await this.exec<R>(client, q, values);
     // Every statement here runs inside BEGIN … COMMIT, so the server must still report a
     // transaction ('T', or 'E' after an error). Idle means a statement ended it: what follows

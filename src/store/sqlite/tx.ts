@@ -34,9 +34,18 @@ export class SqliteTx implements StoreTx {
     return this.begun !== undefined;
   }
 
+  /** When BEGIN IMMEDIATE ran (performance.now()), after the writer's earlier transactions. */
+  begunAt: number | undefined;
+
+  begin(): Promise<void> {
+    if (this.finished) return Promise.reject(new Error('this transaction already committed with finishBatch'));
+    return (this.begun ??= this.send<void>('txBegin', undefined, false).then(() => {
+      this.begunAt = performance.now();
+    }));
+  }
+
   private async inTx<T>(op: string, arg?: unknown): Promise<T> {
-    if (this.finished) throw new Error('this transaction already committed with finishBatch');
-    await (this.begun ??= this.send('txBegin', undefined, false));
+    await this.begin();
     return this.send<T>(op, arg, true);
   }
 
