@@ -620,15 +620,18 @@ export class InboxWorker {
       await tx.query('RELEASE SAVEPOINT wi_handler');
     };
     try {
-      await Promise.race([Promise.resolve().then(() => h.fn(event, ctx)), deadline.expired]).finally(() => deadline.clear());
+      await Promise.race([Promise.resolve().then(() => h.fn(event, ctx)), deadline.expired]);
+      // It returned: the writes it started finish inside its savepoint, within its time limit (a
+      // query loop it left running held the transaction, and its batch, for good), then it is over.
+      while (inflight.size > 0) await Promise.race([Promise.allSettled([...inflight]), deadline.expired]);
     } catch (err) {
+      deadline.clear();
       open = false; // a timed-out handler may still be running: no new writes
       await Promise.allSettled([...inflight]);
       await undoWrites();
       throw err;
     }
-    // It returned: the writes it started finish inside its savepoint, then it is over.
-    while (inflight.size > 0) await Promise.allSettled([...inflight]);
+    deadline.clear();
     open = false;
     if (failedQuery !== undefined) {
       // A query failed and the handler went on as if it had not. PostgreSQL refuses everything

@@ -41,7 +41,7 @@ async function withWorkers(app: TestApp, inboxIds: Map<string, string>, handlers
     await check((id) => waitFor(async () => {
       const e = await app.store.getEvent(inboxIds.get(id)!);
       return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
-    }, 10_000, `${id} terminal`));
+    }, 20_000, `${id} terminal`));
   } finally {
     await workers.stop();
   }
@@ -129,6 +129,34 @@ describeEachStore('handler guards', (kind) => {
       expect(await final('evt_two_statements')).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted' });
       expect(await ledger(app!)).toEqual([['evt_ok_1', 1], ['evt_ok_2', 1]]);
     });
+  });
+
+  it('a handler that returns with a query loop still running is cut off at its time limit, its writes undone, and its batch goes on', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
+    const inboxIds = await acceptEvents(app, ['evt_ok_1', 'evt_left_looping', 'evt_ok_2']);
+    let loopQueries = 0;
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      const id = event.providerEventId;
+      await ctx.tx.query(sql('INSERT INTO ledger (event_id) VALUES ($1)'), [id]);
+      // Not awaited, and never ending: before, the engine waited for it to finish, for good.
+      if (id === 'evt_left_looping') {
+        void (async () => {
+          for (;;) {
+            await ctx.tx.query('SELECT 1');
+            loopQueries++;
+          }
+        })().catch(() => undefined);
+      }
+    }, { name: 'ledger' });
+    await withWorkers(app, inboxIds, handlers, async (final) => {
+      for (const id of ['evt_ok_1', 'evt_ok_2']) expect(await final(id), id).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+      const looping = await final('evt_left_looping');
+      expect(looping).toMatchObject({ status: 'FAILED', failureReason: 'retries_exhausted', attemptCount: 3 });
+      expect(looping.lastError).toMatch(/handler_timeout/);
+      expect(await ledger(app!)).toEqual([['evt_ok_1', 1], ['evt_ok_2', 1]]);
+    });
+    expect(loopQueries).toBeGreaterThan(0); // the loop did run inside the handler's savepoint
   });
 
   it('ctx.effect data over 64 KiB of JSON fails the handler at the call, its writes undone; exactly 64 KiB is recorded and executed', async () => {
