@@ -89,9 +89,11 @@ export class TxGate {
     while (!this.open && this.waiting.length > 0) this.runFree(this.waiting.shift()!);
   }
 
-  private begin(id: number): void {
+  /** Returns when the transaction's time limit started, as a timeOrigin-based time (threads differ in origin). */
+  private begin(id: number): number {
     this.db.exec('BEGIN IMMEDIATE');
     this.open = { id, timer: setTimeout(() => this.abandon(id), this.timeoutMs) };
+    return performance.timeOrigin + performance.now();
   }
 
   private abandon(id: number): void {

@@ -39,8 +39,10 @@ export class SqliteTx implements StoreTx {
 
   begin(): Promise<void> {
     if (this.finished) return Promise.reject(new Error('this transaction already committed with finishBatch'));
-    return (this.begun ??= this.send<void>('txBegin', undefined, false).then(() => {
-      this.begunAt = performance.now();
+    return (this.begun ??= this.send<number>('txBegin', undefined, false).then((at) => {
+      // The writer thread's own moment: its limit started then, not when this thread heard of it
+      // (a stalled event loop would otherwise eat the margin the main-side limits keep).
+      this.begunAt = Math.min(at - performance.timeOrigin, performance.now());
     }));
   }
 
