@@ -78,6 +78,12 @@ interface Plan {
   settled?: Settlement;
   /** The failure it was settled for (a handler's included), for the metrics' reason. */
   settledFailure?: Failure;
+  /**
+   * A statement of one of its handlers was the first of its settle transaction to find the store
+   * failing (a link lost or frozen, a client-side timeout): the handler may be what hangs, so that
+   * transaction's failure is not tried again for it (see settleRetrying).
+   */
+  storageFault?: boolean;
 }
 
 /**
@@ -209,8 +215,11 @@ export class InboxWorker {
   private async settleReady(plans: Plan[], owner: string): Promise<void> {
     if (plans.some((p) => p.delivered.length > 0)) failpoint('worker.after-forward');
     let effects = 0;
+    // The store's failures are tried again for at most a lease in all (settleRetrying), also when
+    // the events go one at a time.
+    const retries: { until?: number } = {};
     const settle = async (some: Plan[]): Promise<Plan[]> => {
-      const r = await this.d.store.transaction((tx) => this.settleBatch(tx, owner, some));
+      const r = await this.settleRetrying(owner, some, retries);
       effects += r.effects;
       return r.rest;
     };
@@ -250,6 +259,39 @@ export class InboxWorker {
     failpoint('worker.after-commit');
     this.record(plans);
     if (effects > 0) this.d.onEffects();
+  }
+
+  /**
+   * One settle transaction, tried again when the store failed it (StorageUnavailableError: a link
+   * lost or frozen, a backend restarted, SQLite's write lock held past busyTimeoutMs), with
+   * backoff, for up to a lease from its first failure (`retries.until`, shared by the wave's
+   * transactions; the heartbeat keeps this claim's leases meanwhile). The store
+   * failing for a moment is no attempt of the events: left to their leases, each such failure
+   * spent one, and on an event's last one it ended FAILED attempts_abandoned though every handler
+   * of it had succeeded. Nothing is applied twice: the failed transaction rolled back (or, if its
+   * COMMIT went through unseen, its rows are no longer leased and lockLeased skips them). An event
+   * whose own handler's statement was the first to fail is not tried again: it waits out its lease
+   * and the attempt counts, as a handler hanging in a query must still end FAILED.
+   */
+  private async settleRetrying(owner: string, plans: Plan[], retries: { until?: number }): Promise<{ effects: number; rest: Plan[] }> {
+    let some = plans;
+    for (let delayMs = 100; ; delayMs = Math.min(delayMs * 2, 2000)) {
+      for (const p of some) p.storageFault = false;
+      try {
+        return await this.d.store.transaction((tx) => this.settleBatch(tx, owner, some));
+      } catch (err) {
+        if (!(err instanceof StorageUnavailableError)) throw err;
+        retries.until ??= performance.now() + this.d.leaseMs;
+        if (performance.now() + delayMs > retries.until) throw err;
+        const suspects = some.filter((p) => p.storageFault);
+        for (const p of some) p.settled = undefined;
+        for (const p of suspects) this.d.log.warn({ err: loggable(err), inboxId: p.row.inboxId }, 'the store failed during this event\'s handler; it is retried when its lease expires');
+        some = some.filter((p) => !p.storageFault);
+        if (some.length === 0) return { effects: 0, rest: [] };
+        this.d.log.warn({ err: loggable(err), events: some.length, retryInMs: delayMs }, 'settle transaction failed in the store; trying it again');
+        await new Promise((r) => setTimeout(r, delayMs));
+      }
+    }
   }
 
   private plan(row: ClaimedInbox): Plan {
@@ -462,6 +504,9 @@ export class InboxWorker {
     const markers: NewMarker[] = [];
     const effects: NewEffect[] = [];
     const settlements: { inboxId: string; s: Settlement }[] = [];
+    // Whether the store has failed this transaction yet: only a handler statement that finds it
+    // failing first is a suspect (Plan.storageFault); the ones after meet a transaction already lost.
+    let storeFailed = false;
     for (const [i, p] of live.entries()) {
       // A store that rolls back long transactions (SQLite holds its one writer meanwhile): past
       // half that limit, settle what ran and leave the rest to the next transaction.
@@ -484,13 +529,18 @@ export class InboxWorker {
           if (done.has(markerKey(p.key, h.consumer))) continue;
           try {
             const names = taken.get(row.inboxId)!;
-            const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!, this.handlerTimeoutMs(tx), names);
+            const suspect = () => {
+              if (!storeFailed) p.storageFault = true;
+              storeFailed = true;
+            };
+            const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!, this.handlerTimeoutMs(tx), names, suspect);
             for (const name of recorded.keys()) names.add(name);
             markers.push({ ...p.key, consumer: h.consumer, inboxId: row.inboxId, handlerVersion: version, nowMs: now });
             for (const [name, data] of recorded) {
               effects.push({ effectId: uuidv7(now), inboxId: row.inboxId, name, idempotencyKey: `${row.inboxId}:${name}`, data, nowMs: now });
             }
           } catch (error) {
+            if (error instanceof StorageUnavailableError) storeFailed = true;
             failure = firstFailure(failure, { error, retry: this.d.endpoints.get(row.endpointId)!.retry });
           }
         }
@@ -526,7 +576,7 @@ export class InboxWorker {
   }
 
   /** Runs one handler; its writes are undone if it throws. Returns the effects it recorded, as JSON. */
-  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent, limit: number, taken: ReadonlySet<string>): Promise<Map<string, string>> {
+  private async runHandler(tx: StoreTx, h: RegisteredHandler, event: InboxEvent, limit: number, taken: ReadonlySet<string>, storageFault: () => void): Promise<Map<string, string>> {
     const effects = new Map<string, string>();
     let open = true;
     // The savepoint is opened lazily: a handler that never queries costs no round trip.
@@ -575,6 +625,8 @@ export class InboxWorker {
               return await tx.query<R>(sql, params);
             } catch (err) {
               failedQuery ??= err;
+              // One of the handler's own statements found the store failing: it may be the cause.
+              if (err instanceof StorageUnavailableError) storageFault();
               throw err;
             }
           })();
