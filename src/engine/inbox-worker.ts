@@ -484,7 +484,6 @@ export class InboxWorker {
    * the plans left for the next transaction (txBudgetMs).
    */
   private async settleBatch(tx: StoreTx, owner: string, plans: Plan[]): Promise<{ effects: number; rest: Plan[] }> {
-    const now = this.now();
     let rest: Plan[] = [];
     const owned = new Set(await tx.lockLeased(plans.map((p) => p.row.inboxId), owner));
     const live = plans.filter((p) => owned.has(p.row.inboxId));
@@ -517,10 +516,14 @@ export class InboxWorker {
       const { row } = p;
       let s: Settlement;
       let failed: Failure | undefined = p.early;
+      // Times are read as each step ends, not once for the batch: a batch may wait for its
+      // connection and its handlers may run for seconds, and processed_at, the processing-latency
+      // metric and a retry's backoff count from when the event's own work was done.
       if (p.early) {
-        s = this.decide(row, p.early, now);
+        s = this.decide(row, p.early, this.now());
       } else {
-        for (const t of p.delivered) markers.push({ ...p.key, consumer: t.consumer, inboxId: row.inboxId, handlerVersion: null, nowMs: now });
+        const forwardedAt = this.now();
+        for (const t of p.delivered) markers.push({ ...p.key, consumer: t.consumer, inboxId: row.inboxId, handlerVersion: null, nowMs: forwardedAt });
         let failure = p.failure;
         const versions: string[] = [];
         for (const h of p.handlers) {
@@ -535,6 +538,7 @@ export class InboxWorker {
             };
             const recorded = await this.runHandler(tx, h, h.readsPayload ? p.event! : p.identity!, this.handlerTimeoutMs(tx), names, suspect);
             for (const name of recorded.keys()) names.add(name);
+            const now = this.now();
             markers.push({ ...p.key, consumer: h.consumer, inboxId: row.inboxId, handlerVersion: version, nowMs: now });
             for (const [name, data] of recorded) {
               effects.push({ effectId: uuidv7(now), inboxId: row.inboxId, name, idempotencyKey: `${row.inboxId}:${name}`, data, nowMs: now });
@@ -544,6 +548,7 @@ export class InboxWorker {
             failure = firstFailure(failure, { error, retry: this.d.endpoints.get(row.endpointId)!.retry });
           }
         }
+        const now = this.now();
         s = failure ? this.decide(row, failure, now) : { status: 'PROCESSED', handlerVersion: versions.length ? versions.join(',') : null, nowMs: now };
         failed = failure;
       }

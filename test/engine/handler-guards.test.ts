@@ -159,6 +159,26 @@ describeEachStore('handler guards', (kind) => {
     expect(loopQueries).toBeGreaterThan(0); // the loop did run inside the handler's savepoint
   });
 
+  it('processed_at is when the event\'s handlers finished, not when its batch began (the processing-latency metric counts from it)', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
+    await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
+    const inboxIds = await acceptEvents(app, ['evt_slow_1', 'evt_slow_2']);
+    const finishedAt = new Map<string, number>();
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (event, ctx) => {
+      await ctx.tx.query(sql('INSERT INTO ledger (event_id) VALUES ($1)'), [event.providerEventId]);
+      await new Promise((r) => setTimeout(r, 600));
+      finishedAt.set(event.providerEventId, Date.now());
+    }, { name: 'ledger' });
+    await withWorkers(app, inboxIds, handlers, async (final) => {
+      for (const id of ['evt_slow_1', 'evt_slow_2']) {
+        const e = await final(id);
+        expect(e.status).toBe('PROCESSED');
+        // Before, both held the moment the batch began: the first 600 ms early, the second 1.2 s.
+        expect(e.processedAtMs!, id).toBeGreaterThanOrEqual(finishedAt.get(id)! - 50);
+      }
+    });
+  });
+
   it('ctx.effect data over 64 KiB of JSON fails the handler at the call, its writes undone; exactly 64 KiB is recorded and executed', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
