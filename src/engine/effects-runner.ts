@@ -4,10 +4,11 @@ import { withDeadline } from '../deadline.js';
 import type { EffectRow, EffectSettlement } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
-import { abandonedMessage, classify, FAILURE, NeedsDecisionError, payloadKeyUnavailable, RetryableError, SetupUnavailableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payloadKeyUnavailable, RetryableError, SetupUnavailableError } from './failure.js';
 import type { HandlerRegistry } from './handlers.js';
 import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
+import { whileStoreFails } from './store-retry.js';
 
 export interface EffectsRunnerDeps extends RunnerDeps {
   readonly handlers: HandlerRegistry;
@@ -41,7 +42,12 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
   private async runOne({ row, owner }: Claimed<EffectRow>): Promise<void> {
     const { settlement, result, reason } = await this.execute(row);
     failpoint('effects.after-execute');
-    if (!(await this.d.store.settleEffect(row.effectId, owner, settlement))) {
+    // The call is made: a store failing for a moment must not make it again, nor fail the effect
+    // attempts_abandoned on its last attempt (whileStoreFails).
+    const settled = await whileStoreFails(() => this.d.store.settleEffect(row.effectId, owner, settlement), {}, this.d.leaseMs, (err, retryInMs) => {
+      this.d.log.warn({ err: loggable(err), effectId: row.effectId, retryInMs }, 'effect settle failed in the store; trying it again');
+    });
+    if (!settled) {
       return this.d.log.warn({ effectId: row.effectId }, 'effect lease lost before settling');
     }
     this.d.metrics.effects.inc([result, reason]);

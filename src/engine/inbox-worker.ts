@@ -13,6 +13,7 @@ import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
+import { whileStoreFails, type StoreRetryWindow } from './store-retry.js';
 import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payloadKeyUnavailable, redact, RetryableError, SetupUnavailableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
@@ -217,7 +218,7 @@ export class InboxWorker {
     let effects = 0;
     // The store's failures are tried again for at most a lease in all (settleRetrying), also when
     // the events go one at a time.
-    const retries: { until?: number } = {};
+    const retries: StoreRetryWindow = {};
     const settle = async (some: Plan[]): Promise<Plan[]> => {
       const r = await this.settleRetrying(owner, some, retries);
       effects += r.effects;
@@ -273,25 +274,19 @@ export class InboxWorker {
    * whose own handler's statement was the first to fail is not tried again: it waits out its lease
    * and the attempt counts, as a handler hanging in a query must still end FAILED.
    */
-  private async settleRetrying(owner: string, plans: Plan[], retries: { until?: number }): Promise<{ effects: number; rest: Plan[] }> {
+  private async settleRetrying(owner: string, plans: Plan[], retries: StoreRetryWindow): Promise<{ effects: number; rest: Plan[] }> {
     let some = plans;
-    for (let delayMs = 100; ; delayMs = Math.min(delayMs * 2, 2000)) {
+    return whileStoreFails(() => {
       for (const p of some) p.storageFault = false;
-      try {
-        return await this.d.store.transaction((tx) => this.settleBatch(tx, owner, some));
-      } catch (err) {
-        if (!(err instanceof StorageUnavailableError)) throw err;
-        retries.until ??= performance.now() + this.d.leaseMs;
-        if (performance.now() + delayMs > retries.until) throw err;
-        const suspects = some.filter((p) => p.storageFault);
-        for (const p of some) p.settled = undefined;
-        for (const p of suspects) this.d.log.warn({ err: loggable(err), inboxId: p.row.inboxId }, 'the store failed during this event\'s handler; it is retried when its lease expires');
-        some = some.filter((p) => !p.storageFault);
-        if (some.length === 0) return { effects: 0, rest: [] };
-        this.d.log.warn({ err: loggable(err), events: some.length, retryInMs: delayMs }, 'settle transaction failed in the store; trying it again');
-        await new Promise((r) => setTimeout(r, delayMs));
-      }
-    }
+      return this.d.store.transaction((tx) => this.settleBatch(tx, owner, some));
+    }, retries, this.d.leaseMs, (err, retryInMs) => {
+      const suspects = some.filter((p) => p.storageFault);
+      for (const p of some) p.settled = undefined;
+      for (const p of suspects) this.d.log.warn({ err: loggable(err), inboxId: p.row.inboxId }, 'the store failed during this event\'s handler; it is retried when its lease expires');
+      some = some.filter((p) => !p.storageFault);
+      if (some.length === 0) return { done: { effects: 0, rest: [] } };
+      this.d.log.warn({ err: loggable(err), events: some.length, retryInMs }, 'settle transaction failed in the store; trying it again');
+    });
   }
 
   private plan(row: ClaimedInbox): Plan {

@@ -1,10 +1,11 @@
 import type { OutboxClaim, OutboxSettle } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
-import { NeedsDecisionError, redact } from './failure.js';
+import { loggable, NeedsDecisionError, redact } from './failure.js';
 import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
 import type { Router } from './routes.js';
+import { whileStoreFails, type StoreRetryWindow } from './store-retry.js';
 
 export interface RelayDeps extends RunnerDeps {
   readonly router: Router;
@@ -44,8 +45,13 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
       if (list.length === 0) byOwner.set(c.owner, list);
       list.push(settles[i]!);
     });
+    // Published is published: a store failing for a moment must not send the rows again after
+    // their leases (RabbitMQ would queue a second copy; whileStoreFails).
+    const retries: StoreRetryWindow = {};
     for (const [owner, list] of byOwner) {
-      const settled = new Set(await this.d.store.settleOutboxBatch(owner, list));
+      const settled = new Set(await whileStoreFails(() => this.d.store.settleOutboxBatch(owner, list), retries, this.d.leaseMs, (err, retryInMs) => {
+        this.d.log.warn({ err: loggable(err), rows: list.length, retryInMs }, 'outbox settle failed in the store; trying it again');
+      }));
       for (const x of list) if (!settled.has(x.outboxId)) this.d.log.warn({ outboxId: x.outboxId }, 'outbox lease lost before settling');
     }
   }
