@@ -289,6 +289,18 @@ export class InboxWorker {
     });
   }
 
+  /**
+   * A read an attempt needs before its settle (bodies, forwards already made), tried again while
+   * the store fails it, for up to a lease (the heartbeat keeps the leases meanwhile): nothing is
+   * done yet, and left to their leases the events spent an attempt on the store's failure, on
+   * their last one ending FAILED attempts_abandoned.
+   */
+  private readRetrying<T>(what: string, read: () => Promise<T>): Promise<T> {
+    return whileStoreFails(read, {}, this.d.leaseMs, (err, retryInMs) => {
+      this.d.log.warn({ err: loggable(err), retryInMs }, `${what} failed in the store; trying it again`);
+    });
+  }
+
   private plan(row: ClaimedInbox): Plan {
     const key: EventKey = { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId };
     const p: Plan = { row, key, needsBody: false, handlers: [], direct: [], delivered: [] };
@@ -393,7 +405,7 @@ export class InboxWorker {
       await budget.reserve(reserved);
       let sealed: StoredPayload[];
       try {
-        sealed = await this.d.store.readPayloads(wanted.map((p) => p.row.rawPayloadRef!), reserved);
+        sealed = await this.readRetrying('body read', () => this.d.store.readPayloads(wanted.map((p) => p.row.rawPayloadRef!), reserved));
       } catch (err) {
         budget.release(reserved);
         throw err;
@@ -454,7 +466,7 @@ export class InboxWorker {
     const forwards = new Set(forwarding);
     for (const p of plans) if (!forwards.has(p)) ready(p);
     if (forwarding.length === 0) return;
-    const done = markerSet(await this.d.store.transaction((tx) => tx.processed(forwarding.map((p) => p.key))));
+    const done = markerSet(await this.readRetrying('forwarded-markers read', () => this.d.store.transaction((tx) => tx.processed(forwarding.map((p) => p.key)))));
     await Promise.all(forwarding.map(async (p) => {
       await Promise.all(p.direct.map(async (t) => {
         if (done.has(markerKey(p.key, t.consumer))) return;
