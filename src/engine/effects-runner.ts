@@ -44,7 +44,7 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
     failpoint('effects.after-execute');
     // The call is made: a store failing for a moment must not make it again, nor fail the effect
     // attempts_abandoned on its last attempt (whileStoreFails).
-    const settled = await whileStoreFails(() => this.d.store.settleEffect(row.effectId, owner, settlement), {}, this.d.leaseMs, (err, retryInMs) => {
+    const settled = await whileStoreFails(() => this.d.store.settleEffect(row.effectId, owner, settlement), {}, this.d, (err, retryInMs) => {
       this.d.log.warn({ err: loggable(err), effectId: row.effectId, retryInMs }, 'effect settle failed in the store; trying it again');
     });
     if (!settled) {

@@ -60,6 +60,8 @@ export class Engine {
   private readonly clock: ClockSkewWatch;
   /** The queue gauges' database reads in progress (refreshGauges). */
   private refreshing: Promise<void> | undefined;
+  /** Set by stop(): batches stop waiting out store failures (whileStoreFails). */
+  private stopping = false;
 
   constructor(private readonly o: EngineOptions) {
     const { config, store, log } = o;
@@ -80,20 +82,21 @@ export class Engine {
     this.fresh = o.freshBodies ? new FreshBodies(FRESH_BODY_BYTES, (provider, endpointId, type) =>
       opensBody(router.route(endpointId, type)?.direct ?? [], o.handlers.match(provider, endpointId, type))) : undefined;
     const w = config.workers;
+    const stopping = () => this.stopping;
     const onError = (what: string) => (err: unknown) => log.error({ err: loggable(err) }, `${what} failed`);
 
     // Both workers open what the payload keys sealed (bodies, effects' data), by the same rules.
     const keys = { cipher: () => o.keyring.cipher, payloadKeyConfigured: (id: string) => config.payloadKeys.keys.has(id) };
-    const effects = new EffectsRunner({ store, handlers: o.handlers, ...keys, owner: this.owner, leaseMs: w.leaseMs, retry: config.retry, metrics: this.metrics, log });
+    const effects = new EffectsRunner({ store, handlers: o.handlers, ...keys, owner: this.owner, leaseMs: w.leaseMs, retry: config.retry, metrics: this.metrics, log, stopping });
     const effectsLoop = new ClaimLoop({ ...w, concurrency: w.effectsConcurrency, batchSize: Math.min(w.batchSize, w.effectsConcurrency) },
       (n) => effects.claim(n), (b) => effects.process(b), onError('effects batch'));
     const inbox = new InboxWorker({
       store, ...keys, endpoints: new Map(config.endpoints.map((e) => [e.id, e])), router, handlers: o.handlers,
       owner: this.owner, leaseMs: w.leaseMs, defaultRetry: config.retry, metrics: this.metrics, log, onEffects: () => effectsLoop.wake(), fresh: this.fresh,
-      bodies: new Budget(w.maxInFlightBodyBytes, (held) => this.metrics.bodyBytes.set([], held)),
+      bodies: new Budget(w.maxInFlightBodyBytes, (held) => this.metrics.bodyBytes.set([], held)), stopping,
     });
     const inboxLoop = new ClaimLoop(w, (n) => inbox.claim(n), (b, settled) => inbox.process(b, settled), onError('inbox batch'));
-    const relay = new OutboxRelay({ store, router, owner: this.owner, leaseMs: w.leaseMs, retry: RELAY_RETRY, metrics: this.metrics, log });
+    const relay = new OutboxRelay({ store, router, owner: this.owner, leaseMs: w.leaseMs, retry: RELAY_RETRY, metrics: this.metrics, log, stopping });
     const relayLoop = new ClaimLoop(w, (n) => relay.claim(n), (b) => relay.process(b), onError('outbox relay batch'));
     this.loops.push(inboxLoop, effectsLoop, relayLoop);
     this.clock = new ClockSkewWatch(store, w.leaseMs, this.metrics.clockSkew, log);
@@ -115,6 +118,7 @@ export class Engine {
 
   /** Claims nothing more, waits for in-flight batches, closes destinations. */
   async stop(): Promise<void> {
+    this.stopping = true;
     this.unsubscribe?.();
     this.clock.stop();
     await Promise.all(this.loops.map((l) => l.stop()));

@@ -43,6 +43,8 @@ export interface InboxWorkerDeps {
   /** The stored body bytes this worker's batches may hold at once (`workers.maxInFlightBodyBytes`). */
   readonly bodies: Budget;
   readonly now?: () => number;
+  /** True once the engine is stopping (store failures are then not waited out: whileStoreFails). */
+  readonly stopping?: () => boolean;
 }
 
 interface Failure {
@@ -279,7 +281,7 @@ export class InboxWorker {
     return whileStoreFails(() => {
       for (const p of some) p.storageFault = false;
       return this.d.store.transaction((tx) => this.settleBatch(tx, owner, some));
-    }, retries, this.d.leaseMs, (err, retryInMs) => {
+    }, retries, this.d, (err, retryInMs) => {
       const suspects = some.filter((p) => p.storageFault);
       for (const p of some) p.settled = undefined;
       for (const p of suspects) this.d.log.warn({ err: loggable(err), inboxId: p.row.inboxId }, 'the store failed during this event\'s handler; it is retried when its lease expires');
@@ -296,7 +298,7 @@ export class InboxWorker {
    * their last one ending FAILED attempts_abandoned.
    */
   private readRetrying<T>(what: string, read: () => Promise<T>): Promise<T> {
-    return whileStoreFails(read, {}, this.d.leaseMs, (err, retryInMs) => {
+    return whileStoreFails(read, {}, this.d, (err, retryInMs) => {
       this.d.log.warn({ err: loggable(err), retryInMs }, `${what} failed in the store; trying it again`);
     });
   }

@@ -13,6 +13,8 @@ export interface RunnerDeps {
   readonly metrics: EngineMetrics;
   readonly log: Logger;
   readonly now?: () => number;
+  /** True once the engine is stopping (store failures are then not waited out: whileStoreFails). */
+  readonly stopping?: () => boolean;
 }
 
 /**

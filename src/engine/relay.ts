@@ -49,7 +49,7 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
     // their leases (RabbitMQ would queue a second copy; whileStoreFails).
     const retries: StoreRetryWindow = {};
     for (const [owner, list] of byOwner) {
-      const settled = new Set(await whileStoreFails(() => this.d.store.settleOutboxBatch(owner, list), retries, this.d.leaseMs, (err, retryInMs) => {
+      const settled = new Set(await whileStoreFails(() => this.d.store.settleOutboxBatch(owner, list), retries, this.d, (err, retryInMs) => {
         this.d.log.warn({ err: loggable(err), rows: list.length, retryInMs }, 'outbox settle failed in the store; trying it again');
       }));
       for (const x of list) if (!settled.has(x.outboxId)) this.d.log.warn({ outboxId: x.outboxId }, 'outbox lease lost before settling');

@@ -115,6 +115,44 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
     expect(ledger).toBe(N);
   }, 60_000);
 
+  it('stopping the workers while a settle waits for the store does not wait out the lease', async () => {
+    const { db, proxy, url } = await proxiedPostgres(cleanups);
+    const direct = new pg.Client({ connectionString: db.url });
+    await direct.connect();
+    cleanups.push(() => direct.end());
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => (entered = r));
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const handlers = ledgerHandler(async () => {
+      entered();
+      await released;
+    });
+    // A long lease: the settle would be tried again for 30 s.
+    const config = parseConfig(configDoc(url, {
+      groupCommit: { commitTimeoutMs: 1000 },
+      workers: { pollMs: 50, leaseMs: 30_000 },
+      retry: { baseMs: 10, capMs: 40, maxAttempts: 3 },
+    }), {});
+    const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: false, handlers });
+    cleanups.push(() => app.close());
+    await direct.query('CREATE TABLE ledger (event_id text NOT NULL)');
+    expect((await send(app.url, 'evt_stop')).status).toBe(200);
+    const workers = await startWorkers(config, { logger: pino({ level: 'silent' }), env: {}, handlers });
+    await inHandler;
+    await proxy.stop(); // the database is gone, and stays gone
+    release();
+    await new Promise((r) => setTimeout(r, 500)); // the settle has failed, and waits to try again
+    const t0 = performance.now();
+    await workers.stop();
+    // Before, stop waited for the retries, a lease (30 s) from the first failure.
+    expect(performance.now() - t0).toBeLessThan(10_000);
+    await proxy.start(proxy.port);
+    // Nothing was settled: the event is still leased, not FAILED, and nothing applied.
+    expect((await direct.query('SELECT status FROM webhook_inbox')).rows).toEqual([{ status: 'PROCESSING' }]);
+    expect((await direct.query('SELECT count(*)::int AS n FROM ledger')).rows[0].n).toBe(0);
+  }, 60_000);
+
   it('but a handler that hangs in its own query (client-side timeout, every attempt) still ends FAILED, nothing applied', async () => {
     const { db, url } = await proxiedPostgres(cleanups);
     const direct = new pg.Client({ connectionString: db.url });
