@@ -6,10 +6,9 @@ import { parseConfig } from '../../src/config/schema.js';
 import { startWorkers } from '../../src/workers.js';
 import { configDoc, STRIPE_SECRET } from '../helpers/app.js';
 import { DestinationServer, FORWARD_SECRET, waitFor } from '../helpers/engine.js';
-import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { post } from '../helpers/http.js';
+import { sendStripeEvent } from '../helpers/events.js';
 import { pgAvailable, PG_REQUIRED } from '../helpers/pg.js';
-import { proxiedPostgres, type TcpProxy } from '../helpers/tcp-proxy.js';
+import { proxiedPostgres } from '../helpers/tcp-proxy.js';
 
 /**
  * The database failing for a moment while the inbox worker reads what an attempt needs before its
@@ -17,14 +16,6 @@ import { proxiedPostgres, type TcpProxy } from '../helpers/tcp-proxy.js';
  * processed-marker read) — is no failure of the events. Nothing was done yet; they must not spend
  * an attempt on it, nor end FAILED `attempts_abandoned` on their last one.
  */
-
-const send = (url: string, id: string) => {
-  const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
-  return post(`${url}/webhooks/stripe`, body, stripeHeaders(body));
-};
-
-/** The proxy's silenceAt() trap, armed or fired. */
-const trapArmed = (proxy: TcpProxy) => (proxy as unknown as { trap?: unknown }).trap !== undefined;
 
 const forwarding = (database: string, destUrl: string, over: Record<string, unknown> = {}) => parseConfig(configDoc(database, {
   workers: { pollMs: 50, leaseMs: 3000 },
@@ -52,14 +43,14 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while th
       // Workers in their own app: the ingress keeps no fresh body for them, the body is read from the store.
       const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: false });
       cleanups.push(() => app.close());
-      expect((await send(app.url, `evt_read_${marker.length}`)).status).toBe(200);
+      expect((await sendStripeEvent(app.url, `evt_read_${marker.length}`)).status).toBe(200);
       proxy.silenceAt((c) => c.includes(Buffer.from(marker)));
       const workers = await startWorkers(config, { logger: pino({ level: 'silent' }), env: {} });
       cleanups.push(() => workers.stop());
 
       const row = () => direct.query('SELECT status, attempt_count, failure_reason FROM webhook_inbox').then((r) => r.rows[0]);
       const final = await waitFor(async () => { const r = await row(); return r.status !== 'PENDING' && r.status !== 'PROCESSING' ? r : null; }, 30_000, 'settled');
-      expect({ trap: trapArmed(proxy), final, forwards: dest.received.length })
+      expect({ trap: proxy.trapArmed, final, forwards: dest.received.length })
         .toEqual({ trap: false, final: { status: 'PROCESSED', attempt_count: 1, failure_reason: null }, forwards: 1 });
     }, 60_000);
   }

@@ -17,12 +17,11 @@ import { openStore } from '../../src/store/open.js';
 import { configDoc, startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { AMQP_URL, drainQueue, NATS_URL, natsStreamMessages, uniqueName } from '../helpers/destinations.js';
 import { DestinationServer, waitFor } from '../helpers/engine.js';
-import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { post } from '../helpers/http.js';
+import { sendStripeEvent } from '../helpers/events.js';
 import { pgAvailable, PG_REQUIRED } from '../helpers/pg.js';
 import { record } from '../helpers/records.js';
 import { freshDatabase } from '../helpers/stores.js';
-import { proxiedPostgres, type TcpProxy } from '../helpers/tcp-proxy.js';
+import { proxiedPostgres } from '../helpers/tcp-proxy.js';
 
 /**
  * The database failing for a moment (a link frozen, SQLite's write lock held by another process)
@@ -32,11 +31,6 @@ import { proxiedPostgres, type TcpProxy } from '../helpers/tcp-proxy.js';
  * not run or publish again after its lease (RabbitMQ has no duplicate window: each republish is
  * one more message in the queue), nor end FAILED `attempts_abandoned` on its last attempt.
  */
-
-const send = (url: string, id: string) => {
-  const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
-  return post(`${url}/webhooks/stripe`, body, stripeHeaders(body));
-};
 
 /** A handler recording one effect, whose executor calls the HTTP destination with its idempotency key. */
 function notifying(dest: DestinationServer, afterCall?: () => void): HandlerRegistry {
@@ -48,9 +42,6 @@ function notifying(dest: DestinationServer, afterCall?: () => void): HandlerRegi
       afterCall?.();
     });
 }
-
-/** The proxy's silenceAt() trap, armed or fired. */
-const trapArmed = (proxy: TcpProxy) => (proxy as unknown as { trap?: unknown }).trap !== undefined;
 
 describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while an effect or an outbox row settles [postgres]', () => {
   const cleanups: (() => Promise<void>)[] = [];
@@ -72,13 +63,13 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while an
     proxy.silenceAt((c) => c.includes(Buffer.from('wi_settle_effect')));
     const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: true, handlers: notifying(dest) });
     cleanups.push(() => app.close());
-    expect((await send(app.url, 'evt_fx_frozen')).status).toBe(200);
+    expect((await sendStripeEvent(app.url, 'evt_fx_frozen')).status).toBe(200);
 
     const row = () => direct.query('SELECT status, attempt_count, failure_reason FROM webhook_effects').then((r) => r.rows[0]);
     const final = await waitFor(async () => { const r = await row(); return r && r.status !== 'PENDING' && r.status !== 'PROCESSING' ? r : null; }, 30_000, 'effect settled');
     // Past the lease: a settle left to its lease would have been claimed again by now.
     await new Promise((r) => setTimeout(r, 3500));
-    expect(trapArmed(proxy)).toBe(false);
+    expect(proxy.trapArmed).toBe(false);
     expect({ final, now: await row(), calls: dest.received.length }).toEqual({ final: { status: 'DONE', attempt_count: 1, failure_reason: null }, now: final, calls: 1 });
   }, 60_000);
 
@@ -119,14 +110,14 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while an
       proxy.silenceAt((c) => c.includes(Buffer.from('wi_settle_outbox_batch')));
       const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: true });
       cleanups.push(() => app.close());
-      const r = await send(app.url, 'evt_outbox_frozen');
+      const r = await sendStripeEvent(app.url, 'evt_outbox_frozen');
       expect(r.status).toBe(200);
       const inboxId = r.json().inbox_id as string;
 
       const row = () => direct.query('SELECT published_at IS NOT NULL AS published, attempt_count, failure_reason FROM webhook_outbox').then((x) => x.rows[0]);
       const final = await waitFor(async () => { const x = await row(); return x?.published ? x : null; }, 30_000, 'outbox row published');
       await new Promise((res) => setTimeout(res, 3500));
-      expect(trapArmed(proxy)).toBe(false);
+      expect(proxy.trapArmed).toBe(false);
       expect({
         final,
         rabbit: (await drainQueue(ch, queue)).map((m) => m.id),
@@ -157,7 +148,7 @@ describe('the store failing while an effect or an outbox row settles [sqlite]', 
         retry: { baseMs: 10, capMs: 40, maxAttempts: 1 },
       }, {}, { workers: true, handlers, urlSuffix: '?busyTimeoutMs=200' });
       file = app.db.url.slice('sqlite:'.length);
-      expect((await send(app.url, 'evt_fx_busy')).status).toBe(200);
+      expect((await sendStripeEvent(app.url, 'evt_fx_busy')).status).toBe(200);
       const effect = async () => (await app!.store.listEffects((await app!.store.listEvents({}))[0]!.inboxId))[0];
       const final = await waitFor(async () => { const e = await effect(); return e && e.status !== 'PENDING' && e.status !== 'PROCESSING' ? e : null; }, 30_000, 'effect settled');
       await new Promise((r) => setTimeout(r, 3500));

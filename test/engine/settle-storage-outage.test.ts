@@ -8,10 +8,9 @@ import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { startWorkers } from '../../src/workers.js';
 import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
 import { waitFor } from '../helpers/engine.js';
-import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { post } from '../helpers/http.js';
+import { sendStripeEvent } from '../helpers/events.js';
 import { pgAvailable, PG_REQUIRED } from '../helpers/pg.js';
-import { proxiedPostgres, type TcpProxy } from '../helpers/tcp-proxy.js';
+import { proxiedPostgres } from '../helpers/tcp-proxy.js';
 
 /**
  * The database failing for a moment while the engine settles a batch (its link frozen or cut, a
@@ -20,18 +19,10 @@ import { proxiedPostgres, type TcpProxy } from '../helpers/tcp-proxy.js';
  * attempts on it — not FAILED `attempts_abandoned` ("its worker crashed, hung past its lease").
  */
 
-const send = (url: string, id: string) => {
-  const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
-  return post(`${url}/webhooks/stripe`, body, stripeHeaders(body));
-};
-
 const ledgerHandler = (before?: (eventId: string) => Promise<void>) => new HandlerRegistry().on('payment_intent.*', async (event, ctx) => {
   await ctx.tx.query(ctx.tx.kind === 'postgres' ? 'INSERT INTO ledger (event_id) VALUES ($1)' : 'INSERT INTO ledger (event_id) VALUES (?)', [event.providerEventId]);
   await before?.(event.providerEventId);
 }, { version: '1', name: 'ledger' });
-
-/** The proxy's silenceAt() trap, armed or fired. */
-const trapArmed = (proxy: TcpProxy) => (proxy as unknown as { trap?: unknown }).trap !== undefined;
 
 describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a batch settles [postgres]', () => {
   const cleanups: (() => Promise<void>)[] = [];
@@ -55,9 +46,9 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
     // Each settle's last statement (FINISH_BATCH) goes unanswered, three times.
     let frozen = 0;
     proxy.silenceAt((c) => c.includes(Buffer.from('WITH settled AS')));
-    expect((await send(app.url, 'evt_frozen')).status).toBe(200);
+    expect((await sendStripeEvent(app.url, 'evt_frozen')).status).toBe(200);
     await waitFor(async () => {
-      if (trapArmed(proxy)) return null;
+      if (proxy.trapArmed) return null;
       if (++frozen < 3) proxy.silenceAt((c) => c.includes(Buffer.from('WITH settled AS')));
       return frozen >= 3 || null;
     }, 20_000, 'three frozen settles');
@@ -96,7 +87,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
     cleanups.push(() => app.close());
     await direct.query('CREATE TABLE ledger (event_id text NOT NULL)');
     const N = 4;
-    for (let i = 0; i < N; i++) expect((await send(app.url, `evt_cut_${i}`)).status).toBe(200);
+    for (let i = 0; i < N; i++) expect((await sendStripeEvent(app.url, `evt_cut_${i}`)).status).toBe(200);
     // Workers started after the accepts: the four events are one batch.
     const workers = await startWorkers(config, { logger: pino({ level: 'silent' }), env: {}, handlers });
     cleanups.push(() => workers.stop());
@@ -137,7 +128,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
     const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: false, handlers });
     cleanups.push(() => app.close());
     await direct.query('CREATE TABLE ledger (event_id text NOT NULL)');
-    expect((await send(app.url, 'evt_stop')).status).toBe(200);
+    expect((await sendStripeEvent(app.url, 'evt_stop')).status).toBe(200);
     const workers = await startWorkers(config, { logger: pino({ level: 'silent' }), env: {}, handlers });
     await inHandler;
     await proxy.stop(); // the database is gone, and stays gone
@@ -172,7 +163,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
     const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: true, handlers });
     cleanups.push(() => app.close());
     await direct.query('CREATE TABLE ledger (event_id text NOT NULL)');
-    expect((await send(app.url, 'evt_hangs')).status).toBe(200);
+    expect((await sendStripeEvent(app.url, 'evt_hangs')).status).toBe(200);
     const row = () => direct.query('SELECT status, attempt_count, failure_reason FROM webhook_inbox').then((r) => r.rows[0]);
     const final = await waitFor(async () => { const r = await row(); return r.status === 'FAILED' || r.status === 'PROCESSED' ? r : null; }, 30_000, 'FAILED');
     // Once an attempt: its failing settle is not tried again within the attempt, and the attempts count.
@@ -206,7 +197,7 @@ describe('the store failing while a batch settles [sqlite]', () => {
       retry: { baseMs: 10, capMs: 40, maxAttempts: 1 },
     }, {}, { workers: true, handlers, urlSuffix: '?busyTimeoutMs=200' });
     await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
-    expect((await send(app.url, 'evt_busy')).status).toBe(200);
+    expect((await sendStripeEvent(app.url, 'evt_busy')).status).toBe(200);
     await inHandler;
     const other = new Database(app.db.url.slice('sqlite:'.length));
     other.exec('BEGIN IMMEDIATE');

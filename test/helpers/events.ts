@@ -1,5 +1,6 @@
 import { PROVIDERS } from '../../src/providers/registry.js';
 import { STRIPE_SECRET } from './app.js';
+import { post } from './http.js';
 
 const stripe = PROVIDERS.stripe!(undefined, 'test');
 
@@ -23,4 +24,10 @@ export function largeEvent(id: string): Buffer {
 /** Headers a correct Stripe delivery of `body` carries. */
 export function stripeHeaders(body: Buffer, secret = STRIPE_SECRET, timestamp?: number): Record<string, string> {
   return { 'content-type': 'application/json', ...stripe.sign(body, secret, timestamp === undefined ? {} : { timestamp }) };
+}
+
+/** POSTs a correctly signed Stripe event `id` (payment_intent.succeeded) to the app's `stripe` endpoint. */
+export function sendStripeEvent(baseUrl: string, id: string) {
+  const body = stripeEvent(id, { type: 'payment_intent.succeeded' });
+  return post(`${baseUrl}/webhooks/stripe`, body, stripeHeaders(body));
 }

@@ -72,6 +72,11 @@ export class TcpProxy {
     this.trap = match;
   }
 
+  /** Whether silenceAt()'s trap is still waiting for its chunk. */
+  get trapArmed(): boolean {
+    return this.trap !== undefined;
+  }
+
   /**
    * On every connection from now on: once the client sends a chunk that `ask` matches, what the
    * server answers is held until a chunk `answered` matches, then handed over in one chunk with
