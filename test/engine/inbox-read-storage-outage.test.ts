@@ -1,5 +1,4 @@
 import pino from 'pino';
-import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
@@ -33,10 +32,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while th
   // read of a forward-only event).
   for (const [what, marker] of [['the body read (readPayloads)', 'wi_read_payloads'], ['the already-forwarded check', 'FROM processed_events p']] as const) {
     it(`${what} frozen once (maxAttempts 1): PROCESSED on its first attempt, forwarded once`, async () => {
-      const { db, proxy, url } = await proxiedPostgres(cleanups);
-      const direct = new pg.Client({ connectionString: db.url });
-      await direct.connect();
-      cleanups.push(() => direct.end());
+      const { proxy, url, direct } = await proxiedPostgres(cleanups);
       const dest = await new DestinationServer().start();
       cleanups.push(() => dest.stop());
       const config = forwarding(url, dest.url, { groupCommit: { commitTimeoutMs: 500 } });

@@ -1,5 +1,4 @@
 import pino from 'pino';
-import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
@@ -21,10 +20,7 @@ describe.runIf(await pgAvailable())('a handler transaction whose link dies silen
   afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
 
   it('does not hold its locks for good: the event is retried and PROCESSED once, within seconds', async () => {
-    const { db, proxy, url } = await proxiedPostgres(cleanups);
-    const direct = new pg.Client({ connectionString: db.url });
-    await direct.connect();
-    cleanups.push(() => direct.end());
+    const { proxy, url, direct } = await proxiedPostgres(cleanups);
 
     let inserted!: () => void;
     const insertedOnce = new Promise<void>((r) => (inserted = r));

@@ -3,7 +3,6 @@ import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-
 import { connect as amqpConnect, type Channel, type ChannelModel } from 'amqplib';
 import Database from 'better-sqlite3';
 import pino from 'pino';
-import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
@@ -48,10 +47,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while an
   afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
 
   it('an effect whose settle is frozen (maxAttempts 1): DONE on its first attempt, the destination called once', async () => {
-    const { db, proxy, url } = await proxiedPostgres(cleanups);
-    const direct = new pg.Client({ connectionString: db.url });
-    await direct.connect();
-    cleanups.push(() => direct.end());
+    const { proxy, url, direct } = await proxiedPostgres(cleanups);
     const dest = await new DestinationServer().start();
     cleanups.push(() => dest.stop());
     const config = parseConfig(configDoc(url, {
@@ -92,10 +88,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while an
     });
 
     it('a publish whose settle is frozen: published on its first attempt, RabbitMQ and NATS each hold the message once', async () => {
-      const { db, proxy, url } = await proxiedPostgres(cleanups);
-      const direct = new pg.Client({ connectionString: db.url });
-      await direct.connect();
-      cleanups.push(() => direct.end());
+      const { proxy, url, direct } = await proxiedPostgres(cleanups);
       const config = parseConfig(configDoc(url, {
         groupCommit: { commitTimeoutMs: 500 },
         workers: { pollMs: 50, leaseMs: 3000 },

@@ -1,6 +1,5 @@
 import Database from 'better-sqlite3';
 import pino from 'pino';
-import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { startApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
@@ -29,10 +28,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
   afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
 
   it('a settle frozen three times in a row (finishBatch never answered): PROCESSED on its first attempt, once', async () => {
-    const { db, proxy, url } = await proxiedPostgres(cleanups);
-    const direct = new pg.Client({ connectionString: db.url });
-    await direct.connect();
-    cleanups.push(() => direct.end());
+    const { proxy, url, direct } = await proxiedPostgres(cleanups);
     // commitTimeoutMs is the pool's query timeout: a frozen statement fails after 500 ms.
     const config = parseConfig(configDoc(url, {
       groupCommit: { commitTimeoutMs: 500 },
@@ -62,10 +58,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
   }, 60_000);
 
   it('every connection cut for 1.5 s while a batch\'s handlers run (maxAttempts 1): each event PROCESSED, once', async () => {
-    const { db, proxy, url } = await proxiedPostgres(cleanups);
-    const direct = new pg.Client({ connectionString: db.url });
-    await direct.connect();
-    cleanups.push(() => direct.end());
+    const { proxy, url, direct } = await proxiedPostgres(cleanups);
     let first = true;
     let entered!: () => void;
     const inHandler = new Promise<void>((r) => (entered = r));
@@ -107,10 +100,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
   }, 60_000);
 
   it('stopping the workers while a settle waits for the store does not wait out the lease', async () => {
-    const { db, proxy, url } = await proxiedPostgres(cleanups);
-    const direct = new pg.Client({ connectionString: db.url });
-    await direct.connect();
-    cleanups.push(() => direct.end());
+    const { proxy, url, direct } = await proxiedPostgres(cleanups);
     let entered!: () => void;
     const inHandler = new Promise<void>((r) => (entered = r));
     let release!: () => void;
@@ -145,10 +135,7 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
   }, 60_000);
 
   it('but a handler that hangs in its own query (client-side timeout, every attempt) still ends FAILED, nothing applied', async () => {
-    const { db, url } = await proxiedPostgres(cleanups);
-    const direct = new pg.Client({ connectionString: db.url });
-    await direct.connect();
-    cleanups.push(() => direct.end());
+    const { url, direct } = await proxiedPostgres(cleanups);
     let runs = 0;
     const handlers = new HandlerRegistry().on('payment_intent.*', async (event, ctx) => {
       runs++;

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { Transform } from 'node:stream';
 import { freshDatabase, type TestDatabase } from './stores.js';
@@ -164,10 +165,11 @@ export class TcpProxy {
 }
 
 /**
- * A fresh PostgreSQL database reached through a TcpProxy: `db` (its direct URL among it) and
- * `url`, the proxied one to give the app. Both are undone by `cleanups`, proxy first.
+ * A fresh PostgreSQL database reached through a TcpProxy: `db` (its direct URL among it), `url`,
+ * the proxied one to give the app, and `direct`, a client connected past the proxy. All are undone
+ * by `cleanups`, the client and proxy first.
  */
-export async function proxiedPostgres(cleanups: (() => Promise<void>)[]): Promise<{ db: TestDatabase; proxy: TcpProxy; url: string }> {
+export async function proxiedPostgres(cleanups: (() => Promise<void>)[]): Promise<{ db: TestDatabase; proxy: TcpProxy; url: string; direct: pg.Client }> {
   const db = await freshDatabase('postgres');
   cleanups.push(() => db.cleanup());
   const proxy = new TcpProxy(5432);
@@ -175,5 +177,9 @@ export async function proxiedPostgres(cleanups: (() => Promise<void>)[]): Promis
   cleanups.push(() => proxy.stop());
   const url = new URL(db.url);
   url.port = String(proxy.port);
-  return { db, proxy, url: url.toString() };
+  // The test's own view of the database, past the proxy (it stays up whatever the proxy does).
+  const direct = new pg.Client({ connectionString: db.url });
+  await direct.connect();
+  cleanups.push(() => direct.end());
+  return { db, proxy, url: url.toString(), direct };
 }
