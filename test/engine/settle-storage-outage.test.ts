@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
 import pino from 'pino';
+import type pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { startApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
@@ -27,17 +28,23 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
   const cleanups: (() => Promise<void>)[] = [];
   afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
 
+  /** The app on the proxied database (its workers on or off), its config, and an empty ledger table. */
+  const ledgerApp = async (url: string, direct: pg.Client, over: Record<string, unknown>, opts: { workers: boolean; handlers: HandlerRegistry }) => {
+    const config = parseConfig(configDoc(url, over), {});
+    const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, ...opts });
+    cleanups.push(() => app.close());
+    await direct.query('CREATE TABLE ledger (event_id text NOT NULL)');
+    return { app, config };
+  };
+
   it('a settle frozen three times in a row (finishBatch never answered): PROCESSED on its first attempt, once', async () => {
     const { proxy, url, direct } = await proxiedPostgres(cleanups);
     // commitTimeoutMs is the pool's query timeout: a frozen statement fails after 500 ms.
-    const config = parseConfig(configDoc(url, {
+    const { app } = await ledgerApp(url, direct, {
       groupCommit: { commitTimeoutMs: 500 },
       workers: { pollMs: 50, leaseMs: 5000 },
       retry: { baseMs: 10, capMs: 40, maxAttempts: 3 },
-    }), {});
-    const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: true, handlers: ledgerHandler() });
-    cleanups.push(() => app.close());
-    await direct.query('CREATE TABLE ledger (event_id text NOT NULL)');
+    }, { workers: true, handlers: ledgerHandler() });
 
     // Each settle's last statement (FINISH_BATCH) goes unanswered, three times.
     let frozen = 0;
@@ -71,14 +78,11 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
       entered();
       await released;
     });
-    const config = parseConfig(configDoc(url, {
+    const { app, config } = await ledgerApp(url, direct, {
       groupCommit: { commitTimeoutMs: 1000 },
       workers: { pollMs: 50, leaseMs: 5000, gatherMs: 0 },
       retry: { baseMs: 10, capMs: 40, maxAttempts: 1 },
-    }), {});
-    const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: false, handlers });
-    cleanups.push(() => app.close());
-    await direct.query('CREATE TABLE ledger (event_id text NOT NULL)');
+    }, { workers: false, handlers: handlers });
     const N = 4;
     for (let i = 0; i < N; i++) expect((await sendStripeEvent(app.url, `evt_cut_${i}`)).status).toBe(200);
     // Workers started after the accepts: the four events are one batch.
@@ -110,14 +114,11 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
       await released;
     });
     // A long lease: the settle would be tried again for 30 s.
-    const config = parseConfig(configDoc(url, {
+    const { app, config } = await ledgerApp(url, direct, {
       groupCommit: { commitTimeoutMs: 1000 },
       workers: { pollMs: 50, leaseMs: 30_000 },
       retry: { baseMs: 10, capMs: 40, maxAttempts: 3 },
-    }), {});
-    const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: false, handlers });
-    cleanups.push(() => app.close());
-    await direct.query('CREATE TABLE ledger (event_id text NOT NULL)');
+    }, { workers: false, handlers: handlers });
     expect((await sendStripeEvent(app.url, 'evt_stop')).status).toBe(200);
     const workers = await startWorkers(config, { logger: pino({ level: 'silent' }), env: {}, handlers });
     await inHandler;
@@ -142,14 +143,11 @@ describe.runIf(PG_REQUIRED || (await pgAvailable()))('the store failing while a 
       await ctx.tx.query('INSERT INTO ledger (event_id) VALUES ($1)', [event.providerEventId]);
       await ctx.tx.query('SELECT pg_sleep(1)');
     }, { version: '1', name: 'ledger' });
-    const config = parseConfig(configDoc(url, {
+    const { app } = await ledgerApp(url, direct, {
       groupCommit: { commitTimeoutMs: 300 },
       workers: { pollMs: 50, leaseMs: 3000 },
       retry: { baseMs: 10, capMs: 40, maxAttempts: 2 },
-    }), {});
-    const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: true, handlers });
-    cleanups.push(() => app.close());
-    await direct.query('CREATE TABLE ledger (event_id text NOT NULL)');
+    }, { workers: true, handlers: handlers });
     expect((await sendStripeEvent(app.url, 'evt_hangs')).status).toBe(200);
     const row = () => direct.query('SELECT status, attempt_count, failure_reason FROM webhook_inbox').then((r) => r.rows[0]);
     const final = await waitFor(async () => { const r = await row(); return r.status === 'FAILED' || r.status === 'PROCESSED' ? r : null; }, 30_000, 'FAILED');
