@@ -160,9 +160,9 @@ export class PostgresStore implements InboxStore {
     const unguard = guardCheckedOut(client);
     // A migration, or the wait for another server's, may take longer than an accept may: under the
     // pool's query timeout (commitTimeoutMs) a large table's migration failed at every start.
-    const run = (text: string, values?: unknown[]) => {
+    const run = <R extends pg.QueryResultRow = { version: number }>(text: string, values?: unknown[]) => {
       const config: pg.QueryConfig & { query_timeout: number } = { text, values, query_timeout: MIGRATION_TIMEOUT_MS }; // the driver reads it; its types omit it
-      return client.query<{ version: number }>(config);
+      return client.query<R>(config);
     };
     let failed: Error | undefined;
     let step = 'the schema_migrations table';
@@ -170,8 +170,14 @@ export class PostgresStore implements InboxStore {
       await run('BEGIN');
       // Two servers starting together must not both migrate.
       await run("SELECT pg_advisory_xact_lock(hashtext('webhook-inbox:migrations'))");
-      await run(`CREATE TABLE IF NOT EXISTS schema_migrations (
-        version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+      // Created only when missing: CREATE TABLE IF NOT EXISTS asks for CREATE on the schema even when
+      // the table is there, so a role that may only read and write (serve and work, on a schema its
+      // owner migrated) failed every start with nothing to apply. The lock above makes look-then-create exact.
+      const { rows: [table] } = await run<{ present: boolean }>("SELECT to_regclass('schema_migrations') IS NOT NULL AS present");
+      if (!table?.present) {
+        await run(`CREATE TABLE schema_migrations (
+          version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+      }
       const { rows } = await run('SELECT version FROM schema_migrations');
       const applied = new Set(rows.map((r) => r.version));
       const now: number[] = [];

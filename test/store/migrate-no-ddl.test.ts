@@ -1,0 +1,65 @@
+import pg from 'pg';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { openStore } from '../../src/store/open.js';
+import { pgAvailable, PG_ADMIN_URL } from '../helpers/pg.js';
+import { record } from '../helpers/records.js';
+import { freshDatabase, type TestDatabase } from '../helpers/stores.js';
+
+/**
+ * A common PostgreSQL deployment: the schema's owner runs `webhook-inbox migrate`, and serve and
+ * work run as a role that may read and write the tables but not create any (PostgreSQL 15 gives
+ * no one but the owner CREATE on schema public). `work` has no --no-migrate, so its migrate-at-start
+ * must succeed when there is nothing to apply. It sent CREATE TABLE IF NOT EXISTS schema_migrations
+ * first, which PostgreSQL refuses without CREATE on the schema even when the table is there.
+ */
+describe.runIf(await pgAvailable())('PostgreSQL migrate by a role without DDL rights, on a current schema', () => {
+  const ROLE = 'wi_test_noddl';
+  let db: TestDatabase;
+  beforeEach(async () => {
+    db = await freshDatabase('postgres');
+    const owner = openStore(db.url);
+    await owner.migrate();
+    await owner.close();
+    const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
+    await admin.connect();
+    try {
+      await admin.query(`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${ROLE}') THEN CREATE ROLE ${ROLE} LOGIN; END IF; END $$`);
+    } finally {
+      await admin.end();
+    }
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    try {
+      await client.query(`REVOKE CREATE ON SCHEMA public FROM PUBLIC`);
+      await client.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${ROLE}`);
+      // Control: this role really may not create tables here.
+      const asRole = new pg.Client({ connectionString: withUser(db.url, ROLE) });
+      await asRole.connect();
+      try {
+        await expect(asRole.query('CREATE TABLE wi_probe (x integer)')).rejects.toThrow(/permission denied for schema public/);
+      } finally {
+        await asRole.end();
+      }
+    } finally {
+      await client.end();
+    }
+  });
+  afterEach(() => db.cleanup());
+
+  const withUser = (url: string, user: string) => {
+    const u = new URL(url);
+    u.username = user;
+    return u.toString();
+  };
+
+  it('migrate applies nothing and succeeds; the store then accepts', async () => {
+    const store = openStore(withUser(db.url, ROLE));
+    try {
+      await expect(store.migrate()).resolves.toEqual([]);
+      await expect(store.ping()).resolves.toBeUndefined();
+      expect(await store.acceptBatch([record('evt_noddl')])).toEqual([expect.objectContaining({ duplicate: false })]);
+    } finally {
+      await store.close();
+    }
+  });
+});
