@@ -63,3 +63,55 @@ describe.runIf(await pgAvailable())('PostgreSQL migrate by a role without DDL ri
     }
   });
 });
+
+/**
+ * The same look-up, the other way round. PostgreSQL's advice for a shared database is a schema per
+ * role, named after it, first on the default search_path ("$user", public). Tables its owner made in
+ * public, a server running as such a role: CREATE TABLE IF NOT EXISTS looks only in the schema it
+ * would create in, so it made an empty schema_migrations in the role's own schema, every migration
+ * ran again there, and from then on the server read and wrote that empty copy; every row in public
+ * (events still to process among them) was out of its sight.
+ */
+describe.runIf(await pgAvailable())('PostgreSQL migrate by a role with a schema of its own first on its search_path', () => {
+  const ROLE = 'wi_test_ownschema';
+  let db: TestDatabase;
+  afterEach(() => db.cleanup());
+
+  it('finds the schema already migrated in public: applies nothing and sees the rows there', async () => {
+    db = await freshDatabase('postgres');
+    const owner = openStore(db.url);
+    const [accepted] = await (async () => {
+      try {
+        await owner.migrate();
+        return await owner.acceptBatch([record('evt_in_public')]);
+      } finally {
+        await owner.close();
+      }
+    })();
+    const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
+    await admin.connect();
+    try {
+      await admin.query(`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${ROLE}') THEN CREATE ROLE ${ROLE} LOGIN; END IF; END $$`);
+    } finally {
+      await admin.end();
+    }
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    try {
+      await client.query(`CREATE SCHEMA ${ROLE} AUTHORIZATION ${ROLE}`);
+      await client.query(`GRANT USAGE ON SCHEMA public TO ${ROLE}`);
+      await client.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${ROLE}`);
+    } finally {
+      await client.end();
+    }
+    const u = new URL(db.url);
+    u.username = ROLE;
+    const store = openStore(u.toString());
+    try {
+      await expect(store.migrate()).resolves.toEqual([]);
+      expect(await store.getInbox(accepted!.inboxId)).toMatchObject({ providerEventId: 'evt_in_public' });
+    } finally {
+      await store.close();
+    }
+  });
+});

@@ -170,9 +170,12 @@ export class PostgresStore implements InboxStore {
       await run('BEGIN');
       // Two servers starting together must not both migrate.
       await run("SELECT pg_advisory_xact_lock(hashtext('webhook-inbox:migrations'))");
-      // Created only when missing: CREATE TABLE IF NOT EXISTS asks for CREATE on the schema even when
-      // the table is there, so a role that may only read and write (serve and work, on a schema its
-      // owner migrated) failed every start with nothing to apply. The lock above makes look-then-create exact.
+      // Created only when missing from the search_path, as every later statement finds it. CREATE TABLE
+      // IF NOT EXISTS asks for CREATE on the schema even when the table is there (a role that may only
+      // read and write, on a schema its owner migrated, failed every start), and looks only in the
+      // schema it would create in: a role with a schema of its own first on the path ("$user") got an
+      // empty copy there, every migration ran again into it, and the rows in public were out of sight.
+      // The lock above makes look-then-create exact.
       const { rows: [table] } = await run<{ present: boolean }>("SELECT to_regclass('schema_migrations') IS NOT NULL AS present");
       if (!table?.present) {
         await run(`CREATE TABLE schema_migrations (
