@@ -16,6 +16,8 @@ export class TcpProxy {
   private trap: ((clientChunk: Buffer) => boolean) | undefined;
   /** Set by cutAfterAnswer(); applies to every connection made after it. */
   private cut: { readonly ask: (clientChunk: Buffer) => boolean; readonly answered: (serverChunk: Buffer) => boolean; readonly tail: Buffer } | undefined;
+  /** Set by muteAnswersAfter(); applies to every connection made after it. */
+  private mute: ((clientChunk: Buffer) => boolean) | undefined;
   /** Set by hold(): what clients send is kept back (not forwarded) until release(). */
   private holding = false;
   private held: { readonly out: Transform; readonly chunks: Buffer[] }[] = [];
@@ -36,11 +38,13 @@ export class TcpProxy {
         s.on('error', () => { client.destroy(); upstream.destroy(); });
       }
       let asked = false;
+      let muted = false;
       client.on('data', (chunk: Buffer) => {
         if (!asked && this.cut?.ask(chunk)) asked = true;
+        if (!muted && this.mute?.(chunk)) muted = true;
       });
       client.pipe(this.gate()).pipe(upstream);
-      upstream.pipe(this.answers(() => asked, upstream)).pipe(client);
+      upstream.pipe(this.answers(() => asked, () => muted, upstream)).pipe(client);
     });
     await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
     this.port = (this.server.address() as { port: number }).port;
@@ -89,11 +93,21 @@ export class TcpProxy {
     this.cut = { ask, answered, tail };
   }
 
-  /** Passes the server's bytes on, but for cutAfterAnswer()'s hold-and-cut once the client has asked. */
-  private answers(asked: () => boolean, upstream: Socket): Transform {
+  /**
+   * On every connection from now on: once the client sends a chunk `ask` matches, that request
+   * reaches the server but nothing the server answers reaches the client (a reply lost with its
+   * link); stop() then cuts the connection.
+   */
+  muteAnswersAfter(ask: (clientChunk: Buffer) => boolean): void {
+    this.mute = ask;
+  }
+
+  /** Passes the server's bytes on, but for cutAfterAnswer()'s hold-and-cut once the client has asked, and muteAnswersAfter(). */
+  private answers(asked: () => boolean, muted: () => boolean, upstream: Socket): Transform {
     const held: Buffer[] = [];
     const t = new Transform({
       transform: (chunk: Buffer, _encoding, done) => {
+        if (muted()) return done();
         const cut = this.cut;
         if (!cut || !asked()) return done(null, chunk);
         held.push(chunk);

@@ -196,7 +196,11 @@ export class PostgresStore implements InboxStore {
       return now;
     } catch (err) {
       failed = err as Error;
-      throw new MigrationError(`PostgreSQL: ${step} failed: ${failed.message}; nothing was applied (every pending migration runs in one transaction)`, { cause: err });
+      // A COMMIT whose reply was lost may have committed: say so, not "nothing was applied".
+      const outcome = step === 'the commit'
+        ? "the commit's outcome is unknown (it may have applied every pending migration, or none): run migrate again, it applies only what is missing"
+        : 'nothing was applied (every pending migration runs in one transaction)';
+      throw new MigrationError(`PostgreSQL: ${step} failed: ${failed.message}; ${outcome}`, { cause: err });
     } finally {
       // Discarded after a failure, as in acceptNotice: closing it rolls the transaction back.
       checkIn(client, unguard, failed);
