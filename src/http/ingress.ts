@@ -6,7 +6,7 @@ import type { EndpointConfig } from '../config/schema.js';
 import { uuidv7 } from '../crypto/ids.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import { sha256 } from '../crypto/payload-cipher.js';
-import { IngressError, StorageUnavailableError, type Outcome, type Reason } from '../errors.js';
+import { IngressError, OUTCOMES, StorageUnavailableError, type Outcome, type Reason } from '../errors.js';
 import type { IngressMetrics } from '../metrics/registry.js';
 import type { GroupCommitter } from '../store/group-commit.js';
 import type { AcceptRecord, AcceptResult } from '../store/port.js';
@@ -84,6 +84,10 @@ export class Ingress {
         accepts: eventMatcher(e.events),
         relayed: brokerRouteMatcher(e, deps.destinations),
       });
+      // Known at start, so at 0 from the start: a series that appears only at its first
+      // increment hides that increment from increase()/rate() (the first 503s after a restart).
+      for (const outcome of OUTCOMES) deps.metrics.requests.inc([e.id, outcome], 0);
+      for (const s of e.secrets) deps.metrics.secretMatches.inc([e.id, s.version], 0);
     }
   }
 
