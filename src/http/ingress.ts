@@ -231,7 +231,10 @@ export class Ingress {
       verified.eventId = envelopes.length === 1 ? envelopes[0]!.eventId : `${envelopes[0]!.eventId} (+${envelopes.length - 1})`;
       verified.eventType = envelopes[0]!.eventType;
       // 8. Durably accept (group commit), then answer.
-      const receivedAtMs = Math.round(performance.timeOrigin + startedAt);
+      // The request's start on the wall clock, as freshness and the workers' "due" read time:
+      // timeOrigin + startedAt kept the clock of the process's start, so a server started before
+      // its host's clock was stepped stored every row (and its next_attempt_at) that far off.
+      const receivedAtMs = Math.round(Date.now() - (performance.now() - startedAt));
       const single = envelopes.length === 1 && !adapter.acceptedReply ? envelopes[0]! : null;
       if (single) {
         // The common case, without the bookkeeping of a multi-event delivery.
