@@ -49,7 +49,8 @@ export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.e
       return ref.value;
     case 'env': {
       const raw = env[ref.name];
-      if (raw === undefined || raw === '') throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is not set`);
+      // Set but empty (compose's `X: ${X}` with X unset on the host) is said as such: `env` shows it set.
+      if (raw === undefined) throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is not set`);
       // Filled from the same secret a mount holds (a Kubernetes secretKeyRef), it ends with its newline too.
       const v = raw.replace(/\r?\n$/, '');
       if (v === '') throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is empty`);

@@ -200,6 +200,17 @@ describe('CLI errors', () => {
     expect(r.code).toBe(78);
   });
 
+  // Compose's `STRIPE_WHSEC: ${STRIPE_WHSEC}` with the host's variable unset starts the container
+  // with the variable set to "": check-config said it "is not set", and `env` in the container
+  // shows it set, sending the operator to look in the wrong place.
+  it('check-config: a ${env:} secret set but empty is reported as empty, not as not set', async () => {
+    const file = write('env-empty.yaml', configDoc('sqlite:./x.db', { endpoints: [stripeEp({ secrets: [{ version: 'v1', value: '${env:WI_EMPTY_SECRET}' }] })] }));
+    const r = await runCli(['check-config', '--config', file], 30_000, { WI_EMPTY_SECRET: '' });
+    expect(r.code).toBe(78);
+    expect(r.err).toContain('endpoints[0].secrets[0].value: environment variable WI_EMPTY_SECRET is empty');
+    expect(r.err).not.toContain('is not set');
+  });
+
   // limits.headersTimeoutMs > requestTimeoutMs: check-config must say so (78), as serve cannot start with it.
   it('check-config: headersTimeoutMs above requestTimeoutMs exits 78', async () => {
     const file = write('timeouts.yaml', configDoc('sqlite:./x.db', { limits: { headersTimeoutMs: 60_000, requestTimeoutMs: 30_000 } }));
