@@ -65,8 +65,9 @@ export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.e
       } catch (err) {
         throw new SecretUnavailableError(ref.path, `cannot read ${ref.file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
       }
-      // Mounted secret files usually end with a newline that is not part of the secret.
-      v = v.replace(/\r?\n$/, '');
+      // Mounted secret files usually end with a newline that is not part of the secret; one saved by
+      // a Windows editor starts with a byte order mark, which is not either (as in config/load.ts).
+      v = v.replace(/^\uFEFF/, '').replace(/\r?\n$/, '');
       if (v === '') throw new SecretUnavailableError(ref.path, `${ref.file} is empty`);
       return v;
     }

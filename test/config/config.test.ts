@@ -341,6 +341,19 @@ describe('secret references', () => {
     expect(new KeyRing(parseConfig(doc, {}), { STRIPE_V1: '\n' }).problems).toEqual(['endpoints[0].secrets[0].value: environment variable STRIPE_V1 is empty']);
   });
 
+  // A secret file saved by a Windows editor or PowerShell (`Set-Content -Encoding UTF8`) starts with
+  // a UTF-8 byte order mark. The config file's is skipped (config/load.ts); a secret file's became
+  // part of the key: a GitHub secret three bytes off, every delivery 401, while check-config said OK.
+  it('a ${file:} secret saved with a UTF-8 byte order mark is read without it, as the config file is', () => {
+    const secretFile = join(dir, 'bom-secret');
+    writeFileSync(secretFile, '\uFEFFgh_webhook_secret\r\n');
+    const configFile = join(dir, 'bom-secret.yaml');
+    writeFileSync(configFile, stringify({ ...base(), endpoints: [{ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: `\${file:${secretFile}}` }] }] }));
+    const ring = new KeyRing(loadConfigFile(configFile, {}), {});
+    expect(ring.problems).toEqual([]);
+    expect(ring.keysFor('gh')!.map((k) => k.key.toString('hex'))).toEqual([Buffer.from('gh_webhook_secret').toString('hex')]);
+  });
+
   it('an unresolvable or malformed secret is reported by path, never by value', () => {
     const doc = {
       ...base(),
