@@ -230,6 +230,8 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   };
   // Node refuses to create a server whose headers timeout is longer than its request timeout.
   if (limits.headersTimeoutMs > limits.requestTimeoutMs) {
+    // Named by the key written: only requestTimeoutMs, below headersTimeoutMs's default, is the one to change.
+    if (lim.headersTimeoutMs === undefined) throw new ConfigError(child(limp, 'requestTimeoutMs'), `must be ≥ limits.headersTimeoutMs (${limits.headersTimeoutMs}, its default)`);
     throw new ConfigError(child(limp, 'headersTimeoutMs'), `must be ≤ limits.requestTimeoutMs (${limits.headersTimeoutMs} > ${limits.requestTimeoutMs}${lim.requestTimeoutMs === undefined ? ', its default' : ''})`);
   }
 

@@ -44,6 +44,15 @@ describe('config errors', () => {
     expect(errorOf({ ...base(), limits: { headersTimeoutMs: 60_000, requestTimeoutMs: 30_000 } })).toMatch(/^ConfigError: limits\.(headersTimeoutMs|requestTimeoutMs): /);
   });
 
+  // Only requestTimeoutMs written, below headersTimeoutMs's default (10000): the error named
+  // limits.headersTimeoutMs, a key the file does not have, as the one to change.
+  it('limits.requestTimeoutMs below the default headersTimeoutMs is refused naming limits.requestTimeoutMs, the key written', () => {
+    expect(errorOf({ ...base(), limits: { requestTimeoutMs: 5000 } })).toMatch(/^ConfigError: limits\.requestTimeoutMs: must be ≥ limits\.headersTimeoutMs \(10000, its default\)/);
+    // Both written (or only headersTimeoutMs): headersTimeoutMs is named, as before.
+    expect(errorOf({ ...base(), limits: { headersTimeoutMs: 60_000, requestTimeoutMs: 30_000 } })).toMatch(/^ConfigError: limits\.headersTimeoutMs: must be ≤ limits\.requestTimeoutMs \(60000 > 30000\)/);
+    expect(errorOf({ ...base(), limits: { headersTimeoutMs: 60_000 } })).toMatch(/^ConfigError: limits\.headersTimeoutMs: must be ≤ limits\.requestTimeoutMs \(60000 > 30000, its default\)/);
+  });
+
   // A blank listen.host (" ") is not a host, as a blank --host is not: refuse it by path instead of failing at serve.
   it('a blank listen.host is refused, naming listen.host', () => {
     expect(errorOf({ ...base(), listen: { host: ' ' } })).toMatch(/^ConfigError: listen\.host: /);
