@@ -69,6 +69,8 @@ export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.e
       // a Windows editor starts with a byte order mark, which is not either (as in config/load.ts).
       v = v.replace(/^\uFEFF/, '').replace(/\r?\n$/, '');
       if (v === '') throw new SecretUnavailableError(ref.path, `${ref.file} is empty`);
+      // Read as UTF-8, a byte that is not (raw key bytes, UTF-16 text) became U+FFFD: another key.
+      if (v.includes('\uFFFD')) throw new SecretUnavailableError(ref.path, `${ref.file} is not UTF-8 text (raw key bytes? write the key as text, e.g. its base64)`);
       return v;
     }
   }

@@ -354,6 +354,28 @@ describe('secret references', () => {
     expect(ring.keysFor('gh')!.map((k) => k.key.toString('hex'))).toEqual([Buffer.from('gh_webhook_secret').toString('hex')]);
   });
 
+  // A secret file that is not UTF-8 text (raw key bytes, or UTF-16 as PowerShell 5's `echo s > file`
+  // writes it) was decoded with U+FFFD for every bad byte: a different key, every delivery 401,
+  // while check-config said OK.
+  it('a ${file:} secret that is not UTF-8 text is a problem naming the path, not a mangled key', () => {
+    const binary = join(dir, 'binary-secret');
+    writeFileSync(binary, Buffer.from([0x9f, 0x00, 0xfe, 0x41, 0xc3, 0x28]));
+    const utf16 = join(dir, 'utf16-secret');
+    writeFileSync(utf16, Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('gh_webhook_secret\r\n', 'utf16le')]));
+    const configFile = join(dir, 'not-utf8.yaml');
+    writeFileSync(configFile, stringify({ ...base(), endpoints: [
+      { id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: `\${file:${binary}}` }] },
+      { id: 'gh2', provider: 'github', secrets: [{ version: 'v1', value: `\${file:${utf16}}` }] },
+    ] }));
+    const ring = new KeyRing(loadConfigFile(configFile, {}), {});
+    expect(ring.keysFor('gh')).toBeUndefined();
+    expect(ring.keysFor('gh2')).toBeUndefined();
+    expect(ring.problems).toEqual([
+      `endpoints[0].secrets[0].value: ${binary} is not UTF-8 text (raw key bytes? write the key as text, e.g. its base64)`,
+      `endpoints[1].secrets[0].value: ${utf16} is not UTF-8 text (raw key bytes? write the key as text, e.g. its base64)`,
+    ]);
+  });
+
   it('an unresolvable or malformed secret is reported by path, never by value', () => {
     const doc = {
       ...base(),
