@@ -103,6 +103,7 @@ export const createGenericHmac: AdapterFactory = (options, path) => {
   const objectVersionPath = jsonPath(optString(o, 'objectVersionPath', path), child(path, 'objectVersionPath'));
   const createdAtPath = jsonPath(optString(o, 'createdAtPath', path), child(path, 'createdAtPath'));
   const contentTypes = optStringArray(o, 'contentTypes', path)?.map((s, i) => mediaType(s, child(child(path, 'contentTypes'), i))) ?? ['application/json'];
+  if (contentTypes.length === 0) throw new ConfigError(child(path, 'contentTypes'), 'is empty, so every request would be refused (415); omit it to accept application/json');
   const tolerance = optInt(o, 'toleranceSeconds', path, 1, 86_400);
   const digestBytes = { sha1: 20, sha256: 32, sha512: 64 }[algorithm];
   const uses = (f: string) => template.some((p) => 'field' in p && p.field === f);

@@ -112,6 +112,14 @@ describe('config validation names the bad path', () => {
     expect(errorOf(withEndpoint(stripeEp({ secrets: [{ version: 'v1', valeu: 'whsec_a' }] })))).toMatch(/^endpoints\[0\]\.secrets\[0\]\.valeu: unknown key/);
   });
 
+  // generic-hmac `contentTypes: []` loaded, and the endpoint then answered every request 415
+  // unsupported_media_type ("expected " and nothing), as `events: []` would ignore every event.
+  it('generic-hmac options.contentTypes: [] (every request refused 415) is refused, naming the path', () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'wi-cfg-')), 'c.yaml');
+    writeFileSync(file, stringify(withEndpoint({ id: 'g', provider: 'generic-hmac', secrets: [{ version: 'v1', value: 's' }], options: { signatureHeader: 'x-sig', idPath: 'id', contentTypes: [] } })));
+    expect(() => loadConfigFile(file, {})).toThrow(/^endpoints\[0\]\.options\.contentTypes: is empty/);
+  });
+
   // A key with an invisible character (a no-break space or a zero-width space pasted from a web
   // page) was printed as is: "listen.port : unknown key (allowed: host, port)" names a key that
   // looks allowed.
