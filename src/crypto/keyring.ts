@@ -58,10 +58,7 @@ export class KeyRing {
   }
 
   private async fingerprintAsync(): Promise<string> {
-    const stamps = await this.eachFile(async (f) => fileStamp(await stat(f, { bigint: true }).catch((err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT') return undefined;
-      throw err;
-    })));
+    const stamps = await this.eachFile((f) => stat(f, { bigint: true }).then(fileStamp, statFailure));
     return stamps.join('|');
   }
 
@@ -174,9 +171,24 @@ function secretFiles(config: Config): string[] {
   return [...new Set(refs.flatMap((r) => (r.kind === 'file' ? [r.file] : [])))];
 }
 
-/** Identity, size and times of each file (following symlinks), or that it is absent. */
+/** Identity, size and times of each file (following symlinks), or that it is absent or why it cannot be statted. */
 function fingerprint(files: readonly string[]): string {
-  return files.map((f) => fileStamp(statSync(f, { throwIfNoEntry: false, bigint: true }))).join('|');
+  return files.map((f) => {
+    try {
+      return fileStamp(statSync(f, { bigint: true }));
+    } catch (err) {
+      return statFailure(err as NodeJS.ErrnoException);
+    }
+  }).join('|');
+}
+
+/**
+ * A file that cannot be statted: absent, or another reason (a path component that is a file,
+ * ENOTDIR; no permission, EACCES). Not thrown: its read fails too, and the KeyRing reports that by
+ * config path, as for a missing file.
+ */
+function statFailure(err: NodeJS.ErrnoException): string {
+  return err.code === 'ENOENT' ? '-' : `!${err.code ?? 'error'}`;
 }
 
 function fileStamp(s: BigIntStats | undefined): string {

@@ -220,6 +220,19 @@ describe('CLI errors', () => {
     expect(r.err).not.toContain('is not set');
   });
 
+  // `${file:/run/secrets/stripe/v1}` where /run/secrets/stripe is a file (the secret mounted as a
+  // file, not a folder): statting it fails with ENOTDIR, not ENOENT, and check-config (and serve, at
+  // start) printed an ENOTDIR stack trace and exited 1 instead of naming the secret's path.
+  it('check-config: a ${file:} secret under a path that is a file (ENOTDIR) exits 78 naming the secret, no stack trace', async () => {
+    const notADir = join(dir, 'stripe');
+    writeFileSync(notADir, 'whsec_abc\n');
+    const file = write('enotdir.yaml', configDoc('sqlite:./x.db', { endpoints: [stripeEp({ secrets: [{ version: 'v1', value: `\${file:${join(notADir, 'v1')}}` }] })] }));
+    const r = await runCli(['check-config', '--config', file]);
+    expect(r.err).not.toMatch(STACK);
+    expect(r.code).toBe(78);
+    expect(r.err).toContain(`endpoints[0].secrets[0].value: cannot read ${join(notADir, 'v1')} (ENOTDIR)`);
+  });
+
   // limits.headersTimeoutMs > requestTimeoutMs: check-config must say so (78), as serve cannot start with it.
   it('check-config: headersTimeoutMs above requestTimeoutMs exits 78', async () => {
     const file = write('timeouts.yaml', configDoc('sqlite:./x.db', { limits: { headersTimeoutMs: 60_000, requestTimeoutMs: 30_000 } }));

@@ -384,6 +384,22 @@ describe('secret references', () => {
     ]);
   });
 
+  // A stat failing otherwise than ENOENT (a path component that is a file: ENOTDIR) threw out of
+  // the KeyRing: at start a crash with a stack; in a running process every 10 s check failed
+  // ("secret check failed") instead of reporting the secret.
+  it('a ${file:} secret whose path cannot be statted (ENOTDIR) is a problem naming it, at start and on reload', async () => {
+    const notADir = join(dir, 'stripe-as-file');
+    writeFileSync(notADir, 'whsec_abc\n');
+    const secretPath = join(notADir, 'v1');
+    const doc = withEndpoint(stripeEp({ secrets: [{ version: 'v1', value: `\${file:${secretPath}}` }] }));
+    const ring = new KeyRing(parseConfig(doc, {}), {});
+    const problem = `endpoints[0].secrets[0].value: cannot read ${secretPath} (ENOTDIR)`;
+    expect(ring.problems).toEqual([problem]);
+    ring.reload(await ring.readFiles());
+    expect(ring.problems).toEqual([problem]);
+    expect(await ring.filesChanged()).toBe(false);
+  });
+
   it('an unresolvable or malformed secret is reported by path, never by value', () => {
     const doc = {
       ...base(),
