@@ -51,8 +51,9 @@ export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.e
       const raw = env[ref.name];
       // Set but empty (compose's `X: ${X}` with X unset on the host) is said as such: `env` shows it set.
       if (raw === undefined) throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is not set`);
-      // Filled from the same secret a mount holds (a Kubernetes secretKeyRef), it ends with its newline too.
-      const v = raw.replace(/\r?\n$/, '');
+      // Filled from the same secret a mount holds (a Kubernetes secretKeyRef), it ends with its newline
+      // too; read by a shell from a CRLF env file, with the "\r" alone.
+      const v = raw.replace(/\r?\n$|\r$/, '');
       if (v === '') throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is empty`);
       return v;
     }

@@ -400,6 +400,15 @@ describe('secret references', () => {
     expect(await ring.filesChanged()).toBe(false);
   });
 
+  // An env file with CRLF line endings read by a shell (`set -a; . ./inbox.env`) leaves "\r" at the
+  // end of each value, without the "\n" (DATABASE_URL is refused for it): the secret was kept with
+  // the "\r", a key one byte off, every Stripe delivery 401 while check-config said OK.
+  it('a ${env:} value ending in the "\\r" of a CRLF env file is read without it', () => {
+    const doc = withEndpoint(stripeEp({ secrets: [{ version: 'v1', value: '${env:STRIPE_V1}' }] }));
+    expect(new KeyRing(parseConfig(doc, {}), { STRIPE_V1: 'whsec_from_env\r' }).keysFor('ep')!.map((k) => k.key.toString())).toEqual(['whsec_from_env']);
+    expect(new KeyRing(parseConfig(doc, {}), { STRIPE_V1: '\r' }).problems).toEqual(['endpoints[0].secrets[0].value: environment variable STRIPE_V1 is empty']);
+  });
+
   it('an unresolvable or malformed secret is reported by path, never by value', () => {
     const doc = {
       ...base(),
