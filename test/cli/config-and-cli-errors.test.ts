@@ -233,6 +233,19 @@ describe('CLI errors', () => {
     expect(r.err).toContain(`endpoints[0].secrets[0].value: cannot read ${join(notADir, 'v1')} (ENOTDIR)`);
   });
 
+  // `database: sqlite:~/inbox/events.db` (a shell habit): nothing expands "~", so serve created a
+  // folder named "~" in its working directory and kept the events there, and a command run from
+  // elsewhere (events list, keys reseal) opened another, empty database.
+  it('check-config: a sqlite path starting with "~" (not expanded) exits 78 naming database', async () => {
+    const file = write('tilde.yaml', configDoc('sqlite:~/inbox/events.db'));
+    const r = await runCli(['check-config', '--config', file]);
+    expect(r.code).toBe(78);
+    expect(r.err).toMatch(/config error: database: .*"~"/);
+    const viaEnv = await runCli(['check-config', '--config', write('tilde-env.yaml', configDoc('sqlite:./x.db'))], 30_000, { DATABASE_URL: 'sqlite:~/inbox/events.db' });
+    expect(viaEnv.code).toBe(78);
+    expect(viaEnv.err).toMatch(/config error: DATABASE_URL: .*"~"/);
+  });
+
   // limits.headersTimeoutMs > requestTimeoutMs: check-config must say so (78), as serve cannot start with it.
   it('check-config: headersTimeoutMs above requestTimeoutMs exits 78', async () => {
     const file = write('timeouts.yaml', configDoc('sqlite:./x.db', { limits: { headersTimeoutMs: 60_000, requestTimeoutMs: 30_000 } }));

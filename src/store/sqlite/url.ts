@@ -37,6 +37,10 @@ export function parseSqliteUrl(url: string): WorkerInit {
   if (file.startsWith('//')) {
     throw new Error('sqlite URL takes a file path after "sqlite:", not "//": sqlite:./data/webhook-inbox.db (relative to the working directory) or sqlite:/var/lib/webhook-inbox/inbox.db (absolute)');
   }
+  // A shell habit: nothing expands "~" here, so it would be a folder named "~" in the working directory.
+  if (file.startsWith('~')) {
+    throw new Error('sqlite URL path starts with "~", which is not expanded (it would be a folder named "~" in the working directory): write the path out, e.g. sqlite:/home/inbox/webhook-inbox.db');
+  }
   // Not 0: a transaction could not run a statement before it was rolled back.
   const txTimeoutMs = num('txTimeoutMs', 10_000, 1);
   return { file: file === ':memory:' ? file : resolve(file), busyTimeoutMs: num('busyTimeoutMs', defaultBusyTimeoutMs(txTimeoutMs), 0), txTimeoutMs, durableEngineCommits: true };
