@@ -5,6 +5,35 @@ import { pgAvailable, PG_ADMIN_URL } from '../helpers/pg.js';
 import { record } from '../helpers/records.js';
 import { freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
+/** Creates the login role if it is not there yet (roles outlive the throwaway databases). */
+async function ensureRole(role: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
+  await admin.connect();
+  try {
+    await admin.query(`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${role}') THEN CREATE ROLE ${role} LOGIN; END IF; END $$`);
+  } finally {
+    await admin.end();
+  }
+}
+
+/** Runs `fn` on a client connected to `url`. */
+async function connected(url: string, fn: (c: pg.Client) => Promise<void>): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+/** The same database's URL, as `user`. */
+function withUser(url: string, user: string): string {
+  const u = new URL(url);
+  u.username = user;
+  return u.toString();
+}
+
 /**
  * A common PostgreSQL deployment: the schema's owner runs `webhook-inbox migrate`, and serve and
  * work run as a role that may read and write the tables but not create any (PostgreSQL 15 gives
@@ -20,37 +49,17 @@ describe.runIf(await pgAvailable())('PostgreSQL migrate by a role without DDL ri
     const owner = openStore(db.url);
     await owner.migrate();
     await owner.close();
-    const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
-    await admin.connect();
-    try {
-      await admin.query(`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${ROLE}') THEN CREATE ROLE ${ROLE} LOGIN; END IF; END $$`);
-    } finally {
-      await admin.end();
-    }
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
-      await client.query(`REVOKE CREATE ON SCHEMA public FROM PUBLIC`);
-      await client.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${ROLE}`);
-      // Control: this role really may not create tables here.
-      const asRole = new pg.Client({ connectionString: withUser(db.url, ROLE) });
-      await asRole.connect();
-      try {
-        await expect(asRole.query('CREATE TABLE wi_probe (x integer)')).rejects.toThrow(/permission denied for schema public/);
-      } finally {
-        await asRole.end();
-      }
-    } finally {
-      await client.end();
-    }
+    await ensureRole(ROLE);
+    await connected(db.url, async (owner) => {
+      await owner.query(`REVOKE CREATE ON SCHEMA public FROM PUBLIC`);
+      await owner.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${ROLE}`);
+    });
+    // Control: this role really may not create tables here.
+    await connected(withUser(db.url, ROLE), async (asRole) => {
+      await expect(asRole.query('CREATE TABLE wi_probe (x integer)')).rejects.toThrow(/permission denied for schema public/);
+    });
   });
   afterEach(() => db.cleanup());
-
-  const withUser = (url: string, user: string) => {
-    const u = new URL(url);
-    u.username = user;
-    return u.toString();
-  };
 
   it('migrate applies nothing and succeeds; the store then accepts', async () => {
     const store = openStore(withUser(db.url, ROLE));
@@ -88,25 +97,13 @@ describe.runIf(await pgAvailable())('PostgreSQL migrate by a role with a schema 
         await owner.close();
       }
     })();
-    const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
-    await admin.connect();
-    try {
-      await admin.query(`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${ROLE}') THEN CREATE ROLE ${ROLE} LOGIN; END IF; END $$`);
-    } finally {
-      await admin.end();
-    }
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
-      await client.query(`CREATE SCHEMA ${ROLE} AUTHORIZATION ${ROLE}`);
-      await client.query(`GRANT USAGE ON SCHEMA public TO ${ROLE}`);
-      await client.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${ROLE}`);
-    } finally {
-      await client.end();
-    }
-    const u = new URL(db.url);
-    u.username = ROLE;
-    const store = openStore(u.toString());
+    await ensureRole(ROLE);
+    await connected(db.url, async (owner) => {
+      await owner.query(`CREATE SCHEMA ${ROLE} AUTHORIZATION ${ROLE}`);
+      await owner.query(`GRANT USAGE ON SCHEMA public TO ${ROLE}`);
+      await owner.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${ROLE}`);
+    });
+    const store = openStore(withUser(db.url, ROLE));
     try {
       await expect(store.migrate()).resolves.toEqual([]);
       expect(await store.getInbox(accepted!.inboxId)).toMatchObject({ providerEventId: 'evt_in_public' });
