@@ -33,7 +33,7 @@ export type Admission = { readonly go: 'yes' } | { readonly go: 'probe' } | { re
 
 export class Circuit {
   private inARow = 0;
-  /** When the circuit opened (undefined = closed); it may probe from `openedAt + cooldownMs`. */
+  /** When the circuit opened (performance.now(); undefined = closed); it may probe from `openedAt + cooldownMs`. */
   private openedAt: number | undefined;
   private probing = false;
 
@@ -45,8 +45,13 @@ export class Circuit {
     private readonly probeMs: number,
   ) {}
 
+  /**
+   * A monotonic clock: the cooldown is a span within this process. On the wall clock, a clock
+   * stepped back (chrony, an operator) while the circuit was open kept it open that much longer,
+   * every delivery failing at once without a request, spending the events' attempts.
+   */
   private now(): number {
-    return Date.now();
+    return performance.now();
   }
 
   admit(): Admission {

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { Webhook } from 'standardwebhooks';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { DestinationConfig } from '../../src/config/engine.js';
 import { parseSecretRef, SecretUnavailableError } from '../../src/config/secrets.js';
 import type { DeliveryEvent, Destination } from '../../src/destinations/contract.js';
@@ -248,6 +248,25 @@ describe('http destination', () => {
       // Closed: deliveries go again, side by side.
       expect(reasons(await Promise.allSettled([d.deliver(event('after-1')), d.deliver(event('after-2'))]))).toEqual(['delivered', 'delivered']);
       expect(received.map((r) => r.headers['webhook-id'])).toEqual(['first', 'probe-1', 'probe-2', 'after-1', 'after-2']);
+    });
+
+    it('the cooldown is timed by a monotonic clock: a wall clock stepped back while the circuit is open does not keep it open that much longer', async () => {
+      // A wall clock the test can step (it runs on from where it is set); the monotonic one stays.
+      vi.useFakeTimers({ toFake: ['Date'], shouldAdvanceTime: true });
+      try {
+        const d = destination({ timeoutMs: 300, circuitBreaker: { failures: 1, cooldownMs: 500 } });
+        handler = () => undefined;
+        expect((await failureOf(d.deliver(event('first')))).reason).toBe('timeout');
+        // chrony (or an operator) sets the host's clock back 10 minutes while the circuit is open.
+        vi.setSystemTime(Date.now() - 10 * 60_000);
+        await sleep(550);
+        handler = (_req, res) => res.end('ok');
+        // The cooldown is over: the probe goes, and its answer closes the circuit.
+        await d.deliver(event('probe'));
+        expect(received.map((r) => r.headers['webhook-id'])).toEqual(['first', 'probe']);
+      } finally {
+        vi.useRealTimers();
+      }
     });
 
     it('any answer, even a 500, resets the count: only timeouts in a row open the circuit', async () => {
