@@ -87,6 +87,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const metrics = ingressMetrics();
   // The latest accept commit, if it failed: a database that answers a ping can still refuse every
   // write (locked by another process, disk full), and then /readyz must not say ready.
+  // Its time is monotonic (performance.now()): on the wall clock, a clock stepped back after a
+  // failure kept /readyz not ready for the step, and a gateway not ready gets no webhooks to commit.
   let lastCommitFailure: { atMs: number; error: string } | undefined;
   const committer = new GroupCommitter<AcceptRecord, AcceptResult>(
     (items) => store.acceptBatch(items),
@@ -99,7 +101,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       metrics.commitLatency.observe(s.commitMs / 1000);
       metrics.batchSize.observe(s.size);
       if (!s.ok) metrics.commitFailures.inc();
-      lastCommitFailure = s.ok ? undefined : { atMs: Date.now(), error: s.error ?? 'unknown' };
+      lastCommitFailure = s.ok ? undefined : { atMs: performance.now(), error: s.error ?? 'unknown' };
     },
     (r) => r.payload.ciphertext.length,
   );
@@ -134,7 +136,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
         const problems = await commonProblems(keyring, engine, store, allRetired(config, Date.now()));
         // Recent only: with no traffic there is no commit to clear it, and the ping above still speaks.
         const f = lastCommitFailure;
-        if (f && Date.now() - f.atMs < COMMIT_FAILURE_MEMORY_MS) problems.push(`accepts: the latest commit failed ${Math.round((Date.now() - f.atMs) / 1000)} s ago: ${f.error}`);
+        const agoMs = f === undefined ? Infinity : performance.now() - f.atMs;
+        if (f && agoMs < COMMIT_FAILURE_MEMORY_MS) problems.push(`accepts: the latest commit failed ${Math.round(agoMs / 1000)} s ago: ${f.error}`);
         return problems.length ? problems : null;
       },
       failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),

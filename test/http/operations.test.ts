@@ -4,7 +4,7 @@ import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { PAYLOAD_KEY, startTestApp, STRIPE_SECRET } from '../helpers/app.js';
 import { post, rawExchange, statusOf } from '../helpers/http.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -255,6 +255,32 @@ describe('logs and metrics', () => {
       await t.stop();
     }
   });
+
+  it('/readyz forgets a failed commit 10 s later by the monotonic clock: a wall clock stepped back meanwhile does not keep it not ready', async () => {
+    // A wall clock the test can step (it runs on from where it is set); the monotonic one stays.
+    vi.useFakeTimers({ toFake: ['Date'], shouldAdvanceTime: true });
+    const t = await appWithLog({}, {}, '?busyTimeoutMs=100');
+    try {
+      const ready = () => post(`${t.app.url}/readyz`, '', {}, 'GET');
+      const blocker = new Database(t.file);
+      blocker.exec('BEGIN IMMEDIATE');
+      const body = stripeEvent('evt_ready_stepped');
+      expect((await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(503);
+      blocker.exec('ROLLBACK');
+      blocker.close();
+      expect((await ready()).status).toBe(503);
+      // chrony (or an operator) sets the host's clock back 10 minutes. Not ready, a load balancer
+      // sends no webhooks, so no commit clears the failure: only its age may.
+      vi.setSystemTime(Date.now() - 10 * 60_000);
+      await new Promise((r) => setTimeout(r, 10_500));
+      const later = await ready();
+      expect(later.json().problems ?? []).toEqual([]);
+      expect(later.status).toBe(200);
+    } finally {
+      vi.useRealTimers();
+      await t.stop();
+    }
+  }, 20_000);
 
   it('/readyz is not ready on a database this build has not migrated (serve --no-migrate), and every accept would fail', async () => {
     const lines: string[] = [];
