@@ -27,16 +27,16 @@ function contract(kind: 'sqlite' | 'postgres'): void {
   });
 
   it('stores a new event as PENDING with every field, its payload and one outbox row', async () => {
-    const r = record('evt_fields');
+    const r = record('evt_fields', undefined, { receivedAtMs: 1_750_000_000_123 });
     const [res] = await store.acceptBatch([r]);
     expect(res).toEqual({ inboxId: r.inboxId, duplicate: false });
     const row = (await store.getInbox(r.inboxId))!;
     expect(row).toMatchObject({
       inboxId: r.inboxId, provider: 'stripe', endpointId: 'ep', providerEventId: 'evt_fields',
       eventType: 'payment_intent.succeeded', objectId: 'pi_1', objectVersion: null,
-      providerCreatedAtMs: 1_700_000_000_000, receivedAtMs: 1_800_000_000_123,
+      providerCreatedAtMs: 1_700_000_000_000, receivedAtMs: 1_750_000_000_123,
       rawPayloadRef: r.payloadId, matchedSecretVersion: 'v1', status: 'PENDING', attemptCount: 0,
-      nextAttemptAtMs: 1_800_000_000_123, leaseUntilMs: null, lastError: null,
+      nextAttemptAtMs: 1_750_000_000_123, leaseUntilMs: null, lastError: null,
     });
     expect(row.payloadHash.equals(r.payloadHash)).toBe(true);
     const stored = (await store.getPayload(r.payloadId))!;

@@ -7,7 +7,8 @@ import { pgAvailable } from '../helpers/pg.js';
 import { record } from '../helpers/records.js';
 import { freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
-const T = 1_800_000_000_000;
+/** In the past: a row received after the database's now() is due at that now (sql.ts DUE_AT_ONCE). */
+const T = 1_750_000_000_000;
 
 /**
  * A worker's lease heartbeat (extendInboxLeases) runs on its own connection while the same

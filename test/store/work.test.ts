@@ -9,8 +9,11 @@ import { LeaseLostError } from '../../src/store/work-port.js';
 import { cipher, record } from '../helpers/records.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
-/** A fixed clock: every test drives time through `nowMs`, so "due" is deterministic. */
-const T = 1_800_000_000_000;
+/**
+ * A fixed clock: every test drives time through `nowMs`, so "due" is deterministic. In the past:
+ * PostgreSQL makes a row received after its own now() due at that now (sql.ts DUE_AT_ONCE).
+ */
+const T = 1_750_000_000_000;
 const LEASE = 30_000;
 
 /**

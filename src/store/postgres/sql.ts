@@ -31,6 +31,14 @@ export function acceptSizesUpTo(maxBatch: number): number[] {
  * Each bytea is its own parameter, so the driver sends it in binary (no hex/escape blow-up).
  * No NOTIFY in here: see NOTIFY_NEW_WORK.
  */
+/**
+ * A new row's next_attempt_at: its received_at, or the database's now() if that is earlier. The
+ * receiving process's clock is watched by nothing (clock-skew.ts runs with the workers, against
+ * the database's), so a `serve` whose clock ran minutes ahead stored each event minutes in the
+ * workers' future, and no worker touched it for that long.
+ */
+const DUE_AT_ONCE = 'LEAST(to_timestamp(received_ms / 1000.0), now())';
+
 export function acceptStatement(rows: number, cols: number): string {
   let sql = statements.get(rows);
   if (sql) return sql;
@@ -53,7 +61,7 @@ export function acceptStatement(rows: number, cols: number): string {
         status, attempt_count, next_attempt_at)
       SELECT inbox_id, provider, endpoint_id, provider_event_id, event_type, object_id,
         object_version, to_timestamp(provider_created_ms / 1000.0), to_timestamp(received_ms / 1000.0), payload_id,
-        payload_hash, matched_secret_version, 'PENDING', 0, to_timestamp(received_ms / 1000.0)
+        payload_hash, matched_secret_version, 'PENDING', 0, ${DUE_AT_ONCE}
       FROM input WHERE inbox_id IS NOT NULL
       ON CONFLICT (provider, endpoint_id, provider_event_id) DO NOTHING
       RETURNING inbox_id
@@ -66,7 +74,7 @@ export function acceptStatement(rows: number, cols: number): string {
     obx AS (
       INSERT INTO webhook_outbox (outbox_id, inbox_id, topic, created_at, next_attempt_at, published_at)
       SELECT i.outbox_id, i.inbox_id, i.topic, to_timestamp(i.received_ms / 1000.0),
-        CASE WHEN i.relay THEN to_timestamp(i.received_ms / 1000.0) END, CASE WHEN NOT i.relay THEN to_timestamp(i.received_ms / 1000.0) END
+        CASE WHEN i.relay THEN ${DUE_AT_ONCE} END, CASE WHEN NOT i.relay THEN to_timestamp(i.received_ms / 1000.0) END
       FROM input i JOIN ins USING (inbox_id)
     )
     SELECT inbox_id::text FROM ins`;
