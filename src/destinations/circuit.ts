@@ -58,7 +58,9 @@ export class Circuit {
     if (this.openedAt === undefined) return { go: 'yes' };
     const probeAt = this.openedAt + this.o.cooldownMs;
     const now = this.now();
-    if (now < probeAt) return { go: 'no', waitMs: probeAt - now };
+    // Whole ms (the monotonic clock's are fractional): it becomes a retry's next_attempt_at, which
+    // SQLite keeps in a STRICT INTEGER column and refuses as a REAL, failing the settle.
+    if (now < probeAt) return { go: 'no', waitMs: Math.ceil(probeAt - now) };
     if (this.probing) return { go: 'no', waitMs: this.probeMs };
     this.probing = true;
     return { go: 'probe' };

@@ -228,6 +228,8 @@ describe('http destination', () => {
       expect(later.message).toMatch(/^http destination "fwd" is not answering: circuit open, no request sent \(next probe in (59|60) s\)$/);
       // Its retry is not due before the probe may go (the retry policy's cap still bounds it).
       expect((later as RetryableError).retryAfterMs).toBeGreaterThan(59_000);
+      // Whole ms: it becomes a retry's next_attempt_at, a SQLite STRICT INTEGER column.
+      expect(Number.isInteger((later as RetryableError).retryAfterMs)).toBe(true);
       expect(received).toHaveLength(2);
     });
 
