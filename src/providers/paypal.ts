@@ -235,7 +235,13 @@ export class CertificateCache {
 
   constructor(private readonly fetcher: CertFetcher) {}
 
-  get(url: URL, nowMs: number): Promise<SigningCert> {
+  /**
+   * Its times are monotonic (performance.now()): the TTLs are spans within this process. On the
+   * wall clock, a clock stepped back 10 minutes after a failed download answered every delivery
+   * signed with that certificate 503 for those 10 minutes, without trying again.
+   */
+  get(url: URL): Promise<SigningCert> {
+    const nowMs = performance.now();
     const k = url.href;
     const hit = this.good.get(k);
     if (hit) {
@@ -391,7 +397,7 @@ export const createPaypal: AdapterFactory = (options, path) => {
       const m = meta as PaypalSignature;
       const live = keys.filter((k) => !isRetired(k, nowMs));
       if (live.length === 0) return null; // nothing could match: no download
-      const cert = await certs.get(m.certUrl, nowMs);
+      const cert = await certs.get(m.certUrl);
       if (cert.problem) throw new IngressError('invalid_signature', cert.problem);
       if (nowMs < cert.notBeforeMs || nowMs > cert.notAfterMs) throw new IngressError('invalid_signature', 'PayPal signing certificate is expired or not yet valid');
       let matched: TrustedKey | null = null;

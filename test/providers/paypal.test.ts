@@ -404,11 +404,19 @@ describe('paypal: certificate download, cache and failures', () => {
   it(`a cached certificate is downloaded again after ${CERT_TTL_MS / 3_600_000} h`, async () => {
     const f = counting();
     const a = adapterWith(f);
-    expect(await check(a, deliver(), undefined, NOW_MS)).toBe('v1');
-    expect(await check(a, deliver({ timeMs: NOW_MS + CERT_TTL_MS - 1 }), undefined, NOW_MS + CERT_TTL_MS - 1)).toBe('v1');
-    expect(f.calls).toHaveLength(1);
-    expect(await check(a, deliver({ timeMs: NOW_MS + CERT_TTL_MS }), undefined, NOW_MS + CERT_TTL_MS)).toBe('v1');
-    expect(f.calls).toHaveLength(2);
+    // The cache's TTLs are timed by the monotonic clock.
+    vi.useFakeTimers({ toFake: ['performance'] });
+    try {
+      expect(await check(a, deliver(), undefined, NOW_MS)).toBe('v1');
+      vi.advanceTimersByTime(CERT_TTL_MS - 1);
+      expect(await check(a, deliver({ timeMs: NOW_MS + CERT_TTL_MS - 1 }), undefined, NOW_MS + CERT_TTL_MS - 1)).toBe('v1');
+      expect(f.calls).toHaveLength(1);
+      vi.advanceTimersByTime(1);
+      expect(await check(a, deliver({ timeMs: NOW_MS + CERT_TTL_MS }), undefined, NOW_MS + CERT_TTL_MS)).toBe('v1');
+      expect(f.calls).toHaveLength(2);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it.each([
@@ -474,12 +482,42 @@ describe('paypal: certificate download, cache and failures', () => {
       return fake.fetcher(url);
     });
     const a = adapterWith(f);
-    expect((await rejection(check(a, deliver()))).reason).toBe('verification_unavailable');
-    answer = 'ok';
-    expect((await rejection(check(a, deliver({ timeMs: NOW_MS + CERT_FAILURE_TTL_MS - 1 }), undefined, NOW_MS + CERT_FAILURE_TTL_MS - 1))).reason).toBe('verification_unavailable');
-    expect(f.calls).toHaveLength(1);
-    expect(await check(a, deliver({ timeMs: NOW_MS + CERT_FAILURE_TTL_MS }), undefined, NOW_MS + CERT_FAILURE_TTL_MS)).toBe('v1');
-    expect(f.calls).toHaveLength(2);
+    vi.useFakeTimers({ toFake: ['performance'] });
+    try {
+      expect((await rejection(check(a, deliver()))).reason).toBe('verification_unavailable');
+      answer = 'ok';
+      vi.advanceTimersByTime(CERT_FAILURE_TTL_MS - 1);
+      expect((await rejection(check(a, deliver({ timeMs: NOW_MS + CERT_FAILURE_TTL_MS - 1 }), undefined, NOW_MS + CERT_FAILURE_TTL_MS - 1))).reason).toBe('verification_unavailable');
+      expect(f.calls).toHaveLength(1);
+      vi.advanceTimersByTime(1);
+      expect(await check(a, deliver({ timeMs: NOW_MS + CERT_FAILURE_TTL_MS }), undefined, NOW_MS + CERT_FAILURE_TTL_MS)).toBe('v1');
+      expect(f.calls).toHaveLength(2);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it(`a failure is remembered ${CERT_FAILURE_TTL_MS / 1000} s by the monotonic clock: a wall clock stepped back meanwhile does not make it longer`, async () => {
+    let answer: 'fail' | 'ok' = 'fail';
+    const f = counting(async (url) => {
+      if (answer === 'fail') throw new Error('ECONNRESET');
+      return fake.fetcher(url);
+    });
+    const a = adapterWith(f);
+    vi.useFakeTimers({ toFake: ['performance'] });
+    try {
+      // The wall clock 10 minutes ahead (after the certificate's notBefore either way)...
+      const ahead = NOW_MS + 10 * 60_000;
+      expect((await rejection(check(a, deliver({ timeMs: ahead }), undefined, ahead))).reason).toBe('verification_unavailable');
+      answer = 'ok';
+      // ...and 10 s later set back those 10 minutes by chrony (or an operator).
+      vi.advanceTimersByTime(CERT_FAILURE_TTL_MS);
+      const stepped = NOW_MS + CERT_FAILURE_TTL_MS;
+      expect(await check(a, deliver({ timeMs: stepped }), undefined, stepped)).toBe('v1');
+      expect(f.calls).toHaveLength(2);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('at most 4 downloads at once for URLs that have not verified a delivery: a flood of unknown certificate URLs cannot fan out', async () => {
@@ -499,17 +537,23 @@ describe('paypal: certificate download, cache and failures', () => {
     const slow = new Set([1, 2, 3, 4].map((i) => certUrl(`CERT-slow-${i}`)));
     const f = counting((url) => (slow.has(url.href) ? new Promise<Buffer>((resolve) => waiting.push(resolve)) : viaFake(url)));
     const a = adapterWith(f);
-    expect(await check(a, deliver())).toBe('v1'); // CERT-sandbox verified a delivery
-    expect(await check(a, deliver({ cert: certUrl('CERT-live') }))).toBeNull(); // CERT-live was downloaded but verified nothing
-    const later = NOW_MS + CERT_TTL_MS; // both past the cache's day: each needs a download again
-    const at = (o: Parameters<typeof deliver>[0] = {}) => check(a, deliver({ timeMs: later, ...o }), undefined, later);
-    const pending = [...slow].map((cert) => at({ cert }));
-    expect(waiting).toHaveLength(4);
-    expect((await rejection(at({ cert: certUrl('CERT-live') }))).detail).toMatch(/too many/);
-    expect(await at()).toBe('v1');
-    expect(f.calls.filter((u) => u === certUrl('CERT-sandbox'))).toHaveLength(2);
-    for (const w of waiting) w(SIGNING.certPem);
-    expect(await Promise.all(pending)).toEqual(['v1', 'v1', 'v1', 'v1']);
+    vi.useFakeTimers({ toFake: ['performance'] });
+    try {
+      expect(await check(a, deliver())).toBe('v1'); // CERT-sandbox verified a delivery
+      expect(await check(a, deliver({ cert: certUrl('CERT-live') }))).toBeNull(); // CERT-live was downloaded but verified nothing
+      vi.advanceTimersByTime(CERT_TTL_MS); // both past the cache's day: each needs a download again
+      const later = NOW_MS + CERT_TTL_MS;
+      const at = (o: Parameters<typeof deliver>[0] = {}) => check(a, deliver({ timeMs: later, ...o }), undefined, later);
+      const pending = [...slow].map((cert) => at({ cert }));
+      expect(waiting).toHaveLength(4);
+      expect((await rejection(at({ cert: certUrl('CERT-live') }))).detail).toMatch(/too many/);
+      expect(await at()).toBe('v1');
+      expect(f.calls.filter((u) => u === certUrl('CERT-sandbox'))).toHaveLength(2);
+      for (const w of waiting) w(SIGNING.certPem);
+      expect(await Promise.all(pending)).toEqual(['v1', 'v1', 'v1', 'v1']);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
