@@ -24,14 +24,6 @@ export function acceptSizesUpTo(maxBatch: number): number[] {
 }
 
 /**
- * One statement = one transaction for a whole batch: insert the inbox rows that win their
- * unique key (ON CONFLICT DO NOTHING — atomic, never read-then-write), and, for exactly
- * those winners, their encrypted payload and outbox rows. Returns the winners' ids.
- * Rows whose inbox_id is NULL are padding (acceptSize) and insert nothing.
- * Each bytea is its own parameter, so the driver sends it in binary (no hex/escape blow-up).
- * No NOTIFY in here: see NOTIFY_NEW_WORK.
- */
-/**
  * A new row's next_attempt_at: its received_at, or the database's now() if that is earlier. The
  * receiving process's clock is watched by nothing (clock-skew.ts runs with the workers, against
  * the database's), so a `serve` whose clock ran minutes ahead stored each event minutes in the
@@ -39,6 +31,14 @@ export function acceptSizesUpTo(maxBatch: number): number[] {
  */
 const DUE_AT_ONCE = 'LEAST(to_timestamp(received_ms / 1000.0), now())';
 
+/**
+ * One statement = one transaction for a whole batch: insert the inbox rows that win their
+ * unique key (ON CONFLICT DO NOTHING — atomic, never read-then-write), and, for exactly
+ * those winners, their encrypted payload and outbox rows. Returns the winners' ids.
+ * Rows whose inbox_id is NULL are padding (acceptSize) and insert nothing.
+ * Each bytea is its own parameter, so the driver sends it in binary (no hex/escape blow-up).
+ * No NOTIFY in here: see NOTIFY_NEW_WORK.
+ */
 export function acceptStatement(rows: number, cols: number): string {
   let sql = statements.get(rows);
   if (sql) return sql;
