@@ -117,6 +117,16 @@ function counting(inner: CertFetcher = viaFake): CertFetcher & { calls: string[]
   }, { calls });
 }
 
+/** A counting fetcher whose downloads fail (ECONNRESET) until `recover()` is called. */
+function failingUntilRecovered(): { f: CertFetcher & { calls: string[] }; recover(): void } {
+  let failing = true;
+  const f = counting(async (url) => {
+    if (failing) throw new Error('ECONNRESET');
+    return fake.fetcher(url);
+  });
+  return { f, recover: () => { failing = false; } };
+}
+
 describe('paypal: the signed string, cross-checked', () => {
   it('independent signer → adapter: `${id}|${time}|${webhookId}|${crc32}` verifies (PayPal-node-SDK / Java / Python recipe)', async () => {
     expect(await check(adapterWith(), deliver())).toBe('v1');
@@ -476,16 +486,12 @@ describe('paypal: certificate download, cache and failures', () => {
   });
 
   it(`a failure is remembered for ${CERT_FAILURE_TTL_MS / 1000} s (no re-download per retry), then tried again`, async () => {
-    let answer: 'fail' | 'ok' = 'fail';
-    const f = counting(async (url) => {
-      if (answer === 'fail') throw new Error('ECONNRESET');
-      return fake.fetcher(url);
-    });
+    const { f, recover } = failingUntilRecovered();
     const a = adapterWith(f);
     vi.useFakeTimers({ toFake: ['performance'] });
     try {
       expect((await rejection(check(a, deliver()))).reason).toBe('verification_unavailable');
-      answer = 'ok';
+      recover();
       vi.advanceTimersByTime(CERT_FAILURE_TTL_MS - 1);
       expect((await rejection(check(a, deliver({ timeMs: NOW_MS + CERT_FAILURE_TTL_MS - 1 }), undefined, NOW_MS + CERT_FAILURE_TTL_MS - 1))).reason).toBe('verification_unavailable');
       expect(f.calls).toHaveLength(1);
@@ -498,18 +504,14 @@ describe('paypal: certificate download, cache and failures', () => {
   });
 
   it(`a failure is remembered ${CERT_FAILURE_TTL_MS / 1000} s by the monotonic clock: a wall clock stepped back meanwhile does not make it longer`, async () => {
-    let answer: 'fail' | 'ok' = 'fail';
-    const f = counting(async (url) => {
-      if (answer === 'fail') throw new Error('ECONNRESET');
-      return fake.fetcher(url);
-    });
+    const { f, recover } = failingUntilRecovered();
     const a = adapterWith(f);
     vi.useFakeTimers({ toFake: ['performance'] });
     try {
       // The wall clock 10 minutes ahead (after the certificate's notBefore either way)...
       const ahead = NOW_MS + 10 * 60_000;
       expect((await rejection(check(a, deliver({ timeMs: ahead }), undefined, ahead))).reason).toBe('verification_unavailable');
-      answer = 'ok';
+      recover();
       // ...and 10 s later set back those 10 minutes by chrony (or an operator).
       vi.advanceTimersByTime(CERT_FAILURE_TTL_MS);
       const stepped = NOW_MS + CERT_FAILURE_TTL_MS;
