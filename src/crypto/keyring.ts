@@ -191,8 +191,8 @@ function statFailure(err: NodeJS.ErrnoException): string {
   return err.code === 'ENOENT' ? '-' : `!${err.code ?? 'error'}`;
 }
 
-function fileStamp(s: BigIntStats | undefined): string {
-  return s ? `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}` : '-';
+function fileStamp(s: BigIntStats): string {
+  return `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}`;
 }
 
 /** The secret files as a running process read them off the event loop (KeyRing.readFiles). */
