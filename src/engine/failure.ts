@@ -76,7 +76,11 @@ export function abandonedMessage(attempt: number, maxAttempts: number): string {
 export interface Classified {
   readonly retryable: boolean;
   readonly reason: string;
-  /** The failure asked for at least this long before the next attempt (RetryableError.retryAfterMs). */
+  /**
+   * The failure asked for at least this long before the next attempt (RetryableError.retryAfterMs),
+   * in whole ms, rounded up: it becomes a next_attempt_at, which SQLite keeps in a STRICT INTEGER
+   * column and refuses as a REAL (a handler may ask for 1500.5), failing the settle. NaN: none.
+   */
   readonly retryAfterMs?: number;
   /** One line, bounded, for `last_error`. */
   readonly message: string;
@@ -92,8 +96,12 @@ const MAX_ERROR_CHARS = 500;
 export function classify(err: unknown): Classified {
   const message = redact(err);
   if (err instanceof NeedsDecisionError) return { retryable: false, reason: err.reason, message };
-  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message, retryAfterMs: err.retryAfterMs };
+  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message, retryAfterMs: wholeMs(err.retryAfterMs) };
   return { retryable: true, reason: 'error', message };
+}
+
+function wholeMs(ms: number | undefined): number | undefined {
+  return ms === undefined || Number.isNaN(ms) ? undefined : Math.ceil(ms);
 }
 
 export function redact(err: unknown): string {

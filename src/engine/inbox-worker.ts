@@ -722,11 +722,8 @@ export class InboxWorker {
     // A key of this gateway not loaded: the event waits for it, its attempts untouched.
     if (f.error instanceof SetupUnavailableError) return { status: 'PENDING', nextAttemptAtMs: now + Math.min(c.retryAfterMs ?? 0, f.retry.capMs), error: c.message, nowMs: now, attemptGivenBack: true };
     if (row.attemptCount >= f.retry.maxAttempts) return { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now };
-    // A destination's Retry-After is a floor under the backoff, within the policy's cap. In whole
-    // ms (a handler may ask for 1500.5): next_attempt_at is a SQLite STRICT INTEGER column, which
-    // refuses a REAL and so failed the settle, and the event waited out lease after lease.
-    const asked = Math.ceil(c.retryAfterMs ?? 0);
-    const delayMs = Math.max(backoffDelayMs(row.attemptCount, f.retry), Number.isNaN(asked) ? 0 : Math.min(asked, f.retry.capMs));
+    // A destination's Retry-After is a floor under the backoff, within the policy's cap.
+    const delayMs = Math.max(backoffDelayMs(row.attemptCount, f.retry), Math.min(c.retryAfterMs ?? 0, f.retry.capMs));
     return { status: 'PENDING', nextAttemptAtMs: now + delayMs, error: c.message, nowMs: now };
   }
 
