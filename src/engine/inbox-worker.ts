@@ -13,7 +13,7 @@ import { backoffDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
-import { whileStoreFails, type StoreRetryWindow } from './store-retry.js';
+import { whileStoreFails, type StoreRetryLimits, type StoreRetryWindow } from './store-retry.js';
 import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payloadKeyUnavailable, redact, RetryableError, SetupUnavailableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
@@ -23,7 +23,8 @@ import { transactionControl } from './tx-control.js';
 /** The most JSON one `ctx.effect` may record (64 KiB). */
 export const MAX_EFFECT_DATA_BYTES = 64 * 1024;
 
-export interface InboxWorkerDeps {
+/** `leaseMs` and `stopping` (StoreRetryLimits) also bound its store retries. */
+export interface InboxWorkerDeps extends StoreRetryLimits {
   readonly store: InboxStore;
   readonly cipher: () => PayloadCipher | null;
   /** Whether the config names this payload key (it may still not be loaded: a missing secret). */
@@ -32,7 +33,6 @@ export interface InboxWorkerDeps {
   readonly router: Router;
   readonly handlers: HandlerRegistry;
   readonly owner: string;
-  readonly leaseMs: number;
   readonly defaultRetry: RetryPolicy;
   readonly metrics: EngineMetrics;
   readonly log: Logger;
@@ -43,8 +43,6 @@ export interface InboxWorkerDeps {
   /** The stored body bytes this worker's batches may hold at once (`workers.maxInFlightBodyBytes`). */
   readonly bodies: Budget;
   readonly now?: () => number;
-  /** True once the engine is stopping (store failures are then not waited out: whileStoreFails). */
-  readonly stopping?: () => boolean;
 }
 
 interface Failure {

@@ -3,18 +3,16 @@ import type { RetryPolicy } from '../config/engine.js';
 import type { EngineMetrics } from '../metrics/engine.js';
 import type { WorkStore } from '../store/work-port.js';
 import type { Claimed } from './loop.js';
+import type { StoreRetryLimits } from './store-retry.js';
 
-/** What every leased runner (effects, relay) is built from. */
-export interface RunnerDeps {
+/** What every leased runner (effects, relay) is built from; `leaseMs` and `stopping` also bound its store retries. */
+export interface RunnerDeps extends StoreRetryLimits {
   readonly store: WorkStore;
   readonly owner: string;
-  readonly leaseMs: number;
   readonly retry: RetryPolicy;
   readonly metrics: EngineMetrics;
   readonly log: Logger;
   readonly now?: () => number;
-  /** True once the engine is stopping (store failures are then not waited out: whileStoreFails). */
-  readonly stopping?: () => boolean;
 }
 
 /**
