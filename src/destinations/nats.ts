@@ -35,6 +35,8 @@ export const MAX_SUBJECT_BYTES = 4096 - 256;
 /** JetStream API error codes this destination looks at. */
 const STREAM_NOT_FOUND = 10059;
 const STREAM_NAME_IN_USE = 10058;
+/** The publish named the stream it expects (Nats-Expected-Stream), and another one captures the subject. */
+const STREAM_NOT_MATCH = 10060;
 
 /** A substituted value may add tokens (dots) but never a wildcard, a space or an empty token. */
 export function sanitizeToken(value: string): string {
@@ -95,7 +97,11 @@ export class NatsDestination implements Destination {
         await this.ensureStream(live);
         this.streamReady = true;
       }
-      const ack = await live.js.publish(subject, brokerMessage(event), { msgID: event.inboxId, timeout: timeoutMs });
+      // With `stream` set, the server stores the message only in that stream: another stream that
+      // captures the subject (someone else's) would otherwise take it and PubAck, and the event
+      // would pass for published while the configured stream's consumers never see it.
+      const expect = this.config.stream === undefined ? {} : { expect: { streamName: this.config.stream } };
+      const ack = await live.js.publish(subject, brokerMessage(event), { msgID: event.inboxId, timeout: timeoutMs, ...expect });
       // Only a stream's acknowledgement means stored: a plain service answering on the subject
       // (no stream captures it) would otherwise pass for one.
       if (typeof ack.stream !== 'string' || ack.stream === '' || typeof ack.seq !== 'number') {
@@ -157,6 +163,9 @@ export class NatsDestination implements Destination {
       // The stream may have been deleted since it was ensured: check (and add) it again next time.
       this.streamReady = false;
       return new RetryableError('no_stream', `${where}: no JetStream stream answered (no responders: no stream captures the subject, or JetStream is off)`, { cause: err });
+    }
+    if (err instanceof JetStreamApiError && err.code === STREAM_NOT_MATCH) {
+      return new RetryableError('no_stream', `${where}: the subject is captured by another stream, not by "${this.config.stream}" (nothing was stored)`, { cause: err });
     }
     if (err instanceof JetStreamApiError) {
       const reason = err.code === STREAM_NOT_FOUND || (this.config.stream !== undefined && !this.streamReady) ? 'no_stream' : 'nats_rejected';

@@ -147,6 +147,22 @@ describe('nats destination (real JetStream)', () => {
     expect((await jsm.streams.info(stream)).config.subjects).toEqual([`${prefix}.only`]);
   });
 
+  it('with stream set, a subject another stream captures is no_stream: nothing is stored there, and the PubAck of another stream is never taken for ours', async () => {
+    const { stream, prefix } = scope();
+    const other = uniqueName('WHI_OTHER');
+    streams.push(other);
+    // Ours exists but captures other subjects; a second stream (someone else's) captures ours.
+    await jsm.streams.add({ name: stream, subjects: [`${prefix}.only`] });
+    await jsm.streams.add({ name: other, subjects: [`${prefix}.events.>`] });
+    const d = destination({ subject: `${prefix}.events.{provider}`, stream });
+    const err = await failureOf(d.deliver(deliveryEvent()));
+    expect(err).toBeInstanceOf(RetryableError);
+    expect(err.reason).toBe('no_stream');
+    expect(err.message).toContain(stream);
+    expect(await messages(other)).toBe(0);
+    expect(await messages(stream)).toBe(0);
+  });
+
   it('a stream deleted after first use is added again on the delivery after the failure', async () => {
     const { stream, prefix } = scope();
     const d = destination({ subject: `${prefix}.{provider}`, stream });
