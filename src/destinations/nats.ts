@@ -164,6 +164,12 @@ export class NatsDestination implements Destination {
       this.streamReady = false;
       return new RetryableError('no_stream', `${where}: no JetStream stream answered (no responders: no stream captures the subject, or JetStream is off)`, { cause: err });
     }
+    // The answer was not JSON at all (the client parses it as a PubAck): a plain service replying
+    // on the subject with text, or with nothing. Not a connection problem.
+    if (err instanceof SyntaxError) {
+      this.streamReady = false;
+      return new RetryableError('no_stream', `${where}: the answer is not a JetStream acknowledgement (not JSON)`, { cause: err });
+    }
     if (err instanceof JetStreamApiError && err.code === STREAM_NOT_MATCH) {
       return new RetryableError('no_stream', `${where}: the subject is captured by another stream, not by "${this.config.stream}" (nothing was stored)`, { cause: err });
     }

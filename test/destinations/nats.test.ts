@@ -192,6 +192,22 @@ describe('nats destination (real JetStream)', () => {
     }
   });
 
+  it('a plain NATS service answering with something that is not JSON (text, or nothing) is no_stream too, not nats_unavailable', async () => {
+    for (const answer of ['accepted', '']) {
+      const prefix = uniqueName('txt').toLowerCase();
+      const sub = nc.subscribe(`${prefix}.>`, { callback: (_err, m) => void m.respond(answer) });
+      try {
+        await nc.flush();
+        const d = destination({ subject: `${prefix}.{provider}`, timeoutMs: 2000 });
+        const err = await failureOf(d.deliver(deliveryEvent()));
+        expect(err.reason, JSON.stringify(answer)).toBe('no_stream');
+        expect(err.message).toContain('not a JetStream acknowledgement');
+      } finally {
+        sub.unsubscribe();
+      }
+    }
+  });
+
   it('a timeout on a live connection (a subscriber that never answers) keeps the connection: it still answers PINGs', async () => {
     const prefix = uniqueName('mute').toLowerCase();
     const sub = nc.subscribe(`${prefix}.>`, { callback: () => undefined });
