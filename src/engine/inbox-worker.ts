@@ -89,12 +89,22 @@ interface Plan {
 
 /**
  * The failure an attempt settles with: the first, unless that one spends no attempt (a key not
- * loaded) and a later one does: a handler that failed on its own must not get a free retry.
+ * loaded) and a later one does: a handler that failed on its own must not get a free retry. Of
+ * two retryable ones that count alike, the one that asks to wait longer (a forward's Retry-After,
+ * an open circuit): the retry calls both targets again, so it must not come before either said it
+ * may (which failed first is only which answered first).
  */
 function firstFailure(kept: Failure | undefined, next: Failure): Failure {
   if (kept === undefined) return next;
   const free = (f: Failure) => f.error instanceof SetupUnavailableError;
-  return free(kept) && !free(next) ? next : kept;
+  if (free(kept) !== free(next)) return free(kept) ? next : kept;
+  return kept.error instanceof NeedsDecisionError || waitOf(next) <= waitOf(kept) ? kept : next;
+}
+
+/** How long a failure asked to wait before the next attempt (RetryableError.retryAfterMs), 0 if not. */
+function waitOf(f: Failure): number {
+  const ms = f.error instanceof RetryableError ? f.error.retryAfterMs : undefined;
+  return ms !== undefined && ms > 0 ? ms : 0;
 }
 
 /** Processed markers as a set of `<logical key>\u0000<consumer>` strings. */

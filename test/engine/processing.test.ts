@@ -357,6 +357,42 @@ describeEachStore('processing engine', (kind) => {
     expect((await app.store.getEvent(handled))!.attemptCount).toBe(1);
   });
 
+  it('an event forwarded to two services, one answering 429 Retry-After: 600 and one failing first with a 500, is not retried sooner than the 429 asked', async () => {
+    await dest.start();
+    dest.status = () => 500; // at once, without Retry-After
+    // The busy service answers a little later, so the 500 is the attempt's first failure.
+    const busy = createServer((req, res) => {
+      req.resume().on('end', () => setTimeout(() => res.writeHead(429, { 'retry-after': '600' }).end(), 300));
+    });
+    await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
+    try {
+      app = await startTestApp(kind, {
+        workers: { pollMs: 50, leaseMs: 2000 },
+        retry: { baseMs: 10, capMs: 3_600_000, maxAttempts: 5 },
+        destinations: [
+          { id: 'busy-api', type: 'http', url: `http://127.0.0.1:${(busy.address() as AddressInfo).port}/busy`, secret: FORWARD_SECRET, timeoutMs: 2000 },
+          { id: 'broken-api', type: 'http', url: dest.url, secret: FORWARD_SECRET, timeoutMs: 2000 },
+        ],
+        endpoints: [endpoint({ routes: [{ events: ['payment_intent.*'], destination: 'busy-api' }, { events: ['payment_intent.*'], destination: 'broken-api' }] })],
+      }, {}, { workers: true });
+      const inboxId = (await send('evt_two_forwards')).json().inbox_id as string;
+      const sentAt = Date.now();
+      const waiting = await waitFor(async () => {
+        const e = await app!.store.getEvent(inboxId);
+        return e?.lastError ? e : null;
+      }, 10_000, 'the first attempt settled');
+      // Retried on the 10 ms backoff, the busy service was asked again within moments, and every
+      // attempt was spent against its Retry-After.
+      expect(waiting.nextAttemptAtMs! - sentAt).toBeGreaterThan(590_000);
+      expect([waiting.status, waiting.attemptCount]).toEqual(['PENDING', 1]);
+      // The error kept says why it waits.
+      expect(waiting.lastError).toContain('HTTP 429 (Retry-After: 600 s)');
+    } finally {
+      busy.closeAllConnections();
+      await new Promise<void>((r) => busy.close(() => r()));
+    }
+  });
+
   it('a batch of 100 events whose handlers all query: every event PROCESSED; on PostgreSQL no settle transaction runs more than 64 handlers (its subtransaction cache)', async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: false });
     const inboxIds: string[] = [];
