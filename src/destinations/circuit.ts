@@ -77,12 +77,14 @@ export class Circuit {
 
   /** No answer within the timeout. `probe`: this delivery was the probe. */
   timedOut(probe: boolean): void {
-    if (probe) {
-      this.probing = false;
-      this.openedAt = this.now(); // a fresh cooldown
-      return;
+    if (probe) this.probing = false;
+    if (this.openedAt !== undefined) {
+      if (probe) this.openedAt = this.now(); // a fresh cooldown
+      return; // else a request sent before the circuit opened, failing late
     }
-    if (this.openedAt !== undefined) return; // a request sent before the circuit opened, failing late
+    // Closed meanwhile (a request sent before it opened answered while the probe was out, with
+    // timeoutMs > cooldownMs): the probe's timeout counts like any other. Opening it here at once
+    // did so without telling (the log and gauge said closed) and on one timeout, not `failures`.
     if (++this.inARow < this.o.failures) return;
     this.openedAt = this.now();
     this.onChange(true, this.inARow);

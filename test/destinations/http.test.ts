@@ -252,6 +252,38 @@ describe('http destination', () => {
       expect(received.map((r) => r.headers['webhook-id'])).toEqual(['first', 'probe-1', 'probe-2', 'after-1', 'after-2']);
     });
 
+    it('a probe that times out after a late answer closed the circuit does not open it again silently: one timeout is not "failures" in a row', async () => {
+      // timeoutMs longer than cooldownMs (a slow receiver, the default cooldown): a request sent
+      // before the circuit opened can still answer while the probe is out, and closes it.
+      const changes: [string, boolean, number][] = [];
+      const d = destination({ timeoutMs: 3000, maxConnections: 4, circuitBreaker: { failures: 2, cooldownMs: 100 } }, {}, { onCircuit: (...c) => changes.push(c) });
+      let lateAnswer: ServerResponse | undefined;
+      let probeArrived!: () => void;
+      const probed = new Promise<void>((r) => (probeArrived = r));
+      handler = (req, res) => {
+        const id = req.headers['webhook-id'];
+        if (id === 'late') lateAnswer = res; // answered by the test, below
+        else if (id === 'after') res.end('ok');
+        else if (id === 'probe') probeArrived(); // never answered
+        // 'first-…': never answered
+      };
+      const first = Promise.all([failureOf(d.deliver(event('first-1'))), failureOf(d.deliver(event('first-2')))]);
+      await sleep(1500);
+      const late = d.deliver(event('late'));
+      expect((await first).map((f) => f.reason)).toEqual(['timeout', 'timeout']); // two in a row open the circuit
+      await sleep(200); // the cooldown
+      const probe = failureOf(d.deliver(event('probe')));
+      await probed;
+      lateAnswer!.end('ok');
+      await late; // an answer: the circuit closes
+      expect(changes).toEqual([['fwd', true, 2], ['fwd', false, 0]]);
+      expect((await probe).reason).toBe('timeout');
+      // Closed, as the log and the gauge say: one timeout is not two in a row, and the next delivery goes.
+      await d.deliver(event('after'));
+      expect(changes).toEqual([['fwd', true, 2], ['fwd', false, 0]]);
+      expect(received.map((r) => r.headers['webhook-id']).sort()).toEqual(['after', 'first-1', 'first-2', 'late', 'probe']);
+    });
+
     it('the cooldown is timed by a monotonic clock: a wall clock stepped back while the circuit is open does not keep it open that much longer', async () => {
       // A wall clock the test can step (it runs on from where it is set); the monotonic one stays.
       vi.useFakeTimers({ toFake: ['Date'], shouldAdvanceTime: true });
