@@ -1,6 +1,7 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { compilePaths, NON_SCALAR, scanJsonObject, type ScannedValue } from '../../src/providers/json-scan.js';
 import { pathValue } from '../../src/providers/json.js';
+import { PROVIDERS } from '../../src/providers/registry.js';
 
 /** What the scanner must agree with: JSON.parse of the UTF-8 text, then the dotted paths. */
 function reference(body: Buffer, paths: readonly string[]): ScannedValue[] | 'invalid' | 'not_object' {
@@ -39,6 +40,10 @@ describe('json-scan: validates like JSON.parse, keeps only the paths', () => {
     ['literals and numbers', '{"id":null,"type":true,"created":-1.5e+3,"data":{"object":false}}', [null, true, undefined, -1500, false]],
     ['whitespace everywhere', ' \t\r\n{ "id" : "a" , "data" : { "object" : { } } } \n', ['a', undefined, undefined, undefined, NON_SCALAR]],
     ['empty containers', '{"a":{},"b":[],"c":[[]],"id":"x"}', ['x', undefined, undefined, undefined, undefined]],
+    ['a key at another depth is not the path', '{"data":{"id":"inner","object":{"type":"deep"}},"x":{"id":"y"}}', [undefined, undefined, undefined, undefined, NON_SCALAR]],
+    ['an escaped key at depth, and a later escaped duplicate wins', '{"d\\u0061ta":{"obj\\u0065ct":{"id":"a","\\u0069d":"b"}},"id":"x","i\\u0064":"y"}', ['y', undefined, 'b', undefined, NON_SCALAR]],
+    ['NUL and escaped solidus', '{"id":"a\\u0000b\\/c"}', ['a\u0000b/c', undefined, undefined, undefined, undefined]],
+    ['-0, 1.0 and exponents read as JSON.parse reads them', '{"id":-0,"type":1.0,"created":1E+0,"data":{"object":{"id":0.1e-400}}}', [-0, 1, 0, 1, NON_SCALAR]],
   ])('%s', (_, body, want) => {
     expect(scan(body)).toEqual(want);
     expect(scan(body)).toEqual(reference(Buffer.from(body), PATHS));
@@ -87,6 +92,11 @@ describe('json-scan: validates like JSON.parse, keeps only the paths', () => {
     ['truncated literal', '{"a":tru}'],
     ['capitalised literal', '{"a":True}'],
     ['comment', '{"a":1 /* x */}'],
+    ['a vertical tab as white space', '{\v"a":1}'],
+    ['a form feed as white space', '{"a":1\f}'],
+    ['a no-break space as white space', '{\u00a0"a":1}'],
+    ['a BOM after the object', '{"a":1}\ufeff'],
+    ['a raw NUL inside a string', '{"a":"x\u0000"}'],
   ])('invalid: %s', (_, body) => {
     expect(scan(body)).toBe('invalid');
     expect(reference(Buffer.from(body), PATHS)).toBe('invalid');
@@ -128,10 +138,11 @@ describe('json-scan: validates like JSON.parse, keeps only the paths', () => {
       return (seed >>> 0) / 2 ** 32;
     };
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
-    const ws = () => pick(['', '', '', ' ', '\n', '\t', '\r\n  ']);
-    const KEYS = ['id', 'type', 'data', 'object', 'created', 'x', 'id', '\\u0069d', 'da\\u0074a', 'ïd', ''];
-    const STRINGS = ['', 'evt_1', 'a\\"b', '\\\\', '\\/', '\\u00e9', '\\ud83d\\ude00', 'é€😀', '\\n\\t\\b\\f\\r', 'x y'];
-    const NUMBERS = ['0', '-0', '1', '-12', '3.25', '1e5', '1E-2', '-0.5e+3', '123456789012345678901234567890', '1e400'];
+    // Now and then a character that is white space elsewhere but not in JSON (\v, \f, NBSP, a BOM).
+    const ws = () => (rnd() < 0.01 ? pick(['\v', '\f', '\u00a0', '\ufeff']) : pick(['', '', '', ' ', '\n', '\t', '\r\n  ']));
+    const KEYS = ['id', 'type', 'data', 'object', 'created', 'x', 'id', '\\u0069d', 'i\\u0064', 'da\\u0074a', 'ïd', '', '\\u0000', '__proto__'];
+    const STRINGS = ['', 'evt_1', 'a\\"b', '\\\\', '\\/', '\\u00e9', '\\ud83d\\ude00', 'é€😀', '\\n\\t\\b\\f\\r', 'x y', '\\u0000', '\\ud800', '\\udc00\\ud800', '\\uDBFF\\uDFFF', '\u2028\u007f'];
+    const NUMBERS = ['0', '-0', '1', '-12', '3.25', '1e5', '1E-2', '-0.5e+3', '123456789012345678901234567890', '1e400', '9007199254740993', '-9007199254740993', '1.0', '1E+0', '5e-324', '0.1e-400'];
     const value = (depth: number): string => {
       const r = rnd();
       if (depth < 5 && r < 0.3) {
@@ -144,7 +155,7 @@ describe('json-scan: validates like JSON.parse, keeps only the paths', () => {
       if (r < 0.9) return pick(NUMBERS);
       return pick(['true', 'false', 'null']);
     };
-    const NOISE = [...'{}[],:"\\ \t\n0123456789-+.eEtfnux/'].map((c) => c.charCodeAt(0)).concat([0x00, 0x1f, 0x7f, 0x80, 0xc3, 0xff]);
+    const NOISE = [...'{}[],:"\\ \t\n0123456789-+.eEtfnux/\''].map((c) => c.charCodeAt(0)).concat([0x00, 0x0b, 0x0c, 0x1f, 0x7f, 0x80, 0xa0, 0xc3, 0xed, 0xef, 0xbb, 0xbf, 0xf0, 0xff]);
     let invalid = 0;
     let notObject = 0;
     for (let k = 0; k < 20_000; k++) {
@@ -171,5 +182,57 @@ describe('json-scan: validates like JSON.parse, keeps only the paths', () => {
     // The damage must have produced both kinds of case, or the check proves little.
     expect(invalid).toBeGreaterThan(3_000);
     expect(20_000 - invalid - notObject).toBeGreaterThan(8_000);
+  });
+  // The same check on what providers really send: each adapter's own sample event, damaged at the
+  // byte level, read at the paths the JSON adapters use.
+  it('agrees with JSON.parse + pathValue on 5,000 damaged provider sample bodies', () => {
+    const options: Record<string, Record<string, unknown>> = {
+      'generic-hmac': { signatureHeader: 'x-signature', idPath: 'id' },
+      square: { publicUrl: 'https://hooks.example.com/square' },
+      twilio: { publicUrl: 'https://hooks.example.com/twilio' },
+    };
+    // Some samples carry the current time: a fixed clock keeps the bodies, and so the run, the same.
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.UTC(2026, 0, 2, 3, 4, 5, 6) });
+    let samples: Buffer[];
+    try {
+      samples = Object.entries(PROVIDERS)
+        .map(([name, create]) => create(options[name], 'x').sample('42').body)
+        .filter((b) => b[0] === 0x7b);
+    } finally {
+      vi.useRealTimers();
+    }
+    expect(samples.length).toBeGreaterThan(8);
+    const paths = ['id', 'type', 'data.id', 'data.object.id', 'created', 'event_id', 'event_type', 'occurred_at', 'resource.id', 'create_time', 'entityId', 'createdAt', 'timestamp', 'repository.full_name', 'event.type', 'data'];
+    const sampleCompiled = compilePaths(paths);
+    let seed = 0x9e3779b9;
+    const rnd = () => {
+      seed ^= seed << 13;
+      seed ^= seed >>> 17;
+      seed ^= seed << 5;
+      return (seed >>> 0) / 2 ** 32;
+    };
+    const NOISE = [...'{}[],:"\\ \t\n0123456789-+.eEtfnux/\''].map((c) => c.charCodeAt(0)).concat([0x00, 0x0b, 0x0c, 0x7f, 0x80, 0xa0, 0xc3, 0xef, 0xff]);
+    const plain = (_: string, v: unknown) => (v === NON_SCALAR ? '<object>' : v === undefined ? '<undefined>' : typeof v === 'bigint' ? Number(v) : v);
+    let valid = 0;
+    for (let k = 0; k < 5_000; k++) {
+      let bytes = samples[k % samples.length]!;
+      const damage = 1 + Math.floor(rnd() * 2);
+      for (let d = 0; d < damage; d++) {
+        const at = Math.floor(rnd() * bytes.length);
+        const op = rnd();
+        const noise = Buffer.from([NOISE[Math.floor(rnd() * NOISE.length)]!]);
+        if (op < 0.25) bytes = Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)]);
+        else if (op < 0.5) bytes = Buffer.concat([bytes.subarray(0, at), noise, bytes.subarray(at)]);
+        else if (op < 0.75) bytes = Buffer.concat([bytes.subarray(0, at), noise, bytes.subarray(at + 1)]);
+        else bytes = Buffer.concat([bytes.subarray(0, at), bytes.subarray(at, at + 1 + Math.floor(rnd() * 12)), bytes.subarray(at)]); // a run repeated
+      }
+      const want = reference(bytes, paths);
+      if (typeof want !== 'string') valid++;
+      const got = scanJsonObject(bytes, sampleCompiled);
+      if (JSON.stringify(got, plain) !== JSON.stringify(want, plain)) {
+        expect({ body: bytes.toString('latin1'), got }).toEqual({ body: bytes.toString('latin1'), got: want });
+      }
+    }
+    expect(valid).toBeGreaterThan(500);
   });
 });
