@@ -70,6 +70,16 @@ export class TcpProxy {
   }
 
   /**
+   * As freeze(), and the connections are never closed from the server's side, not even once a
+   * client closes its own (its goodbye and FIN are acknowledged, nothing follows): a database
+   * whose processes are stuck (a hung disk) while its host's TCP still answers. New connections pass.
+   */
+  hang(): void {
+    for (const [client] of this.pairs) (client as { allowHalfOpen: boolean }).allowHalfOpen = true;
+    this.freeze();
+  }
+
+  /**
    * The next chunk a client sends that `match`es, and all it sends after it on that connection,
    * never reach the server: a link that died mid-conversation (the server never answers that request).
    */

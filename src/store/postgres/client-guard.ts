@@ -42,3 +42,24 @@ export function endBackendOf(pool: pg.Pool, client: pg.PoolClient): void {
   if (typeof pid !== 'number') return;
   pool.query(TERMINATE, [pid]).catch(() => undefined);
 }
+
+/**
+ * How long a closing store waits for the server to close a connection after the goodbye
+ * (Terminate, then our FIN) before cutting it. A server whose processes hang (a stuck disk) while
+ * its host's TCP still acknowledges never closes it: the half-closed socket then kept the process
+ * alive for good after a SIGTERM (no exit, until the supervisor's SIGKILL).
+ */
+export const GOODBYE_WAIT_MS = 2000;
+
+/** Resolves once `client`'s socket has closed, destroying it if the server has not closed it within `waitMs`. */
+export function closedWithin(client: pg.Client, waitMs = GOODBYE_WAIT_MS): Promise<void> {
+  const socket = client.connection.stream;
+  if (socket.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    const cut = setTimeout(() => socket.destroy(), waitMs);
+    socket.once('close', () => {
+      clearTimeout(cut);
+      resolve();
+    });
+  });
+}

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { closedWithin } from './client-guard.js';
 
 const MIN_BACKOFF_MS = 100;
 const MAX_BACKOFF_MS = 5000;
@@ -123,6 +124,8 @@ export class PgListener {
     clearTimeout(this.timer);
     const c = this.client;
     this.client = undefined;
-    await c?.end().catch(() => undefined);
+    if (!c) return;
+    void c.end().catch(() => undefined);
+    await closedWithin(c); // its end waits for the server to close the connection: a hung one never does
   }
 }

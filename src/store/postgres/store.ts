@@ -12,7 +12,7 @@ import type {
   Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal,
 } from '../work-port.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
-import { checkIn, endBackendOf, guardCheckedOut } from './client-guard.js';
+import { checkIn, closedWithin, endBackendOf, guardCheckedOut } from './client-guard.js';
 import { PgListener } from './listener.js';
 import { Notifier } from './notifier.js';
 import * as SQL from './sql.js';
@@ -106,6 +106,8 @@ export class PostgresStore implements InboxStore {
   private readonly notifier = new Notifier(() => this.pool.query(SQL.NOTIFY_NEW_WORK));
   private closed = false;
   private closing: Promise<void> | undefined;
+  /** Both pools' connections until their sockets close: close() waits for them, and cuts the ones a hung server holds. */
+  private readonly connections = new Set<pg.PoolClient>();
 
   constructor(url: string, opts: PostgresOptions = {}) {
     this.listener = new PgListener({
@@ -139,7 +141,13 @@ export class PostgresStore implements InboxStore {
     // taken its idle listener off and before the caller's continuation can add one, and an 'error'
     // with no listener ended the process (seen terminating `work` backends under load). Each
     // client keeps a listener for good; its queries still fail, and the pool still drops it.
-    for (const p of [this.pool, this.workPool]) p.on('connect', (client: pg.PoolClient) => void client.on('error', () => undefined));
+    for (const p of [this.pool, this.workPool]) {
+      p.on('connect', (client: pg.PoolClient) => {
+        client.on('error', () => undefined);
+        this.connections.add(client);
+        client.connection.stream.once('close', () => this.connections.delete(client));
+      });
+    }
   }
 
   private async query<R extends pg.QueryResultRow>(config: pg.QueryConfig, pool: pg.Pool = this.pool): Promise<pg.QueryResult<R>> {
@@ -468,8 +476,9 @@ export class PostgresStore implements InboxStore {
     this.closing ??= (async () => {
       this.closed = true;
       this.notifier.close();
-      await this.listener.close();
-      await Promise.all([this.pool.end(), this.workPool.end()]);
+      await Promise.all([this.listener.close(), this.pool.end(), this.workPool.end()]);
+      // pool.end() resolves once each connection has been sent its goodbye, not once it has closed.
+      await Promise.all([...this.connections].map((c) => closedWithin(c)));
     })();
     return this.closing;
   }
