@@ -1,4 +1,4 @@
-import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, ServerResponse, STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError, REASONS } from '../errors.js';
@@ -78,7 +78,23 @@ function endsConnection(req: IncomingMessage): boolean {
  */
 export function createHttpServer(config: Config, ingress: Ingress, admin: AdminHandlers, adminRoutes: AdminRoutes = 'all'): Server {
   const answers = new OwedAnswers();
+  // Closing: it listened, and listens no more (server.close(), a shutdown).
+  let listened = false;
+  const closing = () => listened && !server.listening;
+  /**
+   * Once the server is closing, every answer says `Connection: close` and its connection ends
+   * after it (lingering, linger.ts), so the sender sends nothing more on it. Left to keep-alive, a
+   * sender busy with back-to-back requests (a provider's burst) went on sending on it, and it was
+   * closed under one of them (idle between two, or cut at the end of the grace), unanswered.
+   */
+  class Response extends ServerResponse {
+    override writeHead(statusCode: number, ...rest: [any?, any?]): this {
+      if (closing() && !this.headersSent) closeAfterAnswer(this.req, this);
+      return super.writeHead(statusCode, ...rest);
+    }
+  }
   const server = createServer({
+    ServerResponse: Response,
     maxHeaderSize: config.limits.maxHeaderBytes,
     headersTimeout: config.limits.headersTimeoutMs,
     requestTimeout: config.limits.requestTimeoutMs,
@@ -94,6 +110,7 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   // Count is checked by the pipeline (431); 0 = Node must not silently drop extra headers.
   server.maxHeadersCount = 0;
+  server.once('listening', () => (listened = true));
 
   // `Expect: 100-continue`: Node would invite the body at once; the request handler decides instead
   // (the ingress sends 100 Continue only once every check before the body has passed).
