@@ -3,7 +3,7 @@ import { startApp, type RunningApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
-import { reloadOnHangup, untilStopSignal } from './signals.js';
+import { exitAfterStop, reloadOnHangup, untilStopSignal } from './signals.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
 export interface ServeOptions {
@@ -54,6 +54,10 @@ export async function runServe(configFile: string, opts: ServeOptions): Promise<
 
   await stop;
   console.error('webhook-inbox: shutting down (finishing in-flight requests)');
-  await app.close();
+  try {
+    await app.close();
+  } finally {
+    exitAfterStop();
+  }
   return 0;
 }

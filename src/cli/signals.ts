@@ -16,6 +16,20 @@ export function untilStopSignal(): Promise<void> {
 }
 
 /**
+ * After the graceful stop (whether or not it succeeded): the process exits as soon as nothing
+ * holds it, and at the latest `ms` later. Everything serve and work opened is closed by then, but
+ * a --handlers module's own timer or connection (a token refresh, a client of another service;
+ * it is told of no stop) kept the process running for good once its shutdown was done, until the
+ * supervisor's SIGKILL.
+ */
+export function exitAfterStop(ms = EXIT_AFTER_STOP_MS): void {
+  setTimeout(() => process.exit(), ms).unref();
+}
+
+/** How long a stopped serve or work may take to exit on its own (its last log lines written). */
+export const EXIT_AFTER_STOP_MS = 1000;
+
+/**
  * SIGHUP runs `reload` on the running process, listened for from the start: its default action
  * ends the process, and a start (handlers, migrations, warm-up) takes a while. One that comes
  * during it is acted on once the returned function is called with what started.

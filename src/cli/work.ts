@@ -2,7 +2,7 @@ import { loadConfigFile } from '../config/load.js';
 import { startWorkers, type RunningWorkers } from '../workers.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
-import { reloadOnHangup, untilStopSignal } from './signals.js';
+import { exitAfterStop, reloadOnHangup, untilStopSignal } from './signals.js';
 
 export interface WorkOptions {
   readonly handlers?: string;
@@ -29,6 +29,10 @@ export async function runWork(configFile: string, o: WorkOptions = {}): Promise<
   console.error(`webhook-inbox workers running (${w.store.kind}, owner ${w.engine.owner}, ${handlers.size} handler(s))${served}`);
   await stop;
   console.error('webhook-inbox: stopping workers (finishing batches in flight)');
-  await w.stop();
+  try {
+    await w.stop();
+  } finally {
+    exitAfterStop();
+  }
   return 0;
 }
