@@ -9,7 +9,7 @@ import { Ingress } from './http/ingress.js';
 import { listenOn } from './http/listen.js';
 import { OffloadLane, offloadThreshold } from './http/offload.js';
 import { commonProblems, createAdminServer, type AdminHandlers } from './http/admin.js';
-import { createHttpServer } from './http/server.js';
+import { closeSilentConnections, createHttpServer } from './http/server.js';
 import { createLogger } from './log.js';
 import { ingressMetrics, type IngressMetrics } from './metrics/registry.js';
 import { GroupCommitter } from './store/group-commit.js';
@@ -198,14 +198,19 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
         // connections that linger past the grace period (stalled senders) are cut.
         await new Promise<void>((resolve) => {
           // A keep-alive connection whose request finishes after this goes idle but stays open: it
-          // is closed as soon as it does, or the shutdown waited out the whole grace period and the
-          // sender's next request on it (still served meanwhile) was cut at the end of it.
-          const idle = setInterval(() => server.closeIdleConnections(), 50);
+          // is closed as soon as it does (its answer said Connection: close, server.ts), or the
+          // shutdown waited out the whole grace period. So is a connection that has sent nothing,
+          // once silent for SILENT_MS: Node does not count it idle.
+          const closeIdle = () => {
+            server.closeIdleConnections();
+            closeSilentConnections(server);
+          };
+          const idle = setInterval(closeIdle, 50);
           server.close(() => {
             clearInterval(idle);
             resolve();
           });
-          server.closeIdleConnections();
+          closeIdle();
           setTimeout(() => server.closeAllConnections(), opts.shutdownGraceMs ?? 5000).unref();
         });
         await lane?.close();

@@ -1,4 +1,5 @@
 import { createServer, ServerResponse, STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError, REASONS } from '../errors.js';
@@ -111,6 +112,12 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
   // Count is checked by the pipeline (431); 0 = Node must not silently drop extra headers.
   server.maxHeadersCount = 0;
   server.once('listening', () => (listened = true));
+  const open = new Map<Socket, number>();
+  acceptedAt.set(server, open);
+  server.on('connection', (socket: Socket) => {
+    open.set(socket, performance.now());
+    socket.once('close', () => open.delete(socket));
+  });
 
   // `Expect: 100-continue`: Node would invite the body at once; the request handler decides instead
   // (the ingress sends 100 Continue only once every check before the body has passed).
@@ -223,6 +230,29 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     });
   });
   return server;
+}
+
+/** When each open connection of a server was accepted (performance.now()), for closeSilentConnections. */
+const acceptedAt = new WeakMap<Server, Map<Socket, number>>();
+
+/** A connection silent this long since it was accepted is not about to send its request. */
+export const SILENT_MS = 1000;
+
+/**
+ * Closes a closing server's connections that have sent nothing for `silentMs` since they were
+ * accepted (pre-opened by a client or a proxy, a TCP check). Node counts them as requests under
+ * way, not idle, so closeIdleConnections left them open, and the shutdown waited out its whole
+ * grace period for them (headersTimeoutMs, longer, would have ended them). A younger one is left:
+ * its request may be on its way.
+ */
+export function closeSilentConnections(server: Server, silentMs = SILENT_MS): void {
+  const open = acceptedAt.get(server);
+  if (!open) return;
+  const now = performance.now();
+  for (const [socket, at] of open) {
+    if (socket.bytesRead > 0) open.delete(socket);
+    else if (now - at >= silentMs) socket.destroy();
+  }
 }
 
 /**

@@ -353,6 +353,24 @@ describe('webhook-inbox CLI', () => {
     }
   });
 
+  it('serve: a connection that has sent nothing (pre-opened by a client or a proxy) does not hold the shutdown for the whole grace period', async () => {
+    const file = join(dir, 'silent.yaml');
+    const server = await spawnServer(file, configDoc(`sqlite:${join(dir, 'silent.db')}`));
+    const sock = connect(Number(new URL(server.url).port), '127.0.0.1');
+    sock.on('error', () => undefined);
+    await once(sock, 'connect');
+    try {
+      const exited = once(server.child, 'exit');
+      const t0 = Date.now();
+      server.child.kill('SIGTERM');
+      const [code] = await exited;
+      expect(Date.now() - t0, 'the silent connection held the shutdown').toBeLessThan(3500); // the grace is 5 s
+      expect(code).toBe(0);
+    } finally {
+      sock.destroy();
+    }
+  });
+
   it.each(['serve', 'work'])('%s: a SIGHUP while it starts does not end the process (its default action did), and is acted on once up', async (cmd) => {
     const slow = join(dir, `slow-${cmd}.mjs`);
     const loading = join(dir, `loading-${cmd}`);
