@@ -203,6 +203,10 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       // Marked only when sent: one deferred behind earlier answers may be overtaken by the
       // request's own handler (its body too slow), whose answer then stands.
       if (reading) markAnsweredRaw(reading, reason);
+      // The client has LINGER.maxMs to close its side: one that never does held the connection for
+      // good, and with it the body budget of a request timed out mid-body (released at its close).
+      const cut = setTimeout(() => socket.destroy(), LINGER.maxMs);
+      socket.once('close', () => clearTimeout(cut));
       socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
     };
     if (err.code?.startsWith('HPE_') || timeout) answers.afterPending(socket, answer);

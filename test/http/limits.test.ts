@@ -394,3 +394,66 @@ describe('ingress bounds: the pace a body holding budget must keep', () => {
     expect(answer).toContain('"duplicate":false');
   });
 });
+
+/**
+ * A request timed out mid-body gets its 408 straight from server.ts (clientError) with our FIN,
+ * and the server then waited for the sender's FIN without a bound. A sender that never closes
+ * its side (a client hung after writing, a NAT that dropped the FIN) held the connection for
+ * good, and with it the body budget its Content-Length reserved: the reservation is released
+ * when the request's connection closes. Without the pace rule nothing else freed it, so a few
+ * such senders left every later body answered 503 overloaded, for as long as the process ran.
+ */
+describe('ingress bounds: a request timed out mid-body, its sender never closing', () => {
+  let app: TestApp;
+  let port: number;
+  beforeAll(async () => {
+    app = await startTestApp('sqlite', {
+      endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_test_secret_for_webhook_inbox' }], maxBodyBytes: 2048 }],
+      // No pace rule: the request timeout alone bounds a stalled upload.
+      limits: { headersTimeoutMs: 300, requestTimeoutMs: 500, maxInFlightBodyBytes: 6000, minBodyBytesPerSecond: 0 },
+    });
+    port = Number(new URL(app.url).port);
+  });
+  afterAll(async () => { await app?.stop(); });
+
+  it('gives the connection and the budget back within the linger limit after the 408', async () => {
+    const { connect } = await import('node:net');
+    const { LINGER } = await import('../../src/http/linger.js');
+    const stalled = stripeEvent('evt_timeout_half_open', { size: 2000 });
+    // Half-open allowed: the server's FIN does not make this socket close its own side.
+    const sock = connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    let text = '';
+    sock.on('data', (c: Buffer) => { text += c.toString('latin1'); });
+    sock.on('error', () => undefined);
+    await new Promise((r) => sock.once('connect', r));
+    sock.write(`POST /webhooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nstripe-signature: ${stripeHeaders(stalled)['stripe-signature']}\r\ncontent-length: ${stalled.length}\r\n\r\n`);
+    sock.write(stalled.subarray(0, 500));
+    try {
+      const timedOut = Date.now() + 5000;
+      while (statusOf(text) !== 408 && Date.now() < timedOut) await new Promise((r) => setTimeout(r, 50));
+      expect(statusOf(text)).toBe(408);
+      const answeredAt = Date.now();
+
+      // 2 × 2000 held by the stalled upload + 2 × 2000 > 6000: refused while its connection stays.
+      const body = stripeEvent('evt_after_half_open', { size: 2000 });
+      const send = () => post(`${app.url}/webhooks/stripe`, body, { ...stripeHeaders(body), 'content-length': String(body.length) });
+      let status = (await send()).status;
+      const deadline = answeredAt + LINGER.maxMs + 3000;
+      while (status !== 200 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 250));
+        status = (await send()).status;
+      }
+      expect(status).toBe(200);
+      // The requests above close their own connections (agent: false) a moment after their answers.
+      const connections = () => new Promise<number>((resolve, reject) => app.server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
+      let open = await connections();
+      while (open > 0 && Date.now() < deadline + 2000) {
+        await new Promise((r) => setTimeout(r, 50));
+        open = await connections();
+      }
+      expect(open).toBe(0);
+    } finally {
+      sock.destroy();
+    }
+  }, 20_000);
+});
