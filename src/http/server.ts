@@ -191,7 +191,11 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     // it showed as malformed requests, and a pooling client could read an unasked 408 as the
     // answer to the request it sends next.
     if (timeout && (socket as Duplex & { bytesRead?: number }).bytesRead === 0) return socket.destroy();
-    const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : timeout ? 'request_timeout' : 'bad_request';
+    const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large'
+      // The HTTP/2 connection preface (`PRI * HTTP/2.0`, a client with prior knowledge): a request
+      // line naming HTTP/2.0, answered as framingRefusal answers one the parser lets through.
+      : err.code === 'HPE_PAUSED_H2_UPGRADE' ? 'http_version_not_supported'
+      : timeout ? 'request_timeout' : 'bad_request';
     const status = `${REASONS[reason].status} ${STATUS_CODES[REASONS[reason].status]}`;
     const body = `{"error":"${reason}"}`;
     // A request the ingress is reading logs itself, with this answer (markAnsweredRaw): it is what

@@ -128,6 +128,20 @@ describe('HTTP/1.1 framing edge cases', () => {
     expect(logged2).toEqual([expect.objectContaining({ endpoint: '(unparsed)', status: 505, reason: 'http_version_not_supported' })]);
   });
 
+  // The HTTP/2 connection preface (RFC 9113 §3.4: a client speaking HTTP/2 with prior knowledge,
+  // e.g. a load balancer set to an h2c backend) is a request line naming HTTP/2.0 too. Node's
+  // parser stops at it (HPE_PAUSED_H2_UPGRADE) and server.ts answered it as any malformed bytes:
+  // 400 bad_request, so the log and webhook_requests_total said "malformed" with nothing to tell
+  // the operator the peer speaks HTTP/2.
+  it('the HTTP/2 connection preface gets 505 http_version_not_supported, logged and counted as such, then closed', async () => {
+    let r = { text: '', closed: false };
+    const logged = await loggedDuring(async () => { r = await exchange('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'); });
+    expect(statusOf(r.text), r.text).toBe(505);
+    expect(r.text).toMatch(/\r\n\r\n\{"error":"http_version_not_supported"/);
+    expect(r.closed).toBe(true);
+    expect(logged).toEqual([expect.objectContaining({ endpoint: '(unparsed)', status: 505, reason: 'http_version_not_supported', outcome: 'malformed' })]);
+  });
+
   // An Upgrade request is served as a plain request (no 'upgrade' listener), which RFC 9110 §7.8
   // allows, but then the rest of that TCP read is dropped by Node (llhttp pauses after an upgrade
   // request; with no listener nobody parses the remaining bytes): the request pipelined behind it
