@@ -61,8 +61,14 @@ export const DRAIN_MAX_BYTES = 64 * 1024;
 export function afterRefusal(req: IncomingMessage, res: ServerResponse, drainable: boolean): void {
   if (req.complete) return;
   if (!drainable || !smallBodyToCome(req)) return closeAfterAnswer(req, res);
-  const cut = setTimeout(() => req.socket.destroy(), LINGER.maxMs);
+  // Counted from when the answer is written (Node drops the body only then): behind an answer
+  // still owed on the connection (a pipelined request committing) it waits, and a cut counted from
+  // now destroyed the connection before that earlier answer went out.
+  let cut: NodeJS.Timeout | undefined;
   const done = () => clearTimeout(cut);
+  res.once('finish', () => {
+    if (!req.readableEnded && !req.destroyed) cut = setTimeout(() => req.socket.destroy(), LINGER.maxMs);
+  });
   req.once('end', done);
   req.once('close', done);
 }

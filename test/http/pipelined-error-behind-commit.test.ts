@@ -3,6 +3,7 @@ import { captureLog } from '../helpers/log.js';
 import { connect } from 'node:net';
 import { rawConnection } from '../helpers/http.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LINGER } from '../../src/http/linger.js';
 import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { changes, scrape, series } from '../helpers/metric-samples.js';
@@ -109,6 +110,19 @@ describe('an HTTP error pipelined behind a request still committing', () => {
       expect(r.logged).toEqual(['(unparsed) 405', 'stripe 200']);
     }
   });
+
+  // A refusal from before the body (405, 404…) keeps the connection and drops the small body left,
+  // bounded at LINGER.maxMs (linger.ts afterRefusal). That bound was counted from when the refusal
+  // was decided, not from when it was written: pipelined behind a commit that took longer than it
+  // (a database stall, SQLite's busy timeout), the connection was destroyed before either answer
+  // went out, so the sender of the request committing lost its 200 too.
+  it('a 405 and a 404 pipelined behind a commit slower than the linger limit: 200, 405, 404, all answered', async () => {
+    const get = 'GET /webhooks/stripe HTTP/1.1\r\nhost: x\r\n\r\n';
+    const unknown = 'POST /webhooks/nope HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}';
+    const r = await run([signed('evt_behind_slow_commit') + get + unknown], LINGER.maxMs + 1500);
+    expect(r.statuses).toEqual([200, 405, 404]);
+    expect(r.logged).toEqual(['(unknown) 404', 'stripe 200', 'stripe 405']);
+  }, 20_000);
 
   // Not an error, but the same wait: a pipelined request with `Expect: 100-continue` is invited
   // only once the answer before it is written (Node queues the 100 behind it), and its sender sends
