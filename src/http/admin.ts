@@ -75,6 +75,24 @@ export function serveAdmin(path: string, req: IncomingMessage, res: ServerRespon
   return true;
 }
 
+/** `scheme://authority` at the start of an absolute-form target (a proxy's `POST http://host/…`). */
+const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
+
+/**
+ * The request target's path, without its query. An absolute-form target is reduced to its path:
+ * RFC 9112 §3.2.2 says a server must accept that form, and some proxies send it. Both servers
+ * (server.ts and the operational one below) route by it.
+ */
+export function pathOf(req: IncomingMessage): string {
+  let url = req.url ?? '/';
+  if (url.charCodeAt(0) !== 0x2f /* / */) {
+    const m = ABSOLUTE_FORM.exec(url);
+    if (m) url = url.slice(m[0].length) || '/';
+  }
+  const q = url.indexOf('?');
+  return q < 0 ? url : url.slice(0, q);
+}
+
 /**
  * A server with only the operational endpoints (`webhook-inbox work --metrics-port`): 404 for
  * any other path. It takes no webhooks, so it needs none of the ingress server's framing care;
@@ -83,9 +101,7 @@ export function serveAdmin(path: string, req: IncomingMessage, res: ServerRespon
 export function createAdminServer(admin: AdminHandlers): Server {
   const server = createServer({ headersTimeout: 10_000, requestTimeout: 10_000, keepAliveTimeout: 5_000, connectionsCheckingInterval: 1_000 });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    if (!serveAdmin(q < 0 ? url : url.slice(0, q), req, res, admin)) sendJson(res, 404, '{"error":"not_found"}');
+    if (!serveAdmin(pathOf(req), req, res, admin)) sendJson(res, 404, '{"error":"not_found"}');
   });
   return server;
 }

@@ -3,7 +3,7 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
 import { IngressError, REASONS } from '../errors.js';
-import { serveAdmin, type AdminHandlers, type AdminRoutes } from './admin.js';
+import { pathOf, serveAdmin, type AdminHandlers, type AdminRoutes } from './admin.js';
 import type { Ingress } from './ingress.js';
 import { afterRefusal, closeAfterAnswer, ignoreOnClosing, isClosing, LINGER } from './linger.js';
 import { markAnsweredRaw, markAwaitingContinue, sendError, sendJson } from './respond.js';
@@ -11,23 +11,6 @@ import { markAnsweredRaw, markAwaitingContinue, sendError, sendJson } from './re
 export type { AdminHandlers } from './admin.js';
 
 const WEBHOOK_PREFIX = '/webhooks/';
-
-/** `scheme://authority` at the start of an absolute-form target (a proxy's `POST http://host/…`). */
-const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
-
-/**
- * The request target's path, without its query. An absolute-form target is reduced to its path:
- * RFC 9112 §3.2.2 says a server must accept that form, and some proxies send it.
- */
-function pathOf(req: IncomingMessage): string {
-  let url = req.url ?? '/';
-  if (url.charCodeAt(0) !== 0x2f /* / */) {
-    const m = ABSOLUTE_FORM.exec(url);
-    if (m) url = url.slice(m[0].length) || '/';
-  }
-  const q = url.indexOf('?');
-  return q < 0 ? url : url.slice(0, q);
-}
 
 /**
  * The endpoint id of a webhook path (undefined for any other path). Percent-encoded unreserved

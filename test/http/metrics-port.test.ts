@@ -9,7 +9,7 @@ import { parseConfig } from '../../src/config/schema.js';
 import { ListenError } from '../../src/errors.js';
 import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { post } from '../helpers/http.js';
+import { post, rawExchange, statusOf } from '../helpers/http.js';
 import { scrape, series, valueOf } from '../helpers/metric-samples.js';
 import { runCli, spawnServer } from '../helpers/server-process.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
@@ -75,6 +75,17 @@ describeEachStore('serve with a metrics port of its own', (kind) => {
     expect(hook.status).toBe(404);
     expect(hook.json()).toEqual({ error: 'not_found' });
     expect(valueOf(await scrape(app.metricsUrl!), accepted), 'the metrics port took a webhook').toBe(1);
+  });
+
+  // RFC 9112 §3.2.2: a server must accept the absolute form (`GET http://host/metrics`), which the
+  // webhook port does (server.ts). The metrics port compared the raw target with the paths, so
+  // it answered 404 where the same request to the webhook port (no metrics port) was served.
+  it('the metrics port serves an absolute-form target, query and all, as the webhook port does', async () => {
+    const metricsPort = Number(new URL(app.metricsUrl!).port);
+    for (const path of ['/healthz', '/readyz', '/metrics?x=1']) {
+      const { text } = await rawExchange(metricsPort, `GET http://127.0.0.1:${metricsPort}${path} HTTP/1.1\r\nhost: 127.0.0.1:${metricsPort}\r\nconnection: close\r\n\r\n`);
+      expect(statusOf(text), `${path}: ${text}`).toBe(200);
+    }
   });
 
   it('once close() has begun, /readyz on the metrics port says not ready: the webhook port no longer takes connections', async () => {
