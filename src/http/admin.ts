@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { afterRefusal } from './linger.js';
 import { sendJson } from './respond.js';
 
 /** What /metrics and /readyz answer with, in `serve` (app.ts) and in `work` (workers.ts). */
@@ -41,8 +42,9 @@ export type AdminRoutes = 'all' | 'healthz';
 export function serveAdmin(path: string, req: IncomingMessage, res: ServerResponse, admin: AdminHandlers, routes: AdminRoutes = 'all'): boolean {
   if (path !== '/healthz' && (routes === 'healthz' || (path !== '/readyz' && path !== '/metrics'))) return false;
   if (req.method !== 'GET' && req.method !== 'HEAD') {
-    res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' });
-    res.end('{"error":"method_not_allowed"}');
+    // As any refusal before the body: a small one is dropped, a large one is not read (linger.ts).
+    afterRefusal(req, res, true);
+    sendJson(res, 405, '{"error":"method_not_allowed"}', { allow: 'GET, HEAD' });
     return true;
   }
   if (path === '/healthz') {

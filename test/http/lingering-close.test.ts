@@ -171,6 +171,27 @@ describe('lingering close: a refused sender still writing its body reads the ref
     expect(text).toContain('{"error":"not_found"}');
     expect(text.toLowerCase()).toContain('connection: close');
   });
+
+  // The operational paths' 405 (admin.ts) went by none of this: Node kept the connection and read
+  // the whole declared body, of any size, for as long as the request timeout (30 s by default), as
+  // the answer to a POST /healthz declaring 1 GiB said keep-alive.
+  it('POST /healthz with a large body on its way: 405 with Connection: close, and the connection does not wait for the body', async () => {
+    const u = open(`POST /healthz HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${1024 ** 3}\r\n\r\n`);
+    let text = '';
+    const ended = new Promise<boolean>((r) => {
+      u.sock.on('data', (c: Buffer) => { text += c.toString('latin1'); });
+      u.sock.once('end', () => r(true));
+      setTimeout(() => r(false), LINGER.maxMs + 2000);
+    });
+    u.sock.write(Buffer.alloc(100 * 1024, 0x61));
+    // Our FIN after the answer, and then no connection left on the server (the sender never sends the rest).
+    const fin = await ended;
+    u.sock.destroy();
+    expect(statusOf(text), text).toBe(405);
+    expect(text).toContain('{"error":"method_not_allowed"}');
+    expect(text.toLowerCase()).toContain('connection: close');
+    expect(fin, 'the server kept the connection, waiting for the 1 GiB body').toBe(true);
+  }, LINGER.maxMs + 5000);
 });
 
 /**
