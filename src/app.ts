@@ -211,7 +211,12 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
             resolve();
           });
           closeIdle();
-          setTimeout(() => server.closeAllConnections(), opts.shutdownGraceMs ?? 5000).unref();
+          setTimeout(() => {
+            // A request still waiting on a commit (a hung database) is answered 503 first, with
+            // Retry-After, so its sender retries instead of reading a reset; then everything is cut.
+            committer.abandon('shutting down');
+            setTimeout(() => server.closeAllConnections(), ABANDONED_ANSWERS_MS).unref();
+          }, opts.shutdownGraceMs ?? 5000).unref();
         });
         await lane?.close();
         // Batches in flight settle before the store closes; unfinished leases simply expire.
@@ -224,6 +229,9 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     },
   };
 }
+
+/** How long the 503s of commits abandoned at the grace's end have to go out before every connection is cut. */
+const ABANDONED_ANSWERS_MS = 200;
 
 /** How long a failed accept commit (with none since) keeps /readyz not ready. */
 const COMMIT_FAILURE_MEMORY_MS = 10_000;

@@ -79,8 +79,8 @@ export class GroupCommitter<I, R> {
   /** In-flight commits past commitTimeoutMs whose store call has not returned: they keep their slot. */
   private stuck = 0;
   private scheduled = false;
-  /** The start of each running commit not yet past commitTimeoutMs, for OVERLAP_AFTER_MS. */
-  private readonly running = new Set<{ readonly started: number }>();
+  /** Each running commit not yet past commitTimeoutMs: its start (OVERLAP_AFTER_MS), and how to give up on it (abandon). */
+  private readonly running = new Set<{ readonly started: number; giveUp(err: StorageUnavailableError): void }>();
   /** Calls schedule() once the newest running commit reaches OVERLAP_AFTER_MS. */
   private overlapTimer: NodeJS.Timeout | undefined;
   /** The timer that answers items queued past commitTimeoutMs (running while anything is queued). */
@@ -164,8 +164,6 @@ export class GroupCommitter<I, R> {
     const batch = this.take();
     this.inFlight++;
     const started = performance.now();
-    const run = { started };
-    this.running.add(run);
     let settled = false;
     let timedOut = false;
     const settle = (ok: boolean, results: R[] | null, err: unknown) => {
@@ -180,11 +178,17 @@ export class GroupCommitter<I, R> {
       if (ok && results) for (let i = 0; i < batch.length; i++) batch[i]!.resolve(results[i]!);
       else for (const p of batch) p.reject(err);
     };
-    const timer = setTimeout(() => {
+    // Its callers are answered unavailable (outcome unknown); its slot stays held until the store returns.
+    const giveUp = (err: StorageUnavailableError) => {
       timedOut = true;
       this.stuck++;
       this.running.delete(run);
-      settle(false, null, new StorageUnavailableError(`commit did not finish within ${this.opts.commitTimeoutMs} ms; outcome unknown`));
+      settle(false, null, err);
+    };
+    const run = { started, giveUp };
+    this.running.add(run);
+    const timer = setTimeout(() => {
+      giveUp(new StorageUnavailableError(`commit did not finish within ${this.opts.commitTimeoutMs} ms; outcome unknown`));
       if (this.blocked()) this.failQueued();
       else this.schedule(); // what queued behind it may start now
     }, this.opts.commitTimeoutMs);
@@ -228,12 +232,21 @@ export class GroupCommitter<I, R> {
     if (next) this.expiry = setTimeout(() => this.expire(), Math.max(1, next.queuedAt + this.opts.commitTimeoutMs - now)).unref();
   }
 
+  /**
+   * Answers everything still waiting as unavailable, now: the running commits' callers (outcome
+   * unknown) and what is queued (never sent). For a shutdown whose grace ends while a hung store
+   * holds commits: their senders get a 503 to retry instead of a reset.
+   */
+  abandon(why: string): void {
+    for (const run of [...this.running]) run.giveUp(new StorageUnavailableError(`${why}: the commit had not finished; outcome unknown`));
+    this.failQueued(new StorageUnavailableError(`${why}: nothing was sent to the store`));
+  }
+
   /** Answers everything queued (never sent to the store) as unavailable. */
-  private failQueued(): void {
+  private failQueued(err = blockedError()): void {
     const queued = this.queue;
     this.queue = [];
     this.queuedBytes = 0;
-    const err = blockedError();
     for (const p of queued) p.reject(err);
   }
 }

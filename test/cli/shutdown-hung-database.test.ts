@@ -56,4 +56,26 @@ describe.runIf(await pgAvailable())('SIGTERM while PostgreSQL hangs [postgres]',
     expect(result, `${cmd} did not exit after SIGTERM (${ms} ms)\n${p.stderr()}`).toBe('0');
     expect(p.stderr()).toMatch(/shutting down|stopping workers/);
   }, 60_000);
+
+  it('serve: a request waiting on a commit the hung database never answers gets 503 with Retry-After when the grace ends, not a reset', async () => {
+    const { proxy, url } = await proxiedPostgres(cleanups);
+    // The commit timeout (10 s) outlasts the 5 s grace: the grace's end must answer the request.
+    const doc = configDoc(url, { workers: { enabled: false }, log: { level: 'warn' } });
+    const p = await spawnServer(join(dir, 'serve-waiting.yaml'), doc);
+    cleanups.push(async () => void p.child.kill('SIGKILL'));
+    const first = stripeEvent('evt_hung_before');
+    expect((await post(`${p.url}/webhooks/stripe`, first, stripeHeaders(first))).status).toBe(200);
+    proxy.hang();
+    const body = stripeEvent('evt_hung_waiting');
+    const answer = post(`${p.url}/webhooks/stripe`, body, stripeHeaders(body)).then((r) => r, (err: Error) => err);
+    await new Promise((r) => setTimeout(r, 300)); // its commit has been sent and is waiting
+    const { result, ms } = await stopWithin(p, 25_000);
+    const r = await answer;
+    expect(r instanceof Error ? `no answer: ${r.message}` : r.status, p.stderr()).toBe(503);
+    if (!(r instanceof Error)) {
+      expect(r.headers['retry-after']).toMatch(/^[1-9][0-9]*$/);
+      expect(r.json().error).toBe('storage_unavailable');
+    }
+    expect(result, `serve did not exit after SIGTERM (${ms} ms)\n${p.stderr()}`).toBe('0');
+  }, 60_000);
 });
