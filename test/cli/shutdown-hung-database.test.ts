@@ -59,8 +59,9 @@ describe.runIf(await pgAvailable())('SIGTERM while PostgreSQL hangs [postgres]',
 
   it('serve: a request waiting on a commit the hung database never answers gets 503 with Retry-After when the grace ends, not a reset', async () => {
     const { proxy, url } = await proxiedPostgres(cleanups);
-    // The commit timeout (10 s) outlasts the 5 s grace: the grace's end must answer the request.
-    const doc = configDoc(url, { workers: { enabled: false }, log: { level: 'warn' } });
+    // The commit timeout (30 s) outlasts the 5 s grace: the grace's end must answer the request,
+    // and the exit must not wait for the commit's own timeout to free its connection.
+    const doc = configDoc(url, { groupCommit: { commitTimeoutMs: 30_000 }, workers: { enabled: false }, log: { level: 'warn' } });
     const p = await spawnServer(join(dir, 'serve-waiting.yaml'), doc);
     cleanups.push(async () => void p.child.kill('SIGKILL'));
     const first = stripeEvent('evt_hung_before');
@@ -77,5 +78,7 @@ describe.runIf(await pgAvailable())('SIGTERM while PostgreSQL hangs [postgres]',
       expect(r.json().error).toBe('storage_unavailable');
     }
     expect(result, `serve did not exit after SIGTERM (${ms} ms)\n${p.stderr()}`).toBe('0');
+    // The 5 s grace, then at most GOODBYE_WAIT_MS (2 s) for the connection stuck in the commit.
+    expect(ms, 'exit after SIGTERM, ms').toBeLessThan(15_000);
   }, 60_000);
 });

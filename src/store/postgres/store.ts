@@ -476,9 +476,12 @@ export class PostgresStore implements InboxStore {
     this.closing ??= (async () => {
       this.closed = true;
       this.notifier.close();
-      await Promise.all([this.listener.close(), this.pool.end(), this.workPool.end()]);
-      // pool.end() resolves once each connection has been sent its goodbye, not once it has closed.
+      const ended = Promise.all([this.listener.close(), this.pool.end(), this.workPool.end()]);
+      // pool.end() resolves once each idle connection has been sent its goodbye, not once it has
+      // closed, and waits for each checked-out one to come back, which one stuck in a hung
+      // database's commit (answered 503 at the shutdown's grace) does only at its own timeout.
       await Promise.all([...this.connections].map((c) => closedWithin(c)));
+      await ended;
     })();
     return this.closing;
   }
