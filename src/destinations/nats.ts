@@ -37,6 +37,8 @@ const STREAM_NOT_FOUND = 10059;
 const STREAM_NAME_IN_USE = 10058;
 /** The publish named the stream it expects (Nats-Expected-Stream), and another one captures the subject. */
 const STREAM_NOT_MATCH = 10060;
+/** The message is larger than the stream's max_msg_size. */
+const STREAM_MESSAGE_TOO_LARGE = 10054;
 
 /** A substituted value may add tokens (dots) but never a wildcard, a space or an empty token. */
 export function sanitizeToken(value: string): string {
@@ -169,6 +171,11 @@ export class NatsDestination implements Destination {
     if (err instanceof SyntaxError) {
       this.streamReady = false;
       return new RetryableError('no_stream', `${where}: the answer is not a JetStream acknowledgement (not JSON)`, { cause: err });
+    }
+    // The stream's own limit: as for max_payload, no retry can pass it until an operator raises
+    // it (then `outbox requeue`); retried, it went round every 30 s for good, out of sight.
+    if (err instanceof JetStreamApiError && err.code === STREAM_MESSAGE_TOO_LARGE) {
+      return new NeedsDecisionError('message_too_large', `${where}: the message is larger than the stream's max_msg_size (JetStream error ${err.code}: ${describe(err)})`, { cause: err });
     }
     if (err instanceof JetStreamApiError && err.code === STREAM_NOT_MATCH) {
       return new RetryableError('no_stream', `${where}: the subject is captured by another stream, not by "${this.config.stream}" (nothing was stored)`, { cause: err });

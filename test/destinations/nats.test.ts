@@ -136,6 +136,17 @@ describe('nats destination (real JetStream)', () => {
     expect(await messages(stream)).toBe(2);
   });
 
+  it('a message over the stream\'s own max_msg_size is refused for good (message_too_large), not retried for ever', async () => {
+    const { stream, prefix } = scope();
+    await jsm.streams.add({ name: stream, subjects: [`${prefix}.>`], max_msg_size: 256 });
+    const d = destination({ subject: `${prefix}.{provider}`, stream });
+    const err = await failureOf(d.deliver(deliveryEvent({ eventType: 'x'.repeat(512) })));
+    expect(err).toBeInstanceOf(NeedsDecisionError);
+    expect(err.reason).toBe('message_too_large');
+    expect(err.message).toMatch(/max_msg_size/);
+    expect(await messages(stream)).toBe(0);
+  });
+
   it('an existing stream is used as it is, never changed', async () => {
     const { stream, prefix } = scope();
     await jsm.streams.add({ name: stream, subjects: [`${prefix}.only`] });
