@@ -27,6 +27,13 @@ const MAX_USER_STATEMENTS = 200;
 const NEVER_WAITS: ReadonlySet<string> = new Set(['ping']);
 const MAX_REMEMBERED_ABANDONED = 100;
 
+/** The waits between tries of an op that found the file locked: SQLite's own busy handler's. */
+const LOCK_RETRY_MS = [1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100];
+const isBusy = (err: unknown): boolean => {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
+};
+
 /** better-sqlite3 binds numbers, strings, bigints, buffers and null; map the rest the obvious way. */
 const bindable = (v: unknown): unknown =>
   v === undefined ? null : typeof v === 'boolean' ? (v ? 1 : 0) : v instanceof Uint8Array ? bytes(v) : v;
@@ -37,9 +44,19 @@ const bindable = (v: unknown): unknown =>
  * every message that does not carry its tx id waits here (FIFO) and runs after COMMIT or
  * ROLLBACK — an accept batch never lands inside a handler's transaction. A transaction open
  * longer than `timeoutMs` (main side hung or gone) is rolled back, and its later ops fail.
+ *
+ * Another process's write lock (a `work` process's handler transaction on the same file) is
+ * waited for here, not in SQLite: the connection's busy_timeout is 0, and an op that finds the
+ * file locked (SQLITE_BUSY) is tried again on a timer, as SQLite's own busy handler would, until
+ * `busyTimeoutMs` from its first try. SQLite's handler slept inside the op, this thread answered
+ * nothing meanwhile, and /readyz's ping waited behind the accept for as long as the other
+ * process held the lock (its readiness probe timed out). The ops behind it wait as they do
+ * behind an open transaction.
  */
 export class TxGate {
   private open: { id: number; timer: NodeJS.Timeout } | undefined;
+  /** An op waiting for another process's write lock (SQLITE_BUSY), tried again at `timer`. */
+  private blocked: { timer: NodeJS.Timeout } | undefined;
   private readonly waiting: Msg[] = [];
   /** Transactions that ended without their COMMIT or ROLLBACK (timed out, or SQLite ended them): why, by id. */
   private readonly ended = new Map<number, string>();
@@ -58,17 +75,21 @@ export class TxGate {
     private readonly inTx: Ops,
     private readonly relaxed: ReadonlySet<string> | null,
     private readonly reply: (id: number, run: () => unknown) => void,
+    /** How long an op may wait for another process's write lock (the URL's busyTimeoutMs). */
+    private readonly busyTimeoutMs = 0,
   ) {}
 
   receive(msg: Msg): void {
+    const busy = this.open !== undefined || this.blocked !== undefined;
     if (msg.tx !== undefined) this.reply(msg.id, () => this.runInTx(msg.tx!, msg.op, msg.arg));
-    else if (this.open && NEVER_WAITS.has(msg.op)) this.reply(msg.id, () => this.free[msg.op]!(msg.arg));
-    else if (this.open) this.waiting.push(msg);
+    else if (busy && NEVER_WAITS.has(msg.op)) this.reply(msg.id, () => this.free[msg.op]!(msg.arg));
+    else if (busy) this.waiting.push(msg);
     else this.runFree(msg);
     this.drain();
   }
 
-  private runFree(msg: Msg): void {
+  /** `since`: when the op was first tried (it found another process's write lock then). */
+  private runFree(msg: Msg, since = performance.now(), retries = 0): void {
     // Set between transactions only: a transaction's commit runs with the mode it began under.
     if (this.relaxed) {
       const mode = this.relaxed.has(msg.op) ? 'NORMAL' : 'FULL';
@@ -77,16 +98,40 @@ export class TxGate {
         this.synchronous = mode;
       }
     }
+    let outcome: { ok: true; value: unknown } | { ok: false; err: unknown };
+    try {
+      outcome = { ok: true, value: this.runOp(msg) };
+    } catch (err) {
+      // Locked by another process: nothing was done (each op takes the lock first, or is one
+      // statement), so it is tried again later, and this thread answers meanwhile.
+      const waitMs = LOCK_RETRY_MS[Math.min(retries, LOCK_RETRY_MS.length - 1)]!;
+      if (isBusy(err) && performance.now() - since + waitMs <= this.busyTimeoutMs) {
+        this.blocked = {
+          timer: setTimeout(() => {
+            this.blocked = undefined;
+            this.runFree(msg, since, retries + 1);
+            this.drain();
+          }, waitMs),
+        };
+        return;
+      }
+      outcome = { ok: false, err };
+    }
     this.reply(msg.id, () => {
-      if (msg.op === 'txBegin') return this.begin(msg.arg as number);
-      const op = this.free[msg.op];
-      if (!op) throw new Error(`unknown writer op "${msg.op}"`);
-      return op(msg.arg);
+      if (!outcome.ok) throw outcome.err;
+      return outcome.value;
     });
   }
 
+  private runOp(msg: Msg): unknown {
+    if (msg.op === 'txBegin') return this.begin(msg.arg as number);
+    const op = this.free[msg.op];
+    if (!op) throw new Error(`unknown writer op "${msg.op}"`);
+    return op(msg.arg);
+  }
+
   private drain(): void {
-    while (!this.open && this.waiting.length > 0) this.runFree(this.waiting.shift()!);
+    while (!this.open && !this.blocked && this.waiting.length > 0) this.runFree(this.waiting.shift()!);
   }
 
   /** Returns when the transaction's time limit started, as a timeOrigin-based time (threads differ in origin). */

@@ -31,7 +31,9 @@ function openDatabase(): Database.Database {
     // FULL: every commit is fsynced to the WAL before we answer 2xx (NORMAL could lose the tail on power loss).
     d.pragma('synchronous = FULL');
     d.pragma('foreign_keys = ON');
-    d.pragma(`busy_timeout = ${busyTimeoutMs}`);
+    // Another process's write lock is waited for by the gate (tx-gate.ts), between messages, not
+    // by SQLite inside an op, where this thread could answer nothing (a /readyz ping) meanwhile.
+    d.pragma('busy_timeout = 0');
     return d;
   } catch (err) {
     // A plain Error: a SqliteError reaches the main thread as `{ code }` alone, and the operator
@@ -72,7 +74,21 @@ function during<T>(step: string, fn: () => T): T {
   }
 }
 
+/**
+ * Several transactions in one op: tried again whole by the gate, it would not report the versions
+ * its first try applied. So it waits for another process's lock inside SQLite, as it always did
+ * (at start, before anything else asks this thread).
+ */
 function migrate(): number[] {
+  db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+  try {
+    return migrateAll();
+  } finally {
+    db.pragma('busy_timeout = 0');
+  }
+}
+
+function migrateAll(): number[] {
   during('the schema_migrations table', () => db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`));
   const applied = new Set((db.prepare('SELECT version FROM schema_migrations').all() as { version: number }[]).map((r) => r.version));
@@ -109,7 +125,7 @@ function prepare() {
 const st = () => (statements ??= prepare());
 
 // One transaction per batch: BEGIN IMMEDIATE takes the write lock up front, so a second
-// writer process waits (busy_timeout) instead of failing mid-transaction.
+// writer process waits (busyTimeoutMs, tx-gate.ts) instead of failing mid-transaction.
 const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
   const s = st();
   return records.map((r) => {
@@ -162,6 +178,6 @@ const gate = new TxGate(db, txTimeoutMs, { ...ops, ...work.free }, work.inTx, en
     const e = err as { message?: string; code?: string };
     parentPort!.postMessage({ id, ok: false, message: e.message ?? String(err), code: e.code });
   }
-});
+}, busyTimeoutMs);
 exitOnUnreadableRequest();
 parentPort!.on('message', (msg: Msg) => gate.receive(msg));
