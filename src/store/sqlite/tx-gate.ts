@@ -27,8 +27,14 @@ const MAX_USER_STATEMENTS = 200;
 const NEVER_WAITS: ReadonlySet<string> = new Set(['ping']);
 const MAX_REMEMBERED_ABANDONED = 100;
 
-/** The waits between tries of an op that found the file locked: SQLite's own busy handler's. */
-const LOCK_RETRY_MS = [1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100];
+/**
+ * The wait between tries of an op that found the file locked. Short: another process working
+ * through a backlog leaves the lock free only for moments between its transactions, and SQLite's
+ * own busy handler, trying every 100 ms after its first 0.3 s, seldom met one: a `serve` beside a
+ * `work` draining a backlog waited out its busy timeout (503) behind transactions of ~100 ms each.
+ * A failed try is a lock request that returns at once.
+ */
+const LOCK_RETRY_MS = 1;
 const isBusy = (err: unknown): boolean => {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
@@ -47,8 +53,8 @@ const bindable = (v: unknown): unknown =>
  *
  * Another process's write lock (a `work` process's handler transaction on the same file) is
  * waited for here, not in SQLite: the connection's busy_timeout is 0, and an op that finds the
- * file locked (SQLITE_BUSY) is tried again on a timer, as SQLite's own busy handler would, until
- * `busyTimeoutMs` from its first try. SQLite's handler slept inside the op, this thread answered
+ * file locked (SQLITE_BUSY) is tried again on a timer (LOCK_RETRY_MS), as SQLite's own busy handler
+ * would, until `busyTimeoutMs` from its first try. SQLite's handler slept inside the op, this thread answered
  * nothing meanwhile, and /readyz's ping waited behind the accept for as long as the other
  * process held the lock (its readiness probe timed out). The ops behind it wait as they do
  * behind an open transaction.
@@ -89,7 +95,7 @@ export class TxGate {
   }
 
   /** `since`: when the op was first tried (it found another process's write lock then). */
-  private runFree(msg: Msg, since = performance.now(), retries = 0): void {
+  private runFree(msg: Msg, since = performance.now()): void {
     // Set between transactions only: a transaction's commit runs with the mode it began under.
     if (this.relaxed) {
       const mode = this.relaxed.has(msg.op) ? 'NORMAL' : 'FULL';
@@ -104,14 +110,13 @@ export class TxGate {
     } catch (err) {
       // Locked by another process: nothing was done (each op takes the lock first, or is one
       // statement), so it is tried again later, and this thread answers meanwhile.
-      const waitMs = LOCK_RETRY_MS[Math.min(retries, LOCK_RETRY_MS.length - 1)]!;
-      if (isBusy(err) && performance.now() - since + waitMs <= this.busyTimeoutMs) {
+      if (isBusy(err) && performance.now() - since + LOCK_RETRY_MS <= this.busyTimeoutMs) {
         this.blocked = {
           timer: setTimeout(() => {
             this.blocked = undefined;
-            this.runFree(msg, since, retries + 1);
+            this.runFree(msg, since);
             this.drain();
-          }, waitMs),
+          }, LOCK_RETRY_MS),
         };
         return;
       }
