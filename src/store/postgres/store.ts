@@ -218,13 +218,16 @@ export class PostgresStore implements InboxStore {
   acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
     return acceptUnique(records, async (unique) => {
       if (unique.every((r) => r.coalesceKey === undefined)) return this.acceptEvents(unique);
-      // Notices (rare, rate-limited) take their own short transaction each; events the batch statement.
+      // Notices (rare, rate-limited) take their own short transaction each; events the batch
+      // statement, last: a notice that fails (its key's lock held by another process's stalled
+      // notice) fails the whole batch, 503 to every caller, so the events must not be stored by
+      // then: a 503 says "send it again", and that copy must be the one answered duplicate: false.
+      const byId = new Map<string, AcceptResult>();
+      for (const r of unique) if (r.coalesceKey !== undefined) byId.set(r.inboxId, await this.acceptNotice(r));
       const events = unique.filter((r) => r.coalesceKey === undefined);
       const eventResults = events.length > 0 ? await this.acceptEvents(events) : [];
-      const byId = new Map(events.map((r, i) => [r.inboxId, eventResults[i]!]));
-      const results: AcceptResult[] = [];
-      for (const r of unique) results.push(byId.get(r.inboxId) ?? (await this.acceptNotice(r)));
-      return results;
+      events.forEach((r, i) => byId.set(r.inboxId, eventResults[i]!));
+      return unique.map((r) => byId.get(r.inboxId)!);
     });
   }
 
