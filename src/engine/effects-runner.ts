@@ -31,7 +31,9 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
 
   protected claimRows(n: number, owner: string, leaseMs: number, nowMs: number): Promise<EffectRow[]> {
     // No payload key, no data to hand the executors: effects stay PENDING, their attempts unspent.
-    if (!this.d.cipher()) return Promise.resolve([]);
+    // No handler and no executor (a serve without --handlers beside a work --handlers): every
+    // effect is another process's, and one claimed here could only fail unsupported_effect.
+    if (!this.d.cipher() || this.d.handlers.empty) return Promise.resolve([]);
     return this.d.store.claimEffects(n, owner, leaseMs, nowMs);
   }
 

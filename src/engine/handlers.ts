@@ -173,4 +173,9 @@ export class HandlerRegistry {
   get size(): number {
     return this.handlers.length;
   }
+
+  /** No handler and no effect executor: a process with it records no effect and can run none. */
+  get empty(): boolean {
+    return this.handlers.length === 0 && this.executors.size === 0;
+  }
 }
