@@ -26,4 +26,25 @@ describe('serve --handlers with workers.enabled: false', () => {
       server.child.kill('SIGKILL');
     }
   });
+
+  it('the other way round, workers on and no --handlers: starts and warns that the events it claims without a route fail here', async () => {
+    const server = await spawnServer(join(dir, 'bare.yaml'), configDoc(`sqlite:${join(dir, 'bare.db')}`));
+    try {
+      expect(server.stderr()).toMatch(/warning: workers are on and no --handlers module was given: an event this process claims that no route takes ends FAILED unsupported_type/);
+      expect(server.stderr()).toContain('workers on, 0 handler(s)');
+    } finally {
+      server.child.kill('SIGKILL');
+    }
+  });
+
+  it('with workers on and --handlers, no warning', async () => {
+    const handlers = join(dir, 'on.mjs');
+    writeFileSync(handlers, "export default (inbox) => { inbox.on('payment_intent.succeeded', () => undefined); };\n");
+    const server = await spawnServer(join(dir, 'on.yaml'), configDoc(`sqlite:${join(dir, 'on.db')}`), {}, ['--handlers', handlers]);
+    try {
+      expect(server.stderr()).not.toContain('warning');
+    } finally {
+      server.child.kill('SIGKILL');
+    }
+  });
 });
