@@ -27,17 +27,18 @@ export async function runServe(configFile: string, opts: ServeOptions): Promise<
   if (opts.handlers !== undefined && !loaded.workers.enabled) {
     process.stderr.write(`webhook-inbox serve: warning: --handlers has no effect: the config says workers.enabled: false, so no handler runs in serve (give --handlers to "webhook-inbox work")\n`);
   }
-  // The other way round: its workers claim events like any other, and one that none of its routes
-  // takes ends FAILED unsupported_type here, though a "work --handlers" beside it has a handler.
-  if (opts.handlers === undefined && loaded.workers.enabled) {
-    process.stderr.write(`webhook-inbox serve: warning: workers are on and no --handlers module was given: an event this process claims that no route takes ends FAILED unsupported_type. If "webhook-inbox work --handlers" runs beside it, give serve the same --handlers, or set workers.enabled: false\n`);
-  }
   const listen = { host: opts.host ?? loaded.listen.host, port: opts.port ?? loaded.listen.port };
   const config = { ...loaded, listen };
   const handlers = await loadHandlers(opts.handlers);
   const metricsListen = opts.metricsPort === undefined ? undefined : { host: opts.metricsHost ?? listen.host, port: opts.metricsPort };
   const app = await startApp(config, { migrate: opts.migrate, handlers, metricsListen });
   started(app);
+  // The other way round (said once started, not before a failed start's one line): its workers
+  // claim events like any other, and one that none of its routes takes ends FAILED
+  // unsupported_type here, though a "work --handlers" beside it has a handler.
+  if (opts.handlers === undefined && config.workers.enabled) {
+    process.stderr.write(`webhook-inbox serve: warning: workers are on and no --handlers module was given: an event this process claims that no route takes ends FAILED unsupported_type. If "webhook-inbox work --handlers" runs beside it, give serve the same --handlers, or set workers.enabled: false\n`);
+  }
   // send-sample reads listen from the config: tell it the URL when that is not where we listen
   // (--host/--port, or port 0, which listens on a port the config does not name).
   const moved = listen.host !== loaded.listen.host || (app.server.address() as AddressInfo).port !== loaded.listen.port;
