@@ -2,16 +2,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pino from 'pino';
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import { startApp } from '../../src/app.js';
-import { parseConfig } from '../../src/config/schema.js';
 import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
 import { configDoc } from '../helpers/app.js';
-import { waitFor } from '../helpers/engine.js';
-import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { post } from '../helpers/http.js';
+import { acceptThroughIngress, waitFor } from '../helpers/engine.js';
 import { exited, spawnWork, type ServerProcess } from '../helpers/server-process.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
@@ -56,21 +51,7 @@ describeEachStore('a work process paused past its lease, then resumed', (kind) =
     rmSync(dir, { recursive: true, force: true });
   });
 
-  async function accept(ids: string[]): Promise<string[]> {
-    const app = await startApp(parseConfig(doc, {}), { logger: pino({ level: 'silent' }), workers: false });
-    try {
-      const out: string[] = [];
-      for (const id of ids) {
-        const body = stripeEvent(id);
-        const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
-        expect(r.status).toBe(200);
-        out.push(r.json().inbox_id);
-      }
-      return out;
-    } finally {
-      await app.close();
-    }
-  }
+  const accept = (ids: string[]) => acceptThroughIngress(doc, ids);
 
   async function ledger(): Promise<{ event_id: string; pid: number }[]> {
     return (await store.transaction((tx) => tx.query<{ event_id: string; pid: number | string }>('SELECT event_id, pid FROM ledger'))).map((r) => ({ event_id: r.event_id, pid: Number(r.pid) }));

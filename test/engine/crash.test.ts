@@ -4,17 +4,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect as natsConnect } from '@nats-io/transport-node';
-import pino from 'pino';
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import { startApp } from '../../src/app.js';
-import { parseConfig } from '../../src/config/schema.js';
 import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
 import { configDoc, STRIPE_SECRET } from '../helpers/app.js';
 import { NATS_URL, natsStreamMessages, uniqueName } from '../helpers/destinations.js';
-import { waitFor } from '../helpers/engine.js';
-import { stripeEvent, stripeHeaders } from '../helpers/events.js';
-import { post } from '../helpers/http.js';
+import { acceptThroughIngress, waitFor } from '../helpers/engine.js';
 import { exited, spawnWork } from '../helpers/server-process.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
@@ -44,22 +39,7 @@ describeEachStore('worker crash recovery', (kind) => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  /** Accepts events through a real ingress with no workers running. */
-  async function accept(ids: string[]): Promise<string[]> {
-    const app = await startApp(parseConfig(doc, {}), { logger: pino({ level: 'silent' }), workers: false });
-    try {
-      const out: string[] = [];
-      for (const id of ids) {
-        const body = stripeEvent(id);
-        const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
-        expect(r.status).toBe(200);
-        out.push(r.json().inbox_id);
-      }
-      return out;
-    } finally {
-      await app.close();
-    }
-  }
+  const accept = (ids: string[]) => acceptThroughIngress(doc, ids);
 
   async function ledger(): Promise<Map<string, number>> {
     const rows = await store.transaction((tx) => tx.query<{ event_id: string }>('SELECT event_id FROM ledger'));

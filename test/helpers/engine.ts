@@ -1,6 +1,12 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import pino from 'pino';
 import { Webhook } from 'standardwebhooks';
+import { expect } from 'vitest';
+import { startApp } from '../../src/app.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { stripeEvent, stripeHeaders } from './events.js';
+import { post } from './http.js';
 import { scrape } from './metric-samples.js';
 
 export const FORWARD_SECRET = `whsec_${Buffer.from('forward-secret-for-tests-32bytes').toString('base64')}`;
@@ -93,4 +99,24 @@ export async function scrapeMetrics(baseUrl: string): Promise<(name: string, lab
     for (const [series, value] of samples) if ((series === name || series.startsWith(`${name}{`)) && series.includes(label)) return value;
     return NaN;
   };
+}
+
+/**
+ * Accepts Stripe events with these ids through a real ingress of config `doc` with no workers
+ * running (a serve that stops again), each answered 200; their inbox ids, in order.
+ */
+export async function acceptThroughIngress(doc: Record<string, unknown>, ids: readonly string[]): Promise<string[]> {
+  const app = await startApp(parseConfig(doc, {}), { logger: pino({ level: 'silent' }), workers: false });
+  try {
+    const out: string[] = [];
+    for (const id of ids) {
+      const body = stripeEvent(id);
+      const r = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+      expect(r.status).toBe(200);
+      out.push(r.json().inbox_id);
+    }
+    return out;
+  } finally {
+    await app.close();
+  }
 }
