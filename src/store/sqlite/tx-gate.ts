@@ -61,8 +61,8 @@ const bindable = (v: unknown): unknown =>
  */
 export class TxGate {
   private open: { id: number; timer: NodeJS.Timeout } | undefined;
-  /** An op waiting for another process's write lock (SQLITE_BUSY), tried again at `timer`. */
-  private blocked: { timer: NodeJS.Timeout } | undefined;
+  /** An op is waiting for another process's write lock (SQLITE_BUSY), tried again after LOCK_RETRY_MS. */
+  private blocked = false;
   private readonly waiting: Msg[] = [];
   /** Transactions that ended without their COMMIT or ROLLBACK (timed out, or SQLite ended them): why, by id. */
   private readonly ended = new Map<number, string>();
@@ -86,7 +86,7 @@ export class TxGate {
   ) {}
 
   receive(msg: Msg): void {
-    const busy = this.open !== undefined || this.blocked !== undefined;
+    const busy = this.open !== undefined || this.blocked;
     if (msg.tx !== undefined) this.reply(msg.id, () => this.runInTx(msg.tx!, msg.op, msg.arg));
     else if (busy && NEVER_WAITS.has(msg.op)) this.reply(msg.id, () => this.free[msg.op]!(msg.arg));
     else if (busy) this.waiting.push(msg);
@@ -111,13 +111,12 @@ export class TxGate {
       // Locked by another process: nothing was done (each op takes the lock first, or is one
       // statement), so it is tried again later, and this thread answers meanwhile.
       if (isBusy(err) && performance.now() - since + LOCK_RETRY_MS <= this.busyTimeoutMs) {
-        this.blocked = {
-          timer: setTimeout(() => {
-            this.blocked = undefined;
-            this.runFree(msg, since);
-            this.drain();
-          }, LOCK_RETRY_MS),
-        };
+        this.blocked = true;
+        setTimeout(() => {
+          this.blocked = false;
+          this.runFree(msg, since);
+          this.drain();
+        }, LOCK_RETRY_MS);
         return;
       }
       outcome = { ok: false, err };
