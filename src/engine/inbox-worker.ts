@@ -288,7 +288,7 @@ export class InboxWorker {
     let some = plans;
     return whileStoreFails(() => {
       for (const p of some) p.storageFault = false;
-      return this.d.store.transaction((tx) => this.settleBatch(tx, owner, some));
+      return this.d.store.transaction((tx) => this.settleBatch(tx, owner, some), { idleLimitMs: this.idleLimitMs });
     }, retries, this.d, (err, retryInMs) => {
       const suspects = some.filter((p) => p.storageFault);
       for (const p of some) p.settled = undefined;
@@ -575,6 +575,17 @@ export class InboxWorker {
     }
     if (settlements.length > 0) await tx.finishBatch(owner, { markers, effects, settlements });
     return { effects: effects.length, rest };
+  }
+
+  /**
+   * A settle transaction idle this long is ended by PostgreSQL (TxOptions.idleLimitMs). A live
+   * worker never gets near it: a handler's wait between statements is cut at its lease
+   * (handlerTimeoutMs). A frozen one's locks are freed less than a lease after its lease ran out (its
+   * last statement came before the freeze), so the next owner, which waits on them for at most its
+   * own lease, gets them in time.
+   */
+  private get idleLimitMs(): number {
+    return this.d.leaseMs * 1.5;
   }
 
   /** How long one settle transaction may run handlers (half the store's limit; none on PostgreSQL). */

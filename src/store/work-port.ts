@@ -274,6 +274,16 @@ export interface Resealed {
   readonly sealed: SealedPayload;
 }
 
+export interface TxOptions {
+  /**
+   * PostgreSQL ends the session of a transaction idle (no statement running) longer than this
+   * (`idle_in_transaction_session_timeout`), rolling it back. A worker frozen inside a handler
+   * (SIGSTOP, a stalled VM) otherwise keeps its row locks, and the next owner of its events,
+   * blocked on them, times out attempt after attempt. SQLite has maxTxMs instead.
+   */
+  readonly idleLimitMs?: number;
+}
+
 export interface WorkStore {
   /**
    * A handler transaction open longer than this is rolled back by the store (SQLite: it holds the
@@ -305,7 +315,7 @@ export interface WorkStore {
   /** Heartbeat: pushes the lease (and next_attempt_at) of rows `owner` still holds. */
   extendInboxLeases(inboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void>;
   /** BEGIN … COMMIT around fn (ROLLBACK if it throws). SQLite: BEGIN IMMEDIATE. */
-  transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: StoreTx) => Promise<T>, opts?: TxOptions): Promise<T>;
 
   claimEffects(n: number, owner: string, leaseMs: number, nowMs: number): Promise<EffectRow[]>;
   settleEffect(effectId: string, owner: string, s: EffectSettlement): Promise<boolean>;

@@ -100,6 +100,33 @@ describeEachStore('a work process paused past its lease, then resumed', (kind) =
     }, 60_000);
   }
 
+  if (kind === 'postgres') {
+    it('paused holding a row lock its takeover needs: the server ends the frozen transaction, the other process applies the event once', async () => {
+      // Two attempts only: before the frozen transaction had an idle limit, the new owner waited on
+      // the lock until its handler timed out, twice, and the event ended FAILED.
+      doc = { ...doc, retry: { baseMs: 10, capMs: 50, maxAttempts: 2 } };
+      await store.transaction(async (tx) => {
+        await tx.query('CREATE TABLE gate (id INTEGER PRIMARY KEY)');
+        await tx.query('INSERT INTO gate (id) VALUES (1)');
+      });
+      const inboxIds = await accept(['evt_g']);
+      const effectLog = join(dir, 'effects.log');
+      writeFileSync(effectLog, '');
+      const a = await work('a', { EFFECT_LOG: effectLog, PAUSE_IN_HANDLER: 'evt_g', PAUSE_AT: 'after', LOCK_GATE: '1' });
+      await waitFor(() => stopped(a), 10_000, 'a paused');
+      const b = await work('b', { EFFECT_LOG: effectLog, LOCK_GATE: '1' });
+      await waitFor(async () => ['PROCESSED', 'FAILED'].includes((await store.getEvent(inboxIds[0]!))?.status ?? ''), 20_000, 'the event settled');
+      expect(await store.getEvent(inboxIds[0]!)).toMatchObject({ status: 'PROCESSED' });
+      await waitFor(() => allDone(inboxIds), 20_000, 'its effect DONE');
+      a.child.kill('SIGCONT');
+      await new Promise((r) => setTimeout(r, 1500));
+      for (const p of [a, b]) p.child.kill('SIGTERM');
+      expect(await exited(a)).toBe('0');
+      expect(await exited(b)).toBe('0');
+      expect(await ledger()).toEqual([{ event_id: 'evt_g', pid: b.child.pid }]);
+    }, 60_000);
+  }
+
   it('paused inside an effect executor: the other process runs it and settles DONE; resumed, the first does not overwrite that', async () => {
     const ids = ['evt_e'];
     const inboxIds = await accept(ids);

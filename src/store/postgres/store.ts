@@ -9,7 +9,7 @@ import {
 } from '../rows.js';
 import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectKeyUsage, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
-  Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal,
+  Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal, TxOptions,
 } from '../work-port.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
 import { checkIn, closedWithin, endBackendOf, guardCheckedOut } from './client-guard.js';
@@ -350,8 +350,8 @@ export class PostgresStore implements InboxStore {
     if (inboxIds.length > 0) await this.query({ ...W.EXTEND_INBOX_LEASES, values: [inboxIds, owner, leaseUntilMs] }, this.workPool);
   }
 
-  async transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
-    const tx = new PgTx(this.workPool, this.txSlots);
+  async transaction<T>(fn: (tx: StoreTx) => Promise<T>, opts?: TxOptions): Promise<T> {
+    const tx = new PgTx(this.workPool, this.txSlots, opts?.idleLimitMs);
     let result: T;
     try {
       result = await fn(tx);

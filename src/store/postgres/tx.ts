@@ -43,7 +43,7 @@ export class PgTx implements StoreTx {
   /** Gives this transaction's slot back (TxSlots); set once it holds one. */
   private giveBack: () => void = () => undefined;
 
-  constructor(private readonly pool: pg.Pool, private readonly slots: TxSlots) {}
+  constructor(private readonly pool: pg.Pool, private readonly slots: TxSlots, private readonly idleLimitMs?: number) {}
 
   /** Whether BEGIN was sent: `end` then owes a COMMIT or ROLLBACK. */
   get open(): boolean {
@@ -72,8 +72,9 @@ export class PgTx implements StoreTx {
       this.unguard = guardCheckedOut(client, () => { this.broken = true; });
       this.client = client;
       // The pool forces generic plans for the accept statement; the handler's own SQL gets
-      // PostgreSQL's usual choice back (one round trip: both go in one simple query).
-      await this.exec(client, 'BEGIN; SET LOCAL plan_cache_mode = auto');
+      // PostgreSQL's usual choice back (one round trip: all go in one simple query).
+      const idle = this.idleLimitMs === undefined ? '' : `; SET LOCAL idle_in_transaction_session_timeout = ${Math.max(1, Math.ceil(this.idleLimitMs))}`;
+      await this.exec(client, `BEGIN; SET LOCAL plan_cache_mode = auto${idle}`);
       this.begunAt = performance.now();
       return client;
     })());
