@@ -54,7 +54,7 @@ const bindable = (v: unknown): unknown =>
  * Another process's write lock (a `work` process's handler transaction on the same file) is
  * waited for here, not in SQLite: the connection's busy_timeout is 0, and an op that finds the
  * file locked (SQLITE_BUSY) is tried again on a timer (LOCK_RETRY_MS), as SQLite's own busy handler
- * would, until `busyTimeoutMs` from its first try. SQLite's handler slept inside the op, this thread answered
+ * would, until `busyTimeoutMs` from its arrival (not counting time behind this process's own transactions; see waiting). SQLite's handler slept inside the op, this thread answered
  * nothing meanwhile, and /readyz's ping waited behind the accept for as long as the other
  * process held the lock (its readiness probe timed out). The ops behind it wait as they do
  * behind an open transaction.
@@ -63,7 +63,14 @@ export class TxGate {
   private open: { id: number; timer: NodeJS.Timeout } | undefined;
   /** An op is waiting for another process's write lock (SQLITE_BUSY), tried again after LOCK_RETRY_MS. */
   private blocked = false;
-  private readonly waiting: Msg[] = [];
+  /**
+   * Ops waiting their turn, with when their wait for another process's lock began: their arrival,
+   * or the end of this process's own transaction they waited behind (that time does not count).
+   * Counted from each op's own first try instead, the ops queued behind a blocked one waited out
+   * their busy timeouts one after another: a shutdown beside a `work` holding the lock took ~18 s
+   * (a settle's 6 s, then an accept's, then the relay's claim's).
+   */
+  private readonly waiting: { readonly msg: Msg; since: number }[] = [];
   /** Transactions that ended without their COMMIT or ROLLBACK (timed out, or SQLite ended them): why, by id. */
   private readonly ended = new Map<number, string>();
   /** The handlers' own SQL, prepared once; least recently used out first. */
@@ -89,12 +96,12 @@ export class TxGate {
     const busy = this.open !== undefined || this.blocked;
     if (msg.tx !== undefined) this.reply(msg.id, () => this.runInTx(msg.tx!, msg.op, msg.arg));
     else if (busy && NEVER_WAITS.has(msg.op)) this.reply(msg.id, () => this.free[msg.op]!(msg.arg));
-    else if (busy) this.waiting.push(msg);
+    else if (busy) this.waiting.push({ msg, since: performance.now() });
     else this.runFree(msg);
     this.drain();
   }
 
-  /** `since`: when the op was first tried (it found another process's write lock then). */
+  /** `since`: when its wait for another process's lock began (see waiting). */
   private runFree(msg: Msg, since = performance.now()): void {
     // Set between transactions only: a transaction's commit runs with the mode it began under.
     if (this.relaxed) {
@@ -135,7 +142,10 @@ export class TxGate {
   }
 
   private drain(): void {
-    while (!this.open && !this.blocked && this.waiting.length > 0) this.runFree(this.waiting.shift()!);
+    while (!this.open && !this.blocked && this.waiting.length > 0) {
+      const { msg, since } = this.waiting.shift()!;
+      this.runFree(msg, since);
+    }
   }
 
   /** Returns when the transaction's time limit started, as a timeOrigin-based time (threads differ in origin). */
@@ -152,6 +162,12 @@ export class TxGate {
     this.drain();
   }
 
+  /** This process's own transaction ended: the ops that waited behind it start their lock wait now. */
+  private waitedBehindOwn(): void {
+    const now = performance.now();
+    for (const w of this.waiting) w.since = now;
+  }
+
   private remember(id: number, why: string): void {
     this.ended.set(id, why);
     if (this.ended.size > MAX_REMEMBERED_ABANDONED) this.ended.delete(this.ended.keys().next().value!);
@@ -161,6 +177,7 @@ export class TxGate {
   private end(commit: boolean): void {
     clearTimeout(this.open!.timer);
     this.open = undefined;
+    this.waitedBehindOwn();
     try {
       if (commit) this.db.exec('COMMIT');
     } finally {
@@ -198,6 +215,7 @@ export class TxGate {
     if (this.open?.id !== txId || this.db.inTransaction) return undefined;
     clearTimeout(this.open.timer);
     this.open = undefined;
+    this.waitedBehindOwn();
     const e = err as { message?: string; code?: string } | undefined;
     const why = e === undefined
       ? 'SQLite transaction was ended by a statement inside it (COMMIT, ROLLBACK or END); nothing after it may run'
