@@ -580,9 +580,9 @@ export class InboxWorker {
   /**
    * A settle transaction idle this long is ended by PostgreSQL (TxOptions.idleLimitMs). A live
    * worker never gets near it: a handler's wait between statements is cut at its lease
-   * (handlerTimeoutMs). A frozen one's locks are freed less than a lease after its lease ran out (its
-   * last statement came before the freeze), so the next owner, which waits on them for at most its
-   * own lease, gets them in time.
+   * (handlerTimeoutMs). A frozen one's locks are freed less than a lease after its lease ran
+   * out (its last statement came before the freeze), so the next owner, which waits on them for
+   * at most its own lease, gets them in time.
    */
   private get idleLimitMs(): number {
     return this.d.leaseMs * 1.5;

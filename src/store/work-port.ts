@@ -278,8 +278,8 @@ export interface TxOptions {
   /**
    * PostgreSQL ends the session of a transaction idle (no statement running) longer than this
    * (`idle_in_transaction_session_timeout`), rolling it back. A worker frozen inside a handler
-   * (SIGSTOP, a stalled VM) otherwise keeps its row locks, and the next owner of its events,
-   * blocked on them, times out attempt after attempt. SQLite has maxTxMs instead.
+   * (SIGSTOP, a stalled VM) otherwise keeps its row locks, and the next owner of its events
+   * waits on them until it wakes or dies. SQLite has maxTxMs instead.
    */
   readonly idleLimitMs?: number;
 }

@@ -54,10 +54,11 @@ const bindable = (v: unknown): unknown =>
  * Another process's write lock (a `work` process's handler transaction on the same file) is
  * waited for here, not in SQLite: the connection's busy_timeout is 0, and an op that finds the
  * file locked (SQLITE_BUSY) is tried again on a timer (LOCK_RETRY_MS), as SQLite's own busy handler
- * would, until `busyTimeoutMs` from its arrival (not counting time behind this process's own transactions; see waiting). SQLite's handler slept inside the op, this thread answered
- * nothing meanwhile, and /readyz's ping waited behind the accept for as long as the other
- * process held the lock (its readiness probe timed out). The ops behind it wait as they do
- * behind an open transaction.
+ * would, until `busyTimeoutMs` from its arrival (time behind this process's own transactions not
+ * counted; see waiting). SQLite's handler slept inside the op, this thread answered nothing
+ * meanwhile, and /readyz's ping waited behind the accept for as long as the other process held
+ * the lock (its readiness probe timed out). The ops behind it wait as they do behind an open
+ * transaction.
  */
 export class TxGate {
   private open: { id: number; timer: NodeJS.Timeout } | undefined;
