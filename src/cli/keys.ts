@@ -1,4 +1,5 @@
 import type { Config } from '../config/schema.js';
+import { decodeBase64 } from '../crypto/hmac.js';
 import { loadPayloadKeys, payloadCipherOf } from '../crypto/keyring.js';
 import { PayloadKeyMissingError, type PayloadCipher } from '../crypto/payload-cipher.js';
 import type { InboxStore } from '../store/port.js';
@@ -22,6 +23,22 @@ const PAGE = 500;
 const MAX_BYTES = 4 * 1024 * 1024;
 /** Payload ids named in a report, at most. */
 const SHOW_IDS = 20;
+
+/**
+ * A key id as printed. One that is itself a payload key (32 bytes of base64) is a key written
+ * where its id goes (`keys: { <the key>: k2 }`): it is named by its length, never printed, as
+ * the config paths name it (config/schema.ts).
+ */
+const isKeyText = (id: string): boolean => decodeBase64(id)?.length === 32;
+
+function shownKeyId(id: string): string {
+  return isKeyText(id) ? `(a ${id.length}-character key id)` : id;
+}
+
+/** A key id in a sentence: quoted, or named by its length (shownKeyId). */
+function quotedKeyId(id: string): string {
+  return isKeyText(id) ? shownKeyId(id) : `"${id}"`;
+}
 
 export function runKeysList(configFile: string): Promise<number> {
   return withStore(configFile, async (store, config) => {
@@ -62,7 +79,7 @@ function printUsage(usage: KeyUsage, config: Config, loaded: ReadonlyMap<string,
     return usage.payloads.get(id) || usage.effects.get(id) ? 'old: run "keys reseal" before removing it' : 'old, seals nothing: can be removed';
   };
   console.log(['key_id'.padEnd(16), 'payloads'.padStart(10), 'effects'.padStart(10), 'state'].join('  '));
-  for (const id of ids) console.log([id.padEnd(16), String(usage.payloads.get(id) ?? 0).padStart(10), String(usage.effects.get(id) ?? 0).padStart(10), state(id)].join('  '));
+  for (const id of ids) console.log([shownKeyId(id).padEnd(16), String(usage.payloads.get(id) ?? 0).padStart(10), String(usage.effects.get(id) ?? 0).padStart(10), state(id)].join('  '));
   if (usage.plainEffects > 0) console.log(`${usage.plainEffects} effect(s) hold data stored plain, before effect data was sealed: "keys reseal" seals them`);
 }
 
@@ -90,7 +107,7 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     for (const p of problems) console.error(`warning: ${p}`);
     const cipher = payloadCipherOf(config, keys);
     if (!cipher) {
-      console.error(`the current payload key "${config.payloadKeys.current}" cannot be read: nothing resealed`);
+      console.error(`the current payload key ${quotedKeyId(config.payloadKeys.current)} cannot be read: nothing resealed`);
       return 1;
     }
     const refusal = await currentKeyRefusal(store, cipher);
@@ -100,9 +117,9 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     }
     const tally = await resealAll(store, cipher, opts);
     const busyShare = tally.elapsedMs > 0 ? Math.round((100 * (tally.elapsedMs - tally.pausedMs)) / tally.elapsedMs) : 100;
-    console.error(`resealed ${tally.resealed} payload(s) and ${tally.resealedEffects} effect(s) under "${cipher.currentKeyId}" in ${(tally.elapsedMs / 1000).toFixed(1)} s, busy ${busyShare} % of it`);
-    for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
-    for (const [id, n] of tally.effectsMissing) console.error(`left ${n} effect(s) sealed under "${id}", which is not configured or not readable: add it to payloadKeys.keys and run again`);
+    console.error(`resealed ${tally.resealed} payload(s) and ${tally.resealedEffects} effect(s) under ${quotedKeyId(cipher.currentKeyId)} in ${(tally.elapsedMs / 1000).toFixed(1)} s, busy ${busyShare} % of it`);
+    for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under ${quotedKeyId(id)}, which is not configured or not readable: add it to payloadKeys.keys and run again`);
+    for (const [id, n] of tally.effectsMissing) console.error(`left ${n} effect(s) sealed under ${quotedKeyId(id)}, which is not configured or not readable: add it to payloadKeys.keys and run again`);
     if (tally.unauthentic.length > 0) {
       console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${shownIds(tally.unauthentic.map((u) => u.payloadId))}`);
     }
@@ -116,12 +133,12 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     // script that removes them on 0 would otherwise leave those payloads unopenable.
     const unseen = unseenUnder(usage.payloads, cipher.currentKeyId, tally.missing, tally.unauthentic);
     for (const u of unseen) {
-      console.error(`left ${u.n} other payload(s) under "${u.keyId}", stored under it after this run went past them ` +
+      console.error(`left ${u.n} other payload(s) under ${quotedKeyId(u.keyId)}, stored under it after this run went past them ` +
         '(a process still sealing under it: restart it with this config) or not bound to any event: run again');
     }
     const unseenEffects = unseenUnder(usage.effects, cipher.currentKeyId, tally.effectsMissing, tally.effectsUnauthentic);
     for (const u of unseenEffects) {
-      console.error(`left ${u.n} other effect(s) under "${u.keyId}", recorded under it after this run went past them (a process still sealing under it: restart it with this config): run again`);
+      console.error(`left ${u.n} other effect(s) under ${quotedKeyId(u.keyId)}, recorded under it after this run went past them (a process still sealing under it: restart it with this config): run again`);
     }
     printUsage(usage, config, keys);
     const effectsLeft = tally.effectsMissing.size > 0 || tally.effectsUnauthentic.length > 0 || unseenEffects.length > 0;
@@ -183,7 +200,7 @@ async function currentKeyRefusal(store: InboxStore, cipher: PayloadCipher): Prom
     ...(sealedUnderCurrent.length ? [`${sealedUnderCurrent.length} recent payload(s)`] : []),
     ...(effectsUnderCurrent.length ? [`${effectsUnderCurrent.length} recent effect(s)`] : []),
   ].join(' and ');
-  return `the current payload key "${cipher.currentKeyId}" in this config does not open the ${what} stored under "${cipher.currentKeyId}": ` +
+  return `the current payload key ${quotedKeyId(cipher.currentKeyId)} in this config does not open the ${what} stored under ${quotedKeyId(cipher.currentKeyId)}: ` +
     'its value differs from the one the servers seal with (run keys reseal with the config they run)';
 }
 
