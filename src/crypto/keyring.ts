@@ -17,6 +17,8 @@ import { standardSecretAt } from '../providers/standard-webhooks.js';
 export class KeyRing {
   private endpointKeys = new Map<string, readonly TrustedKey[]>();
   private payloadCipher: PayloadCipher | null = null;
+  /** Every payload key's value as first loaded, by id: one it changes to is refused (see reload). */
+  private readonly payloadKeyValues = new Map<string, Buffer>();
   private destinationKeys = new Map<string, Buffer>();
   /** Problems from the last load, each naming a config path (never a value). */
   problems: string[] = [];
@@ -110,6 +112,19 @@ export class KeyRing {
     // older key that cannot be read only stops the opening of payloads sealed under it (the
     // workers retry those, payload_key_unavailable): accepts go on, and /readyz names it.
     const keys = loadPayloadKeys(this.config, this.env, problems, files);
+    // A payload key's value never changes under its id: what is stored under the id opens only
+    // with the value it was sealed with. A file rewritten in place (a new key where a new id was
+    // meant) would fail every payload and effect stored before as corrupt at its next attempt,
+    // and seal new ones under a value the other processes do not have: keep the loaded one.
+    for (const [id, key] of keys) {
+      const loaded = this.payloadKeyValues.get(id);
+      if (loaded === undefined) this.payloadKeyValues.set(id, key);
+      else if (!loaded.equals(key)) {
+        keys.set(id, loaded);
+        problems.push(`${this.config.payloadKeys.keys.get(id)!.path}: its value changed since it was loaded; the loaded one is kept, as only it opens what is stored under this id. ` +
+          'Put the old value back; a new key goes under a new id (README: Rotating the payload key). A restart would load the new value and leave what this id sealed unopenable');
+      }
+    }
     const destinationKeys = new Map<string, Buffer>();
     for (const d of this.config.destinations) {
       if (d.type !== 'http') continue;
