@@ -207,8 +207,18 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   const current = reqString(k, 'current', kp);
   const keysObj = asObject(k.keys, child(kp, 'keys'), Object.keys((k.keys ?? {}) as Obj));
   const keys = new Map<string, SecretRef>();
-  // An id longer than any id is more likely a key written where its id goes: not printed in paths (problems reach /readyz).
-  for (const [id, v] of Object.entries(keysObj)) keys.set(id, parseSecretRef(v, child(child(kp, 'keys'), id.length > 32 ? `(a ${id.length}-character key id)` : id)));
+  for (const [id, v] of Object.entries(keysObj)) {
+    // An id longer than any id is more likely a key written where its id goes: not printed in paths (problems reach /readyz).
+    const withheld = id.length > 32 ? `(a ${id.length}-character key id)` : undefined;
+    // Stored with every payload and effect it seals, and compared with the config's when one is
+    // opened: the stores must keep it exactly (as an event id, providers/storable.ts). A lone
+    // surrogate is stored as U+FFFD, a key no row could then be opened with; PostgreSQL text
+    // refuses a NUL, so every accept failed (503).
+    if (!id.isWellFormed() || id.includes('\0')) {
+      throw new ConfigError(child(child(kp, 'keys'), withheld ?? JSON.stringify(id)), 'a key id is stored with every payload it seals: it may not hold a lone surrogate or a NUL character');
+    }
+    keys.set(id, parseSecretRef(v, child(child(kp, 'keys'), withheld ?? id)));
+  }
   if (!keys.has(current)) {
     // Not echoed when it could be a key pasted into the wrong place (a 32-byte key is 44 characters of base64).
     const named = current.length <= 32 ? `"${current}"` : `(a ${current.length}-character value)`;
