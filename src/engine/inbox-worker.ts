@@ -72,6 +72,8 @@ interface Plan {
   released?: boolean;
   handlers: readonly RegisteredHandler[];
   direct: readonly Target[];
+  /** It has a broker route: the settle makes sure its outbox row is owed (BatchOutcome.relayed). */
+  relayed?: boolean;
   /** Destinations that took the event in this attempt (processed markers to record). */
   delivered: Target[];
   failure?: Failure;
@@ -321,6 +323,9 @@ export class InboxWorker {
       p.early = { error: new NeedsDecisionError('unknown_endpoint', `endpoint "${row.endpointId}" is not configured`), retry };
       return p;
     }
+    // Routes are this config's, the outbox row the accept's: a broker route added since (a route
+    // moved from a forward that was down to a broker) found the row written already published.
+    p.relayed = routes.brokers.length > 0;
     // A worker that crashed or lost its lease mid-attempt still spent an attempt. An event is
     // tried as often as its most patient target allows: a route may allow more than its endpoint.
     const allowed = Math.max(retry.maxAttempts, ...routes.direct.map((t) => t.retry.maxAttempts));
@@ -520,6 +525,7 @@ export class InboxWorker {
     const markers: NewMarker[] = [];
     const effects: NewEffect[] = [];
     const settlements: { inboxId: string; s: Settlement }[] = [];
+    const relayed: string[] = [];
     // Whether the store has failed this transaction yet: only a handler statement that finds it
     // failing first is a suspect (Plan.storageFault); the ones after meet a transaction already lost.
     let storeFailed = false;
@@ -570,10 +576,11 @@ export class InboxWorker {
         failed = failure;
       }
       settlements.push({ inboxId: row.inboxId, s });
+      if (p.relayed) relayed.push(row.inboxId);
       p.settled = s;
       p.settledFailure = failed;
     }
-    if (settlements.length > 0) await tx.finishBatch(owner, { markers, effects, settlements });
+    if (settlements.length > 0) await tx.finishBatch(owner, { markers, effects, settlements, relayed });
     return { effects: effects.length, rest };
   }
 

@@ -21,7 +21,8 @@ export interface EventRoutes {
 /**
  * Whether an event type of this endpoint has a broker route — decided at accept time, so an
  * outbox row with nothing to publish is written already published and the relay never
- * touches it (routes added later apply to events accepted after the change).
+ * touches it. A broker route added later applies to events accepted after the change, and to
+ * events still waiting for the worker then: its settle makes their rows due (BatchOutcome.relayed).
  */
 export function brokerRouteMatcher(ep: EndpointConfig, destinations: readonly DestinationConfig[]): (type: string) => boolean {
   const brokerIds = new Set(destinations.filter((d) => isBrokerType(d.type)).map((d) => d.id));

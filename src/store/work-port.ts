@@ -70,6 +70,12 @@ export interface BatchOutcome {
   readonly markers: readonly NewMarker[];
   readonly effects: readonly NewEffect[];
   readonly settlements: readonly { readonly inboxId: string; readonly s: Settlement }[];
+  /**
+   * Settled events that have a broker route in this worker's config. One accepted while it had
+   * none has its outbox row written already published (`published_to` NULL: the relay never took
+   * it); it is made due for the relay in the same commit, as the worker's PROCESSED counts on it.
+   */
+  readonly relayed?: readonly string[];
 }
 
 /** Statement results from the user's SQL. */

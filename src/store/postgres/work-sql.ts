@@ -211,6 +211,13 @@ export const FINISH_BATCH = planned(`
       AS e(effect_id, inbox_id, name, idempotency_key, data, at)
     WHERE e.inbox_id IN (SELECT inbox_id FROM settled) OR e.inbox_id <> ALL ($14::uuid[])
     ON CONFLICT (idempotency_key) DO NOTHING
+  ),
+  -- BatchOutcome.relayed: an outbox row written already published at accept (no broker route
+  -- then; published_to NULL) is owed now. Due as the accept makes a routed row (sql.ts DUE_AT_ONCE).
+  relayed AS (
+    UPDATE webhook_outbox o SET published_at = NULL, next_attempt_at = LEAST(o.created_at, now())
+    WHERE o.inbox_id = ANY ($23::uuid[]) AND o.inbox_id IN (SELECT inbox_id FROM settled)
+      AND o.published_at IS NOT NULL AND o.published_to IS NULL
   )
   SELECT count(*)::int AS settled FROM settled`);
 
@@ -229,6 +236,7 @@ export function finishBatchValues(owner: string, o: BatchOutcome): unknown[] {
     col(cols, (c) => c.reason), col(cols, (c) => c.handlerVersion), col(cols, (c) => c.processedAtMs),
     owner,
     col(cols, (c) => c.givenBack),
+    o.relayed ?? [],
   ];
 }
 

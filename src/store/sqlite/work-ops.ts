@@ -73,6 +73,7 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
       if (!refused.has(m.inboxId)) st(W.MARK_PROCESSED).run(m.provider, m.endpointId, m.providerEventId, m.consumer, m.inboxId, m.handlerVersion, m.nowMs);
     }
     for (const e of a.outcome.effects) if (!refused.has(e.inboxId)) st(W.ADD_EFFECT).run(e);
+    for (const id of a.outcome.relayed ?? []) if (!refused.has(id)) st(W.RELAY_OUTBOX).run(id);
     return settled;
   };
   const finishBatchTx = db.transaction(finishBatch);

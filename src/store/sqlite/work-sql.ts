@@ -67,6 +67,14 @@ export const MARK_PROCESSED = `
   INSERT INTO processed_events (provider, endpoint_id, provider_event_id, consumer, inbox_id, handler_version, processed_at)
   VALUES (?, ?, ?, ?, ?, ?, ?)`;
 
+/**
+ * BatchOutcome.relayed: an outbox row written already published at accept (no broker route then;
+ * published_to NULL) is owed now, due at once.
+ */
+export const RELAY_OUTBOX = `
+  UPDATE webhook_outbox SET published_at = NULL, next_attempt_at = created_at
+  WHERE inbox_id = ? AND published_at IS NOT NULL AND published_to IS NULL`;
+
 export const LOCK_LEASED = `
   SELECT inbox_id FROM webhook_inbox
   WHERE inbox_id IN (SELECT value FROM json_each(@ids)) AND lease_owner = @owner AND status = 'PROCESSING'`;
