@@ -36,7 +36,7 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
   }
 
   async process(claims: Claimed<OutboxClaim>[]): Promise<void> {
-    const settles = await Promise.all(claims.map((c) => this.publishOne(c)));
+    const settles = await this.keepingLeases(claims, () => Promise.all(claims.map((c) => this.publishOne(c))));
     // One claim leases under one token: its rows settle in one round trip and one commit
     // (a commit per row cost a WAL flush per event, the drain's bottleneck on both stores).
     const byOwner = new Map<string, OutboxSettle[]>();
@@ -53,6 +53,28 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
         this.d.log.warn({ err: loggable(err), rows: list.length, retryInMs }, 'outbox settle failed in the store; trying it again');
       }));
       for (const x of list) if (!settled.has(x.outboxId)) this.d.log.warn({ outboxId: x.outboxId }, 'outbox lease lost before settling');
+    }
+  }
+
+  /**
+   * A publish may outlast the lease (a broker destination's connect, then its confirm or PubAck,
+   * each within its timeoutMs; workers.leaseMs may be shorter): the rows stay leased meanwhile, or
+   * the next claim took them and published them a second time beside the first. Stopped, its last
+   * extension done, before the settle (the two would lock the rows in different orders).
+   */
+  private async keepingLeases<T>(claims: Claimed<OutboxClaim>[], publish: () => Promise<T>): Promise<T> {
+    const ids = new Map<string, string[]>();
+    for (const c of claims) ids.set(c.owner, [...(ids.get(c.owner) ?? []), c.row.outboxId]);
+    let beat: Promise<unknown> = Promise.resolve();
+    const timer = setInterval(() => {
+      beat = Promise.all([...ids].map(([owner, list]) => this.d.store.extendOutboxLeases(list, owner, this.now() + this.d.leaseMs)))
+        .catch((err: unknown) => this.d.log.warn({ err: loggable(err) }, 'outbox lease heartbeat failed'));
+    }, Math.max(100, Math.floor(this.d.leaseMs / 3)));
+    try {
+      return await publish();
+    } finally {
+      clearInterval(timer);
+      await beat;
     }
   }
 

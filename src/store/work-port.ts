@@ -336,6 +336,8 @@ export interface WorkStore {
   retryFailedEffects(effectIds: readonly string[] | null, nowMs: number): Promise<number>;
 
   claimOutbox(n: number, owner: string, leaseMs: number, nowMs: number): Promise<OutboxClaim[]>;
+  /** Pushes the lease of unpublished rows `owner` still holds to `leaseUntilMs` (the relay's heartbeat while it publishes). */
+  extendOutboxLeases(outboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void>;
   /**
    * Settles the rows of one relay claim in one transaction and one round trip (rows `owner`
    * no longer leases are left alone). Returns the ids it settled.

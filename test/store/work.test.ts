@@ -638,6 +638,16 @@ describeEachStore('work store', (kind) => {
       expect(await store.claimOutbox(10, 'relay1', LEASE, T + 10 * LEASE)).toEqual([]);
     });
 
+    it('extendOutboxLeases pushes the lease out for its owner only', async () => {
+      const [a, b] = [at('evt_oext1', 0), at('evt_oext2', 1)];
+      await accept(a, b);
+      await store.claimOutbox(10, 'relay1', 1000, T + 10);
+      await store.extendOutboxLeases([a.outboxId], 'relay1', T + 5000);
+      await store.extendOutboxLeases([b.outboxId], 'intruder', T + 9000);
+      expect((await store.claimOutbox(10, 'relay2', LEASE, T + 2000)).map((o) => o.outboxId)).toEqual([b.outboxId]);
+      expect((await store.claimOutbox(10, 'relay2', LEASE, T + 5000)).map((o) => o.outboxId)).toEqual([a.outboxId]);
+    });
+
     it('settleOutboxBatch settles a claim\'s rows in one go, only those the owner still leases', async () => {
       const [a, b, c] = [at('evt_ob1', 0), at('evt_ob2', 1), at('evt_ob3', 2)];
       await accept(a, b, c);

@@ -388,6 +388,10 @@ export class PostgresStore implements InboxStore {
     return (await this.rows(W.CLAIM_OUTBOX, [n, owner, nowMs, nowMs + leaseMs])).map(toOutboxClaim);
   }
 
+  async extendOutboxLeases(outboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void> {
+    if (outboxIds.length > 0) await this.query({ ...W.EXTEND_OUTBOX_LEASES, values: [outboxIds, owner, leaseUntilMs] }, this.workPool);
+  }
+
   async settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]> {
     if (settles.length === 0) return [];
     return (await this.rows(W.SETTLE_OUTBOX_BATCH, W.settleOutboxBatchValues(owner, settles))).map((r) => String(r.outbox_id));

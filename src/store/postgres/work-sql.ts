@@ -127,6 +127,14 @@ export function settleEffectValues(s: EffectSettlement): unknown[] {
 }
 
 /**
+ * The relay's heartbeat: the lease is `next_attempt_at`. Never beside the same claim's settle
+ * (relay.ts stops it first), so the two never lock its rows in different orders.
+ */
+export const EXTEND_OUTBOX_LEASES = named('extend_outbox_leases', `
+  UPDATE webhook_outbox SET next_attempt_at = ${ts('$3')}
+  WHERE outbox_id = ANY($1::uuid[]) AND lease_owner = $2 AND published_at IS NULL`);
+
+/**
  * Settles a relay claim's rows in one statement; rows `owner` no longer leases are left alone.
  * A NULL published_at: not yet, retry at next_at, or with a reason parked (never due);
  * published_to: who has it now (JSON text). $1… settleOutboxBatchValues, $5 owner.

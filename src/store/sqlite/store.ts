@@ -177,6 +177,10 @@ export class SqliteStore implements InboxStore {
     return (await this.call<RawRow[]>('claimOutbox', { n, owner, leaseMs, nowMs } satisfies ClaimArgs)).map(toOutboxClaim);
   }
 
+  async extendOutboxLeases(outboxIds: readonly string[], owner: string, leaseUntilMs: number): Promise<void> {
+    if (outboxIds.length > 0) await this.call('extendOutboxLeases', { ids: outboxIds, owner, leaseUntilMs });
+  }
+
   async settleOutboxBatch(owner: string, settles: readonly OutboxSettle[]): Promise<string[]> {
     return settles.length === 0 ? [] : this.call('settleOutboxBatch', { owner, settles });
   }

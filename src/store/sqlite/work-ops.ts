@@ -115,6 +115,8 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     claimOutbox: (a: ClaimArgs) => claimOutbox.immediate(a),
     extendInboxLeases: (a: { ids: string[]; owner: string; leaseUntilMs: number }) =>
       void st(W.EXTEND_INBOX_LEASES).run({ ids: JSON.stringify(a.ids), owner: a.owner, leaseUntil: a.leaseUntilMs }),
+    extendOutboxLeases: (a: { ids: string[]; owner: string; leaseUntilMs: number }) =>
+      void st(W.EXTEND_OUTBOX_LEASES).run({ ids: JSON.stringify(a.ids), owner: a.owner, leaseUntil: a.leaseUntilMs }),
     settleEffect: (a: Guarded<EffectSettlement>) =>
       st(W.SETTLE_EFFECT).run({ id: a.id, owner: a.owner, ...effectSettlementColumns(a.s) }).changes === 1,
     // One transaction (one fsync) for a relay claim, not one per row.

@@ -143,6 +143,11 @@ export const RETRY_FAILED_EFFECTS = `
 
 // ── outbox (no status: unpublished is the state; the lease is lease_owner + next_attempt_at) ──
 
+/** The relay's heartbeat: the lease is next_attempt_at. */
+export const EXTEND_OUTBOX_LEASES = `
+  UPDATE webhook_outbox SET next_attempt_at = @leaseUntil
+  WHERE outbox_id IN ${IDS} AND lease_owner = @owner AND published_at IS NULL`;
+
 export const DUE_OUTBOX = `
   SELECT outbox_id FROM webhook_outbox WHERE published_at IS NULL AND next_attempt_at <= @now
   ORDER BY next_attempt_at, outbox_id LIMIT @n`;

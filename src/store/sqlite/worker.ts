@@ -169,7 +169,7 @@ const ops: Ops = {
 const work = workOps(db);
 // In WAL mode a FULL commit fsyncs the whole log, so the engine's NORMAL commits before it become
 // durable with it: an accept is never reordered behind an undurable write.
-const ENGINE_OPS = ['claimInbox', 'claimEffects', 'claimOutbox', 'extendInboxLeases', 'settleEffect', 'settleOutboxBatch', 'finishBatchTx', 'txBegin'];
+const ENGINE_OPS = ['claimInbox', 'claimEffects', 'claimOutbox', 'extendInboxLeases', 'extendOutboxLeases', 'settleEffect', 'settleOutboxBatch', 'finishBatchTx', 'txBegin'];
 const engineSync = durableEngineCommits ? null : new Set(ENGINE_OPS);
 const gate = new TxGate(db, txTimeoutMs, { ...ops, ...work.free }, work.inTx, engineSync, (id, run) => {
   try {
