@@ -112,6 +112,18 @@ function arrayElements(buf: Buffer, i: number): { ranges: ByteRange[]; end: numb
   }
 }
 
+/**
+ * The byte ranges of the elements of a document that is a top-level array (`[…]`), or null when
+ * it is not an array. As everywhere here: call it on a body that `JSON.parse` has accepted.
+ */
+export function topLevelArray(buf: Buffer): ByteRange[] | null {
+  const i = skipWs(buf, 0);
+  if (buf[i] !== OPEN_ARRAY) return null;
+  const { ranges, end } = arrayElements(buf, i);
+  if (skipWs(buf, end) !== buf.length) throw new JsonSliceError('bytes after the top-level array');
+  return ranges;
+}
+
 export type MemberArray =
   | { readonly kind: 'array'; readonly elements: readonly ByteRange[] }
   | { readonly kind: 'absent' }

@@ -6,6 +6,7 @@ import { ConfigError, IngressError } from '../errors.js';
 import { asObject, child, optStringArray, reqString, type Obj } from '../config/read.js';
 import type { AdapterFactory, Envelope, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { isJsonBytes } from './form.js';
+import { topLevelArray } from './json-slices.js';
 import { envelope, parseJsonObject, idString, requireEventId, requireEventType, toEpochMs } from './json.js';
 
 /**
@@ -17,6 +18,7 @@ import { envelope, parseJsonObject, idString, requireEventId, requireEventType, 
  *   signed, the parameters are: we parse the form only to rebuild that string.
  * - JSON bodies: the URL carries `bodySHA256=<hex>`; the signature covers the URL alone and
  *   SHA-256(raw body) must equal that value.
+ *   Event Streams webhook sinks send JSON too: an array of CloudEvents, one row each (cloudEvents).
  * - The URL is the endpoint's configured `publicUrl` (behind a proxy the server sees another
  *   one) followed by the query of the request target exactly as received: Twilio signs the URL it
  *   requested, query included, in the spelling it sent (re-encoding it is the bug of twilio-node
@@ -267,6 +269,47 @@ function ordering(f: Fields): Pick<Envelope, 'objectVersion' | 'providerCreatedA
   };
 }
 
+// ── Event Streams (webhook sinks) ────────────────────────────────────────────────────────────
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/** Whether the first non-blank byte opens an array. */
+function opensArray(body: Buffer): boolean {
+  for (const b of body) {
+    if (b === 0x20 || b === 0x09 || b === 0x0a || b === 0x0d) continue;
+    return b === 0x5b;
+  }
+  return false;
+}
+
+/**
+ * An Event Streams delivery: a JSON array of CloudEvents, signed as any JSON webhook (the URL
+ * with `bodySHA256`, the bytes hashed). Each element is its own event and row, stored as its exact
+ * bytes: key = the CloudEvent `id` (a redelivered batch carries the same ids), type = its `type`
+ * (`com.twilio.messaging.message.delivered`), time = its `time`. Null for any other body.
+ */
+function cloudEvents(body: Buffer): Envelope[] | null {
+  if (!opensArray(body)) return null;
+  let doc: unknown;
+  try {
+    doc = JSON.parse(body.toString('utf8'));
+  } catch {
+    throw new IngressError('malformed_payload', 'body is not valid JSON');
+  }
+  const ranges = Array.isArray(doc) ? topLevelArray(body) : null;
+  if (!Array.isArray(doc) || ranges === null || ranges.length !== doc.length) throw new IngressError('malformed_payload', 'the array of events could not be sliced');
+  return doc.map((e: unknown, i) => {
+    if (!isObject(e)) throw new IngressError('malformed_payload', `[${i}] is not a CloudEvent object`);
+    const r = ranges[i]!;
+    return envelope({
+      eventId: requireEventId(e.id, `[${i}].id`),
+      eventType: requireEventType(e.type, `[${i}].type`),
+      providerCreatedAtMs: toEpochMs(e.time),
+      payload: body.subarray(r.start, r.end),
+    });
+  });
+}
+
 // ── the adapter ───────────────────────────────────────────────────────────────────────────────
 
 export const createTwilio: AdapterFactory = (options, path) => {
@@ -319,6 +362,10 @@ export const createTwilio: AdapterFactory = (options, path) => {
     envelope(body, req) {
       const f = req.mediaType === JSON_TYPE ? jsonFields(body) : formFields(body);
       return keyFields ? configuredEnvelope(f, keyFields) : defaultEnvelope(f);
+    },
+    envelopes(body, req, meta) {
+      // Event Streams sends a batch of CloudEvents; everything else is one callback.
+      return (req.mediaType === JSON_TYPE ? cloudEvents(body) : null) ?? [adapter.envelope(body, req, meta)];
     },
     parsePayload(raw) {
       if (isJsonBytes(raw)) return JSON.parse(raw.toString('utf8'));

@@ -3,6 +3,7 @@ import { parse as parseQueryString } from 'node:querystring';
 import twilio from 'twilio';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TrustedKey } from '../../src/crypto/hmac.js';
+import { sha256 } from '../../src/crypto/payload-cipher.js';
 import { ConfigError } from '../../src/errors.js';
 import type { ProviderAdapter, RequestView } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
@@ -317,10 +318,26 @@ describe('twilio: envelope (verified body → logical event)', () => {
 
   it.each([
     ['not JSON', '{"MessageSid":', 'malformed_payload'],
-    ['a JSON array', `[{"MessageSid": "${SID}", "MessageStatus": "sent"}]`, 'malformed_payload'],
+    ['a JSON array (one callback; an array is an Event Streams batch, read by envelopes)', `[{"MessageSid": "${SID}", "MessageStatus": "sent"}]`, 'malformed_payload'],
     ['a JSON object without the fields', '{"property": "value"}', 'missing_event_id'],
   ])('JSON: %s → %s', (_name, body, reason) => {
     expect(reasonOf(() => envelopeOf(adapter, body, JSON_TYPE))).toBe(reason);
+  });
+
+  it.each([
+    ['an element without a CloudEvent id', `[{"MessageSid": "${SID}", "MessageStatus": "sent"}]`, 'missing_event_id'],
+    ['an element without a type', '[{"id": "EZ1"}]', 'missing_event_type'],
+    ['an element that is not an object', '[{"id": "EZ1", "type": "t"}, 42]', 'malformed_payload'],
+    ['not JSON', '[{"id": "EZ1", ', 'malformed_payload'],
+  ])('Event Streams batch: %s → %s (for the whole delivery)', (_name, body, reason) => {
+    expect(reasonOf(() => adapter.envelopes!(Buffer.from(body), req([], '/webhooks/twilio', JSON_TYPE), { timestamp: null }))).toBe(reason);
+  });
+
+  it('envelopes: a form or a JSON object is the one callback envelope() reads; an empty batch holds no event', () => {
+    const one = adapter.envelopes!(Buffer.from(`{"MessageSid": "${SID}", "MessageStatus": "sent"}`), req([], '/webhooks/twilio', JSON_TYPE), { timestamp: null });
+    expect(one).toEqual([envelopeOf(adapter, `{"MessageSid": "${SID}", "MessageStatus": "sent"}`, JSON_TYPE)]);
+    expect(adapter.envelopes!(Buffer.from(encode(STATUS)), req([]), { timestamp: null })).toEqual([envelopeOf(adapter, encode(STATUS))]);
+    expect(adapter.envelopes!(Buffer.from(' [ ] '), req([], '/webhooks/twilio', JSON_TYPE), { timestamp: null })).toEqual([]);
   });
 
   it('the same value repeated is one value (as the signature de-duplicates it)', () => {
@@ -531,6 +548,52 @@ describeEachStore('twilio over HTTP', (kind) => {
     expect(r.status, r.text).toBe(400);
     expect(r.json().error).toBe('malformed_payload');
     expect(await app.store.countRows()).toEqual(before);
+  });
+
+  it('an Event Streams delivery (a JSON array of CloudEvents, bodySHA256 in the URL) → one row per event, keyed by its id; a redelivery → duplicates', async () => {
+    // The shape Twilio documents for webhook sinks ("the body of each webhook is a JSON array of
+    // CloudEvents"; the test event as published in its Event Streams validation guides).
+    const ez = `EZ${randomBytes(16).toString('hex')}`;
+    const test = `AC${randomBytes(16).toString('hex')}`;
+    const body = Buffer.from(`[
+  {
+    "specversion": "1.0",
+    "type": "com.twilio.messaging.message.delivered",
+    "source": "/2010-04-01/Accounts/AC00000000000000000000000000000000/Messages/SM00000000000000000000000000000001.json",
+    "id": "${ez}",
+    "dataschema": "https://events-schemas.twilio.com/Messaging.MessageStatus/4",
+    "datacontenttype": "application/json",
+    "time": "2026-06-10T06:02:53.000Z",
+    "data": {"messageSid": "SM00000000000000000000000000000001", "messageStatus": "DELIVERED", "to": "+15558675310", "note": "caf\\u00e9 😀"}
+  },
+  {
+    "specversion": "1.0",
+    "type": "com.twilio.eventstreams.test-event",
+    "source": "Sink",
+    "id": "${test}",
+    "dataschema": "https://events-schemas.twilio.com/EventStreams.TestSink/1.json",
+    "datacontenttype": "application/json",
+    "time": "2026-06-10T06:02:54.377Z",
+    "data": {"test_id": "cae2f9e2-c277-4612-8ad3-93c1a7a3ef88"}
+  }
+]`, 'utf8');
+    const target = `/webhooks/twilio?bodySHA256=${sha256Hex(body)}`;
+    const signature = twilioSignature(SECRET_V2, TWILIO_PUBLIC_URL + target.slice(target.indexOf('?')), null);
+    const headers = { 'content-type': 'application/json; charset=utf-8', 'x-twilio-signature': signature };
+    const r = await send(target, body, headers);
+    expect(r.status, r.text).toBe(200);
+    const events = r.json().events as { event_id: string; inbox_id: string; duplicate: boolean }[];
+    expect(events.map((e) => [e.event_id, e.duplicate])).toEqual([[ez, false], [test, false]]);
+    const [delivered, probe] = await Promise.all(events.map((e) => app.store.getInbox(e.inbox_id)));
+    expect(delivered).toMatchObject({ providerEventId: ez, eventType: 'com.twilio.messaging.message.delivered', providerCreatedAtMs: Date.parse('2026-06-10T06:02:53.000Z') });
+    expect(probe).toMatchObject({ providerEventId: test, eventType: 'com.twilio.eventstreams.test-event' });
+    // Each row holds the exact bytes of its own element of the array.
+    const text = body.toString('utf8');
+    const first = Buffer.from(text.slice(text.indexOf('{'), text.indexOf('}\n  },') + 5), 'utf8');
+    expect(delivered!.payloadHash.equals(sha256(first))).toBe(true);
+    const again = await send(target, body, headers);
+    expect(again.status, again.text).toBe(200);
+    expect(again.json().events.map((e: { inbox_id: string; duplicate: boolean }) => [e.inbox_id, e.duplicate])).toEqual(events.map((e) => [e.inbox_id, true]));
   });
 
   it('same SID, two statuses → two rows; the same SID and status again → duplicate', async () => {
