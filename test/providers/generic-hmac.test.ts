@@ -5,6 +5,7 @@ import { parseConfig } from '../../src/config/schema.js';
 import { ConfigError } from '../../src/errors.js';
 import type { ProviderAdapter } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
+import { storableEnvelope } from '../../src/providers/storable.js';
 import { configDoc } from '../helpers/app.js';
 import { expectedFirst, reasonOf, thrownBy, trustedKeys, verifyWith, view } from '../helpers/adapter.js';
 
@@ -272,6 +273,16 @@ describe('generic-hmac: envelope', () => {
     expect(a.envelope(body, view([]), meta)).toEqual({
       eventId: 'evt_hdr', eventType: 'order.paid', objectId: 'ord_1', objectVersion: '7', providerCreatedAtMs: Date.parse('2024-01-02T03:04:05Z'),
     });
+  });
+
+  it('createdAtPath: a number is Unix seconds; a millisecond epoch reads past year 9999 and is stored as unknown (null)', () => {
+    const a = generic({ signatureHeader: 'x-sig', idPath: 'id', createdAtPath: 'created' });
+    const at = (created: number) => {
+      const body = Buffer.from(JSON.stringify({ id: 'evt_ms', type: 't', created }));
+      return storableEnvelope(a.envelope(body, view([]), { timestamp: null }), body).providerCreatedAtMs;
+    };
+    expect(at(1_733_400_000)).toBe(1_733_400_000_000);
+    expect(at(1_733_400_000_000)).toBeNull();
   });
 
   it('a signed type header ({type}): another type under the same signature does not verify; an absent one is malformed', () => {
