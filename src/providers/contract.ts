@@ -63,7 +63,7 @@ export interface ProviderAdapter {
   /** Step 7, only after verification: the logical event. Throws IngressError malformed_payload / missing_event_id. */
   envelope(body: Buffer, req: RequestView, meta: SignatureMetadata): Envelope;
   /**
-   * Optional, for deliveries that carry several events (Adyen): one Envelope each; each becomes its
+   * Optional, for deliveries that carry several events (Adyen, Twilio Event Streams): one Envelope each; each becomes its
    * own row and the answer waits for all. When present the pipeline calls it instead of `envelope`.
    * A throw (IngressError malformed_payload / missing_event_id) means nothing of the delivery is stored.
    */
