@@ -594,6 +594,13 @@ describeEachStore('twilio over HTTP', (kind) => {
     const again = await send(target, body, headers);
     expect(again.status, again.text).toBe(200);
     expect(again.json().events.map((e: { inbox_id: string; duplicate: boolean }) => [e.inbox_id, e.duplicate])).toEqual(events.map((e) => [e.inbox_id, true]));
+    // A batch of one is answered like any single event; its row still holds the element's bytes.
+    const single = Buffer.from(`[${first.toString('utf8').replace(ez, `EZ${randomBytes(16).toString('hex')}`)}]`, 'utf8');
+    const t1 = `/webhooks/twilio?bodySHA256=${sha256Hex(single)}`;
+    const one = await send(t1, single, { ...headers, 'x-twilio-signature': twilioSignature(SECRET_V2, TWILIO_PUBLIC_URL + t1.slice(t1.indexOf('?')), null) });
+    expect(one.status, one.text).toBe(200);
+    expect(one.json()).toEqual({ inbox_id: expect.any(String), duplicate: false });
+    expect((await app.store.getInbox(one.json().inbox_id))!.payloadHash.equals(sha256(single.subarray(1, -1)))).toBe(true);
   });
 
   it('same SID, two statuses → two rows; the same SID and status again → duplicate', async () => {
