@@ -1,5 +1,5 @@
 import { sha256 } from '../crypto/payload-cipher.js';
-import { MINUTE } from './contract.js';
+import { HOUR } from './contract.js';
 import { parse as parseQueryString } from 'node:querystring';
 import { hmac, matchHmac, digestsEqual, decodeBase64, decodeHex } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
@@ -322,8 +322,9 @@ export const createTwilio: AdapterFactory = (options, path) => {
     name: 'twilio',
     contentTypes: [FORM, JSON_TYPE],
     defaultToleranceSeconds: null,
-    // retries only within the request's own ≤ 15 s window (#rc/#tt overrides); nothing later.
-    redeliveryWindowSeconds: MINUTE,
+    // Callbacks: retries only within the request's own ≤ 15 s window (#rc/#tt overrides). Event Streams
+    // retries an undelivered event, same id, for up to four hours.
+    redeliveryWindowSeconds: 4 * HOUR,
     prepareSecret(value) {
       if (value.length === 0) throw new Error('the auth token is empty');
       if (value.trim() !== value) throw new Error('the auth token has leading or trailing whitespace');

@@ -333,6 +333,11 @@ describe('twilio: envelope (verified body → logical event)', () => {
     expect(reasonOf(() => adapter.envelopes!(Buffer.from(body), req([], '/webhooks/twilio', JSON_TYPE), { timestamp: null }))).toBe(reason);
   });
 
+  it('redelivery window: Event Streams retries an undelivered event (same id) for up to four hours', () => {
+    // twilio.com/docs/events/event-delivery-and-duplication: "retries delivering an event for up to four hours".
+    expect(adapter.redeliveryWindowSeconds).toBeGreaterThanOrEqual(4 * 60 * 60);
+  });
+
   it('envelopes: a form or a JSON object is the one callback envelope() reads; an empty batch holds no event', () => {
     const one = adapter.envelopes!(Buffer.from(`{"MessageSid": "${SID}", "MessageStatus": "sent"}`), req([], '/webhooks/twilio', JSON_TYPE), { timestamp: null });
     expect(one).toEqual([envelopeOf(adapter, `{"MessageSid": "${SID}", "MessageStatus": "sent"}`, JSON_TYPE)]);
