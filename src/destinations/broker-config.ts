@@ -26,7 +26,14 @@ export function natsConfigProblem(subject: string, stream: string | undefined): 
  * What is wrong with an exchange, routing key and queue together, known from the config alone
  * (parseConfig reports it with the config's path, so check-config does and serve never starts with it).
  */
-export function rabbitMqConfigProblem(exchange: string, routingKey: string, queue: string | undefined): { key: 'routingKey' | 'queue'; message: string } | undefined {
+export function rabbitMqConfigProblem(exchange: string, routingKey: string, queue: string | undefined): { key: 'exchange' | 'routingKey' | 'queue'; message: string } | undefined {
+  // AMQP's short strings: amqplib refuses a longer exchange on every publish (each delivery a
+  // reconnect and a retry, for good), and a routing key whose fixed part alone is longer parks
+  // every event; neither can ever work.
+  if (Buffer.byteLength(exchange) > 255) return { key: 'exchange', message: 'an exchange name is at most 255 bytes' };
+  if (Buffer.byteLength(routingKey.replace(/\{(provider|type|endpoint)\}/g, '')) > 255) {
+    return { key: 'routingKey', message: 'a routing key is at most 255 bytes, and this one is longer before its placeholders are filled in' };
+  }
   // The broker refuses both on every declare (403 ACCESS_REFUSED; a frame error): each delivery
   // would fail the same way for good.
   if (queue !== undefined && queue.startsWith('amq.')) return { key: 'queue', message: 'queue names starting with "amq." are reserved by RabbitMQ' };

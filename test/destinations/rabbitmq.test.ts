@@ -285,6 +285,13 @@ describe('rabbitmq destination (real broker)', () => {
     }
   });
 
+  it('an exchange name or a routing key template\'s fixed part over 255 bytes is a config error naming it (they could never be published)', () => {
+    expect(thrownBy(() => destination({ exchange: 'x'.repeat(256) }), ConfigError).message).toMatch(/exchange: an exchange name is at most 255 bytes/);
+    expect(thrownBy(() => destination({ routingKey: `${'k'.repeat(251)}.é.{type}.{provider}` }), ConfigError).message).toMatch(/routingKey: a routing key is at most 255 bytes/);
+    // At the limit, both load; the placeholders' own spelling does not count.
+    expect(() => destination({ exchange: 'x'.repeat(255), routingKey: `${'k'.repeat(255)}{type}{provider}{endpoint}` })).not.toThrow();
+  });
+
   it('on the default exchange the routing key must be the queue name (config error)', () => {
     const err = thrownBy(() => destination({ routingKey: 'webhooks.{provider}', queue: 'some-queue' }), ConfigError);
     expect(err.message).toContain('routingKey');
