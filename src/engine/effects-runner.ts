@@ -86,7 +86,10 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
       if (row.attemptCount >= this.d.retry.maxAttempts) {
         return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now } };
       }
-      return { result: 'retry', reason: c.reason, settlement: { status: 'PENDING', nextAttemptAtMs: now + backoffDelayMs(row.attemptCount, this.d.retry), error: c.message, nowMs: now } };
+      // A downstream's Retry-After (RetryableError.retryAfterMs: a mail service's 429) is a floor
+      // under the backoff, within the policy's cap, as for a handler: sooner only spends attempts.
+      const delayMs = Math.max(backoffDelayMs(row.attemptCount, this.d.retry), Math.min(c.retryAfterMs ?? 0, this.d.retry.capMs));
+      return { result: 'retry', reason: c.reason, settlement: { status: 'PENDING', nextAttemptAtMs: now + delayMs, error: c.message, nowMs: now } };
     }
   }
 

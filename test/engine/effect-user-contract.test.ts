@@ -1,0 +1,43 @@
+import { afterEach, expect, it } from 'vitest';
+import { HandlerRegistry } from '../../src/engine/handlers.js';
+import { RetryableError } from '../../src/engine/failure.js';
+import { startTestApp, type TestApp } from '../helpers/app.js';
+import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
+import { post } from '../helpers/http.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { describeEachStore } from '../helpers/stores.js';
+
+/**
+ * What a backend team's handler and executor code can provoke in the effects outbox: a ledger
+ * moved in ctx.tx, a receipt recorded with ctx.effect, an executor calling a mail service.
+ */
+describeEachStore('effects as handler code uses them', (kind) => {
+  let app: TestApp | undefined;
+  afterEach(async () => { await app?.stop(); app = undefined; });
+
+  const send = async (eventId: string) => {
+    const body = stripeEvent(eventId, { type: 'payment_intent.succeeded' });
+    return (await post(`${app!.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string;
+  };
+
+  it("an executor's RetryableError retryAfterMs (a 429's Retry-After) is honoured, within retry.capMs", async () => {
+    const calls: number[] = [];
+    const handlers = new HandlerRegistry()
+      .on('payment_intent.succeeded', (_e, ctx) => ctx.effect('send-receipt', { n: 1 }))
+      .effect('send-receipt', () => {
+        calls.push(Date.now());
+        throw new RetryableError('rate_limited', 'mail service: 429', { retryAfterMs: 30_000 });
+      });
+    app = await startTestApp(kind, { ...FAST_WORKERS, retry: { baseMs: 10, capMs: 60_000, maxAttempts: 5 } }, {}, { workers: true, handlers });
+    const id = await send('evt_effect_retry_after');
+    const [effect] = await waitFor(async () => {
+      const es = await app!.store.listEffects(id);
+      return es.length === 1 && es[0]!.status === 'PENDING' && es[0]!.attemptCount === 1 && es[0]!.lastError ? es : null;
+    }, 10_000, 'first attempt settled');
+    // The mail service asked for 30 s: not before then (before: the 10 ms backoff, and every
+    // attempt spent within a second, FAILED retries_exhausted while the service still refused).
+    expect(effect!.nextAttemptAtMs! - calls[0]!).toBeGreaterThanOrEqual(29_000);
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(calls.length).toBe(1);
+  });
+});
