@@ -676,6 +676,9 @@ export class InboxWorker {
         },
       },
       effect: (name: string, data: unknown) => {
+        // Its effects were taken (or dropped, with its writes) when it finished: a late call (an
+        // un-awaited helper) would be lost silently, so it throws to its caller, as ctx.tx does.
+        if (!open) throw new Error(`effect "${name}" recorded after the handler finished (await what records it): it was not recorded`);
         if (effects.has(name)) throw new Error(`effect "${name}" recorded twice for one event`);
         // Another handler's: the insert would be skipped as a repeat, and this one never executed.
         if (taken.has(name)) {

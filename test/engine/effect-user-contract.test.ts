@@ -40,4 +40,33 @@ describeEachStore('effects as handler code uses them', (kind) => {
     await new Promise((r) => setTimeout(r, 1000));
     expect(calls.length).toBe(1);
   });
+  it('ctx.effect called after the handler returned (an un-awaited helper) throws to its caller, never vanishes', async () => {
+    const seen: unknown[] = [];
+    let lateCallDone!: () => void;
+    const lateCall = new Promise<void>((r) => { lateCallDone = r; });
+    // The handler's helper was not awaited: its ctx.effect comes after the event committed.
+    const sendLater = async (ctx: { effect(name: string, data: unknown): void }) => {
+      await new Promise((r) => setTimeout(r, 200));
+      try {
+        ctx.effect('send-receipt', { late: true });
+      } finally {
+        lateCallDone();
+      }
+    };
+    const calls: unknown[] = [];
+    const handlers = new HandlerRegistry()
+      .on('payment_intent.succeeded', async (_e, ctx) => {
+        await ctx.tx.query('SELECT 1');
+        void sendLater(ctx).catch((err) => seen.push(err));
+      })
+      .effect('send-receipt', (data) => { calls.push(data); });
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    const id = await send('evt_effect_after_return');
+    await waitFor(async () => (await app!.store.getEvent(id))?.status === 'PROCESSED', 10_000, 'PROCESSED');
+    await lateCall;
+    await new Promise((r) => setTimeout(r, 300));
+    // Before: the call returned normally, nothing was recorded and nothing ran: a receipt lost silently.
+    expect({ effects: (await app.store.listEffects(id)).length, calls: calls.length }).toEqual({ effects: 0, calls: 0 });
+    expect(seen.map((e) => String((e as Error).message))).toEqual([expect.stringMatching(/handler (had )?finished|after the handler/)]);
+  });
 });
