@@ -679,6 +679,9 @@ export class InboxWorker {
         // Its effects were taken (or dropped, with its writes) when it finished: a late call (an
         // un-awaited helper) would be lost silently, so it throws to its caller, as ctx.tx does.
         if (!open) throw new Error(`effect "${name}" recorded after the handler finished (await what records it): it was not recorded`);
+        // The name is the key (<inbox_id>:<name>) and the executor's: another value (a JS caller's
+        // ctx.effect({ name, data })) failed the settle on SQLite and was stored as its String() on PostgreSQL.
+        if (typeof name !== 'string' || name === '') throw new Error(`ctx.effect: the effect name must be a non-empty string, not ${name === '' ? 'an empty string' : typeof name}`);
         if (effects.has(name)) throw new Error(`effect "${name}" recorded twice for one event`);
         // Another handler's: the insert would be skipped as a repeat, and this one never executed.
         if (taken.has(name)) {

@@ -69,4 +69,26 @@ describeEachStore('effects as handler code uses them', (kind) => {
     expect({ effects: (await app.store.listEffects(id)).length, calls: calls.length }).toEqual({ effects: 0, calls: 0 });
     expect(seen.map((e) => String((e as Error).message))).toEqual([expect.stringMatching(/handler (had )?finished|after the handler/)]);
   });
+  it('ctx.effect with a name that is not a string (a JS handler) fails that handler at the call, as bad data does', async () => {
+    const handlers = new HandlerRegistry()
+      .on('payment_intent.succeeded', async (e, ctx) => {
+        await ctx.tx.query('CREATE TABLE IF NOT EXISTS ledger (id TEXT PRIMARY KEY)');
+        await ctx.tx.query(kind === 'postgres' ? 'INSERT INTO ledger VALUES ($1)' : 'INSERT INTO ledger VALUES (?)', [e.providerEventId]);
+        // The signature mistaken for an options object: ctx.effect({ name, data }).
+        (ctx.effect as (n: unknown, d?: unknown) => void)({ name: 'send-receipt', data: { pi: e.objectId } });
+      })
+      .effect('send-receipt', () => undefined);
+    app = await startTestApp(kind, { ...FAST_WORKERS, retry: { baseMs: 10, capMs: 40, maxAttempts: 1 } }, {}, { workers: true, handlers });
+    const id = await send('evt_effect_bad_name');
+    const event = await waitFor(async () => {
+      const e = await app!.store.getEvent(id);
+      return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+    }, 15_000, 'terminal');
+    // Before: PostgreSQL recorded an effect named '{"name":"send-receipt",…}' (FAILED
+    // unsupported_effect, the event PROCESSED); SQLite's settle failed on binding it, every attempt
+    // waited out its lease, and the event ended attempts_abandoned as if its worker had crashed.
+    expect({ status: event.status, reason: event.failureReason, effects: (await app.store.listEffects(id)).length })
+      .toEqual({ status: 'FAILED', reason: 'retries_exhausted', effects: 0 });
+    expect(event.lastError).toMatch(/effect name must be a non-empty string/);
+  });
 });
