@@ -101,6 +101,8 @@ export class HandlerRegistry {
 
   on(typePattern: string, fn: Handler, opts: HandlerOptions = {}): this {
     this.refuseAfterStart(`handler "${opts.name ?? typePattern}"`);
+    // A JS module's slip (a misspelt export: undefined) retried every event it matched until FAILED.
+    if (typeof fn !== 'function') throw new HandlerError(`handler "${opts.name ?? typePattern}": not a function (${typeof fn}), so every event it matches would fail`);
     // As the config refuses such an `events` glob: a slip (' payment_intent.*', a trailing newline)
     // would match no event type, and every event meant for this handler would end unsupported_type.
     if (typePattern === '' || isUnmatchableGlob(typePattern)) {
@@ -130,6 +132,9 @@ export class HandlerRegistry {
 
   effect(name: string, fn: EffectExecutor): this {
     this.refuseAfterStart(`effect executor "${name}"`);
+    if (typeof name !== 'string' || name === '') throw new HandlerError(`effect executor name must be a non-empty string (as ctx.effect's), not ${name === '' ? 'an empty string' : typeof name}`);
+    // Taken so, it made each of its effects FAILED unsupported_effect, "no executor registered".
+    if (typeof fn !== 'function') throw new HandlerError(`effect executor "${name}": not a function (${typeof fn}), so every effect of that name would fail`);
     if (this.executors.has(name)) throw new HandlerError(`an effect executor named "${name}" is already registered`);
     this.executors.set(name, fn);
     return this;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createInbox, HandlerRegistry, parseConfig } from '../../src/index.js';
+import { createInbox, HandlerError, HandlerRegistry, parseConfig } from '../../src/index.js';
 import { configDoc } from '../helpers/app.js';
 
 /**
@@ -42,5 +42,23 @@ describe('HandlerRegistry.on: options.provider', () => {
     const r = new HandlerRegistry().on('*', fn, { provider: 'stripe' });
     expect(r.match('stripe', 'any', 'charge.refunded')).toHaveLength(1);
     expect(r.match('github', 'any', 'push')).toHaveLength(0);
+  });
+});
+
+/**
+ * A JS handlers module registering what is not a function (`inbox.effect('send-receipt',
+ * mailer.sendReciept)`: a typo, undefined) was taken without a word. An executor so registered
+ * made every such effect FAILED unsupported_effect, "no executor registered", though one was; a
+ * handler so registered made each of its events retry `h.fn is not a function` until FAILED.
+ * Refused at registration, naming it, as the other registrations that could never run are.
+ */
+describe('HandlerRegistry: a handler or an executor that is not a function', () => {
+  it('refuses on() and effect() without a function, and an effect name that is not a non-empty string', () => {
+    expect(() => new HandlerRegistry().on('payment_intent.succeeded', undefined as never)).toThrow(/handler "payment_intent.succeeded": not a function \(undefined\)/);
+    expect(() => new HandlerRegistry().effect('send-receipt', undefined as never)).toThrow(/effect executor "send-receipt": not a function \(undefined\)/);
+    expect(() => new HandlerRegistry().effect('send-receipt', 'mailer' as never)).toThrow(HandlerError);
+    expect(() => new HandlerRegistry().effect('', () => undefined)).toThrow(/effect executor name must be a non-empty string/);
+    expect(() => new HandlerRegistry().effect(undefined as never, () => undefined)).toThrow(HandlerError);
+    expect(new HandlerRegistry().on('*', async () => undefined).effect('send-receipt', async () => undefined).size).toBe(1);
   });
 });
