@@ -95,9 +95,18 @@ const MAX_ERROR_CHARS = 500;
  */
 export function classify(err: unknown): Classified {
   const message = redact(err);
-  if (err instanceof NeedsDecisionError) return { retryable: false, reason: err.reason, message };
-  if (err instanceof RetryableError) return { retryable: true, reason: err.reason, message, retryAfterMs: wholeMs(err.retryAfterMs) };
+  if (err instanceof NeedsDecisionError) return { retryable: false, reason: reasonOr(err.reason, 'needs_decision'), message };
+  if (err instanceof RetryableError) return { retryable: true, reason: reasonOr(err.reason, 'error'), message, retryAfterMs: wholeMs(err.retryAfterMs) };
   return { retryable: true, reason: 'error', message };
+}
+
+/**
+ * A thrower's reason, or `fallback` where it gave none (`new NeedsDecisionError(res.error?.code, …)`
+ * with no code): a FAILED row with failure_reason NULL broke `effects failed` and was skipped by
+ * the operator's requeues, which walk the rows by reason.
+ */
+function reasonOr(reason: unknown, fallback: string): string {
+  return typeof reason === 'string' && reason !== '' ? reason : fallback;
 }
 
 function wholeMs(ms: number | undefined): number | undefined {
