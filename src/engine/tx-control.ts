@@ -11,6 +11,14 @@
 const CONTROL = new Set(['BEGIN', 'START', 'COMMIT', 'END', 'ROLLBACK', 'ABORT', 'SAVEPOINT', 'RELEASE']);
 
 /**
+ * PostgreSQL settings (`SET search_path`, `SET LOCAL statement_timeout`, `SET ROLE`, `RESET`,
+ * `DISCARD`) outlive the handler: a released savepoint keeps them for the batch's other events'
+ * handlers and the engine's settle, and a session one for the pooled connection's later batches
+ * (one tenant's search_path took other tenants' writes). Refused the same way.
+ */
+export const SETTINGS = new Set(['SET', 'RESET', 'DISCARD']);
+
+/**
  * The transaction-control statement `sql` is, by its first words (`COMMIT`, `PREPARE
  * TRANSACTION`…), or undefined. Skips what both databases skip before a statement: white
  * space, empty statements (`;`) and comments (PostgreSQL's block comments nest and its `--`
@@ -19,7 +27,7 @@ const CONTROL = new Set(['BEGIN', 'START', 'COMMIT', 'END', 'ROLLBACK', 'ABORT',
 export function transactionControl(sql: string, kind: 'sqlite' | 'postgres'): string | undefined {
   let i = skipToWord(sql, 0, kind);
   const first = wordAt(sql, i);
-  if (CONTROL.has(first)) return first;
+  if (CONTROL.has(first) || (kind === 'postgres' && SETTINGS.has(first))) return first;
   if (first !== 'PREPARE' || kind !== 'postgres') return undefined;
   i = skipToWord(sql, i + first.length, kind);
   return wordAt(sql, i) === 'TRANSACTION' ? 'PREPARE TRANSACTION' : undefined;

@@ -1,0 +1,67 @@
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/schema.js';
+import { HandlerRegistry } from '../../src/engine/handlers.js';
+import { transactionControl } from '../../src/engine/tx-control.js';
+import type { InboxDetail } from '../../src/store/work-port.js';
+import { startWorkers } from '../../src/workers.js';
+import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
+import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { post } from '../helpers/http.js';
+import { pgAvailable } from '../helpers/pg.js';
+
+/**
+ * A multi-tenant team's handler that picks its tenant's schema with `SET search_path` (or sets a
+ * timeout with SET): ctx.tx is the batch's transaction, shared with the other events' handlers,
+ * on a pooled connection the next batches get. The setting outlived the handler: the writes of
+ * other events' handlers (other tenants') went to that tenant's tables, in its batch and in later
+ * batches on the same connection. Now SET, RESET and DISCARD are refused as transaction control
+ * is: that event FAILED handler_transaction_control, its writes undone, the others untouched.
+ */
+describe('transactionControl: session settings on PostgreSQL', () => {
+  it.each(['SET search_path TO tenant_a, public', 'set local statement_timeout = 1', 'RESET ALL', 'DISCARD ALL', '/* x */ SET ROLE app'])('%j is refused', (sql) => {
+    expect(transactionControl(sql, 'postgres')).toMatch(/^(SET|RESET|DISCARD)$/);
+  });
+  it.each(['SELECT set_config_value()', 'UPDATE t SET x = 1', 'SETTINGS', 'INSERT INTO reset (x) VALUES (1)'])('%j is not', (sql) => {
+    expect(transactionControl(sql, 'postgres')).toBeUndefined();
+  });
+});
+
+(await pgAvailable() ? describe : describe.skip)('a handler that SETs search_path [postgres]', () => {
+  let app: TestApp | undefined;
+  afterEach(async () => { await app?.stop(); app = undefined; });
+
+  it("fails alone; no other event's write goes to its tenant's tables", async () => {
+    app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
+    await app.store.transaction(async (tx) => {
+      await tx.query('CREATE SCHEMA tenant_a');
+      await tx.query('CREATE TABLE tenant_a.ledger (event_id text NOT NULL)');
+      await tx.query('CREATE TABLE public.ledger (event_id text NOT NULL)');
+    });
+    const ids = new Map<string, string>();
+    for (let i = 0; i < 12; i++) {
+      const body = stripeEvent(`evt_${i}`);
+      ids.set(`evt_${i}`, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string);
+    }
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (e, ctx) => {
+      if (e.providerEventId === 'evt_0') await ctx.tx.query('SET search_path TO tenant_a, public');
+      await ctx.tx.query('INSERT INTO ledger (event_id) VALUES ($1)', [e.providerEventId]);
+    });
+    // Small batches, so later batches reuse the connection the SET ran on.
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 3, concurrency: 3 } }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const final = (id: string) => waitFor(async () => {
+        const e = await app!.store.getEvent(ids.get(id)!);
+        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+      }, 20_000, `${id} terminal`) as Promise<InboxDetail>;
+      expect(await final('evt_0')).toMatchObject({ status: 'FAILED', failureReason: 'handler_transaction_control' });
+      for (let i = 1; i < 12; i++) expect(await final(`evt_${i}`), `evt_${i}`).toMatchObject({ status: 'PROCESSED' });
+    } finally {
+      await workers.stop();
+    }
+    const [counts] = await app.store.transaction((tx) => tx.query('SELECT (SELECT count(*) FROM tenant_a.ledger)::int AS a, (SELECT count(*) FROM public.ledger)::int AS p'));
+    expect(counts).toEqual({ a: 0, p: 11 });
+  });
+});
