@@ -236,6 +236,22 @@ export class InboxWorker {
       effects += r.effects;
       return r.rest;
     };
+    // An event that, settled alone, still fails outside its handlers: the database refused what
+    // they wrote (a deferred constraint or trigger, checked at COMMIT). That is this attempt's
+    // failure, settled as one (retried with backoff, FAILED with the error) without running them
+    // again; left to its lease, each attempt waited one out and the event ended attempts_abandoned
+    // as if its worker had crashed, the constraint nowhere. The store failing, or the lease lost,
+    // is not the event's doing: those still wait for the lease. Whether it was settled so.
+    const settleAsFailure = async (p: Plan, err: unknown): Promise<boolean> => {
+      if (p.early || err instanceof StorageUnavailableError || err instanceof LeaseLostError) return false;
+      p.early = { error: err, retry: this.d.endpoints.get(p.row.endpointId)!.retry };
+      if (await settle([p]).then(() => true, () => false)) {
+        this.d.log.warn({ err: loggable(err), inboxId: p.row.inboxId }, 'settling this event failed outside its handlers; settled as a failed attempt');
+        return true;
+      }
+      p.settled = undefined;
+      return false;
+    };
     for (const chunk of this.d.store.kind === 'postgres' ? chunkByHandlers(plans, MAX_HANDLERS_PER_TX) : [plans]) {
       // A transaction that has run long enough settles what it has; the rest go in the next.
       for (let rest = chunk; rest.length > 0;) {
@@ -250,7 +266,14 @@ export class InboxWorker {
             rest = [];
             continue;
           }
-          if (attempt.length === 1 || err instanceof StorageUnavailableError) throw err;
+          if (err instanceof StorageUnavailableError) throw err;
+          if (attempt.length === 1) {
+            if (await settleAsFailure(attempt[0]!, err)) {
+              rest = [];
+              continue;
+            }
+            throw err;
+          }
           // One event's failure outside its handlers (a constraint or trigger of the store, a bug)
           // must not fail the events beside it, attempt after attempt: each goes alone. Their
           // handlers run again, their earlier writes having been rolled back with the rest.
@@ -260,8 +283,9 @@ export class InboxWorker {
           this.d.log.warn({ err: loggable(err), events: attempt.length }, 'settle transaction failed; settling its events one at a time');
           for (const p of attempt) {
             p.settled = undefined;
-            await settle([p]).catch((e: unknown) => {
+            await settle([p]).catch(async (e: unknown) => {
               p.settled = undefined;
+              if (await settleAsFailure(p, e)) return;
               this.d.log.error({ err: loggable(e), inboxId: p.row.inboxId }, 'settling this event failed; it is retried when its lease expires');
             });
           }

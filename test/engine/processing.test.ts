@@ -846,7 +846,11 @@ describeEachStore('processing engine', (kind) => {
         const e = await waitFor(() => app!.store.getEvent(inboxIds.get(id)!).then((x) => (x?.status === 'PROCESSED' ? x : null)), 10_000, `${id} PROCESSED`);
         expect(e.attemptCount, id).toBe(1); // settled at their first attempt, though claimed with the poisoned one
       }
-      expect((await app.store.getEvent(inboxIds.get('evt_poison_marker')!))?.status).toBe('PROCESSING'); // retried when its lease expires
+      // Its own failed attempts (retried with backoff, then FAILED with the store's error), not
+      // left to its lease each time (5103dd4: it ended attempts_abandoned, the error nowhere).
+      const poisoned = await waitFor(() => app!.store.getEvent(inboxIds.get('evt_poison_marker')!).then((x) => (x?.status === 'FAILED' ? x : null)), 10_000, 'poisoned FAILED');
+      expect({ reason: poisoned.failureReason, attempts: poisoned.attemptCount }).toEqual({ reason: 'retries_exhausted', attempts: 3 });
+      expect(poisoned.lastError).toContain('poisoned marker');
     } finally {
       await workers.stop();
     }
