@@ -52,7 +52,7 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
     if (!settled) {
       return this.d.log.warn({ effectId: row.effectId }, 'effect lease lost before settling');
     }
-    this.d.metrics.effects.inc([result, reason]);
+    this.d.metrics.effects.inc([result, this.d.metrics.reason(reason)]);
   }
 
   private async execute(row: EffectRow): Promise<{ settlement: EffectSettlement; result: 'success' | 'retry' | 'failed'; reason: string }> {

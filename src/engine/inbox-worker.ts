@@ -791,8 +791,8 @@ export class InboxWorker {
       if (!s) continue;
       if (s.status === 'PROCESSED') m.attempts.inc(['success', '']);
       // A handler's failure is not p.failure (that is the forwards'): the one settled with.
-      else if (s.status === 'PENDING') m.attempts.inc(['retry', classify(p.settledFailure?.error).reason]);
-      else m.attempts.inc(['failed', s.reason]);
+      else if (s.status === 'PENDING') m.attempts.inc(['retry', m.reason(classify(p.settledFailure?.error).reason)]);
+      else m.attempts.inc(['failed', m.reason(s.reason)]);
       if (s.status !== 'PENDING') m.processingLatency.observe(Math.max(0, s.nowMs - p.row.receivedAtMs) / 1000, [s.status]);
     }
   }

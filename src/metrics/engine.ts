@@ -12,6 +12,26 @@ export const MAX_TYPE_SERIES = 100;
 /** The type label of the series that holds the oldest age of an endpoint's other types. */
 export const OTHER_TYPES = '(other)';
 
+/**
+ * Failure reasons with a series of their own in the attempts counters. A reason is the thrower's
+ * (`new NeedsDecisionError(\`no order ${id}\`)` makes one per event): unbounded, each new one was
+ * a series kept for the process's life, and the scrape grew with the events. The rest count under
+ * OTHER_REASONS; failure_reason in the rows keeps each as thrown.
+ */
+export const MAX_REASON_SERIES = 100;
+export const OTHER_REASONS = '(other)';
+
+/** The label for a reason: itself while fewer than MAX_REASON_SERIES have been seen, else OTHER_REASONS. */
+function reasonLabels(): (reason: string) => string {
+  const seen = new Set<string>();
+  return (reason) => {
+    if (seen.has(reason)) return reason;
+    if (seen.size >= MAX_REASON_SERIES) return OTHER_REASONS;
+    seen.add(reason);
+    return reason;
+  };
+}
+
 /** The processing engine's metrics, on the server's one registry. */
 export function engineMetrics(registry: Registry) {
   // The queue's oldest times as last read (refreshQueueGauges). The two age gauges are their age
@@ -31,6 +51,8 @@ export function engineMetrics(registry: Registry) {
   });
   return {
     oldest,
+    /** A failure reason as a label of attempts and effects (MAX_REASON_SERIES). */
+    reason: reasonLabels(),
     attempts: registry.register(new Counter('webhook_worker_attempts_total', 'Processing attempts by result (success, retry, failed) and reason.', ['result', 'reason'])),
     processingLatency: registry.register(new Histogram('webhook_processing_latency_seconds', 'Time from receipt to a terminal state (PROCESSED or FAILED).', E2E_SECONDS, ['status'])),
     bodies: registry.register(new Counter('webhook_worker_bodies_total', 'Event bodies a worker opened, by where it got them: memory (accepted by this process moments before) or store.', ['source'])),
