@@ -18,7 +18,7 @@ import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payl
 import type { FreshBodies } from './fresh-bodies.js';
 import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
-import { SETTINGS, transactionControl } from './tx-control.js';
+import { isSetting, transactionControl } from './tx-control.js';
 
 /** The most JSON one `ctx.effect` may record (64 KiB). */
 export const MAX_EFFECT_DATA_BYTES = 64 * 1024;
@@ -680,8 +680,8 @@ export class InboxWorker {
             if (!open) throw over();
             const control = transactionControl(sql, tx.kind);
             if (control) {
-              throw (failedQuery ??= new NeedsDecisionError('handler_transaction_control', SETTINGS.has(control)
-                ? `handler "${h.name}" ran ${control} in ctx.tx: a setting would outlast the handler (the batch's other events and later batches share the connection), so qualify names (schema.table) instead`
+              throw (failedQuery ??= new NeedsDecisionError('handler_transaction_control', isSetting(control)
+                ? `handler "${h.name}" ran ${control} in ctx.tx: a setting would outlast the handler (the batch's other events and later batches share the connection)${control === 'PRAGMA' ? '' : ', so qualify names (schema.table) instead'}`
                 : `handler "${h.name}" ran ${control} in ctx.tx: the engine commits a handler's writes together with its processed marker, so a handler may not control the transaction`));
             }
             await (savepoint ??= openSavepoint());

@@ -19,6 +19,16 @@ const CONTROL = new Set(['BEGIN', 'START', 'COMMIT', 'END', 'ROLLBACK', 'ABORT',
 export const SETTINGS = new Set(['SET', 'RESET', 'DISCARD']);
 
 /**
+ * SQLite's counterpart: a PRAGMA sets the one writer connection every accept and batch shares,
+ * for the process's life (`PRAGMA query_only = 1` failed every later write, accepts included;
+ * `busy_timeout` and `synchronous` are the writer's own to set: sqlite/tx-gate.ts).
+ */
+const SQLITE_SETTINGS = new Set(['PRAGMA']);
+
+/** Whether a statement transactionControl named is a setting (SETTINGS, SQLITE_SETTINGS) rather than transaction control proper. */
+export const isSetting = (control: string): boolean => SETTINGS.has(control) || SQLITE_SETTINGS.has(control);
+
+/**
  * The transaction-control statement `sql` is, by its first words (`COMMIT`, `PREPARE
  * TRANSACTION`…), or undefined. Skips what both databases skip before a statement: white
  * space, empty statements (`;`) and comments (PostgreSQL's block comments nest and its `--`
@@ -27,7 +37,7 @@ export const SETTINGS = new Set(['SET', 'RESET', 'DISCARD']);
 export function transactionControl(sql: string, kind: 'sqlite' | 'postgres'): string | undefined {
   let i = skipToWord(sql, 0, kind);
   const first = wordAt(sql, i);
-  if (CONTROL.has(first) || (kind === 'postgres' && SETTINGS.has(first))) return first;
+  if (CONTROL.has(first) || (kind === 'postgres' ? SETTINGS : SQLITE_SETTINGS).has(first)) return first;
   if (first !== 'PREPARE' || kind !== 'postgres') return undefined;
   i = skipToWord(sql, i + first.length, kind);
   return wordAt(sql, i) === 'TRANSACTION' ? 'PREPARE TRANSACTION' : undefined;

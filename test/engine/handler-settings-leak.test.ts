@@ -28,6 +28,44 @@ describe('transactionControl: session settings on PostgreSQL', () => {
   });
 });
 
+describe('transactionControl: PRAGMA on SQLite (the one writer connection, for the process\'s life)', () => {
+  it.each(['PRAGMA query_only = 1', ' pragma busy_timeout=5000', '-- x\nPRAGMA synchronous = OFF'])('%j is refused', (sql) => {
+    expect(transactionControl(sql, 'sqlite')).toBe('PRAGMA');
+  });
+  it.each(['SELECT 1 AS pragma', 'SET x = 1'])('%j is not', (sql) => {
+    expect(transactionControl(sql, 'sqlite')).toBeUndefined();
+  });
+});
+
+describe('a handler that runs PRAGMA query_only [sqlite]', () => {
+  let app: TestApp | undefined;
+  afterEach(async () => { await app?.stop(); app = undefined; });
+
+  it('fails alone, and the next accepts and events are still written', async () => {
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (e, ctx) => {
+      if (e.providerEventId === 'evt_0') await ctx.tx.query('PRAGMA query_only = 1');
+      await ctx.tx.query('INSERT INTO ledger (event_id) VALUES (?)', [e.providerEventId]);
+    });
+    app = await startTestApp('sqlite', { ...FAST_WORKERS }, {}, { workers: true, handlers });
+    await app.store.transaction((tx) => tx.query('CREATE TABLE ledger (event_id TEXT NOT NULL)'));
+    const send = async (id: string) => {
+      const body = stripeEvent(id);
+      const r = await post(`${app!.url}/webhooks/stripe`, body, stripeHeaders(body));
+      expect(r.status, r.text).toBe(200);
+      return r.json().inbox_id as string;
+    };
+    const final = (inboxId: string) => waitFor(async () => {
+      const e = await app!.store.getEvent(inboxId);
+      return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+    }, 20_000, `${inboxId} terminal`) as Promise<InboxDetail>;
+    expect(await final(await send('evt_0'))).toMatchObject({ status: 'FAILED', failureReason: 'handler_transaction_control' });
+    // Before: query_only stayed on the writer, so this accept (and every later write) failed 503.
+    expect(await final(await send('evt_1'))).toMatchObject({ status: 'PROCESSED' });
+    const rows = await app.store.transaction((tx) => tx.query<{ event_id: string }>('SELECT event_id FROM ledger'));
+    expect(rows.map((r) => r.event_id)).toEqual(['evt_1']);
+  });
+});
+
 (await pgAvailable() ? describe : describe.skip)('a handler that SETs search_path [postgres]', () => {
   let app: TestApp | undefined;
   afterEach(async () => { await app?.stop(); app = undefined; });
