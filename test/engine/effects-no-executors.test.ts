@@ -26,7 +26,7 @@ describeEachStore('a process with no handlers and no effect executors', (kind) =
   });
 
   const start = async (handlers?: HandlerRegistry) => {
-    const config = parseConfig(configDoc(db!.url, { ...FAST_WORKERS, retry: { baseMs: 10, capMs: 40, maxAttempts: 5 } }), {});
+    const config = parseConfig(configDoc(db!.url, { ...FAST_WORKERS, retry: { baseMs: 10, capMs: 1000, maxAttempts: 5 } }), {});
     const app = await startApp(config, { logger: pino({ level: 'silent' }), shutdownGraceMs: 500, workers: true, handlers });
     apps.push(app);
     return app;
@@ -35,13 +35,14 @@ describeEachStore('a process with no handlers and no effect executors', (kind) =
   it('claims no effect: one another process recorded waits for a process that has its executor', async () => {
     db = await freshDatabase(kind);
     const calls: string[] = [];
-    // The first process records the effect; its executor asks to be called again in 300 ms, and
-    // the process stops before then: the effect is PENDING, due, and nobody here can run it.
+    // The first process records the effect; its executor asks to be called again in 600 ms (the
+    // runner honours that, within retry.capMs), and the process stops before then: the effect is
+    // PENDING, due once the next process has run a while, and nobody there can run it.
     const recording = new HandlerRegistry()
       .on('payment_intent.succeeded', (_e, ctx) => ctx.effect('notify', { n: 1 }), { name: 'notify-customer', version: '1' })
       .effect('notify', () => {
         calls.push('first');
-        throw new RetryableError('busy', 'later', { retryAfterMs: 300 });
+        throw new RetryableError('busy', 'later', { retryAfterMs: 600 });
       });
     const first = await start(recording);
     const body = stripeEvent('evt_effect_elsewhere', { type: 'payment_intent.succeeded' });
