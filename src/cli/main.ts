@@ -90,10 +90,14 @@ const COMMANDS: Record<string, Command> = {
   },
   'send-sample': {
     summary: "Send one correctly signed sample event to a running server's endpoint.",
-    usage: 'webhook-inbox send-sample --config FILE --endpoint ID [--url BASE]\n\n  --config, -c FILE  the config the server runs with (for the endpoint secret)\n  --endpoint, -e ID  endpoint id\n  --url BASE         server base URL (default: from listen)',
-    options: { ...CONFIG, endpoint: { type: 'string', short: 'e' }, url: { type: 'string' } },
-    optional: ['url'],
-    run: (v) => runSendSample(String(v.config), String(v.endpoint), v.url as string | undefined),
+    usage: 'webhook-inbox send-sample --config FILE --endpoint ID [--url BASE] [--id SAMPLE]\n\n  --config, -c FILE  the config the server runs with (for the endpoint secret)\n  --endpoint, -e ID  endpoint id\n  --url BASE         server base URL (default: from listen)\n' +
+      '  --id SAMPLE        send the sample event of an earlier run again (it prints its SAMPLE): the same\n' +
+      '                     event id, newly signed, as a provider\'s retry; taken as a duplicate\n' +
+      '                     (no new row; unsigned Mollie classic notices excepted).\n' +
+      '                     Without it each run sends a new event.',
+    options: { ...CONFIG, endpoint: { type: 'string', short: 'e' }, url: { type: 'string' }, id: { type: 'string' } },
+    optional: ['url', 'id'],
+    run: (v) => runSendSample(String(v.config), String(v.endpoint), v.url as string | undefined, v.id as string | undefined),
   },
   work: {
     summary: 'Run the processing workers alone (no HTTP ingress), so they scale apart from receiving.',

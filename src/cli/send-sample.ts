@@ -5,8 +5,17 @@ import { UsageError } from './usage-error.js';
 import { resolveSecret } from '../config/secrets.js';
 import { isRetired } from '../crypto/hmac.js';
 
-/** Signs the adapter's sample event with the endpoint's first secret not yet retired and POSTs it. */
-export async function runSendSample(configFile: string, endpointId: string, baseUrl?: string): Promise<number> {
+/** What `--id` takes: the random part of a sample event's ids, as a run prints it. */
+const SAMPLE_ID_RE = /^[0-9a-f]{1,12}$/;
+
+/**
+ * Signs the adapter's sample event with the endpoint's first secret not yet retired and POSTs it.
+ * `sampleId` sends the sample of an earlier run again (same event id, fresh signature and
+ * timestamp, as a provider's retry): without it every run is a new event, so a user trying the
+ * README's "a duplicate gets duplicate: true" had no way to see it.
+ */
+export async function runSendSample(configFile: string, endpointId: string, baseUrl?: string, sampleId?: string): Promise<number> {
+  if (sampleId !== undefined && !SAMPLE_ID_RE.test(sampleId)) throw new UsageError(`--id takes the 1-12 lowercase hex digits an earlier send-sample printed, not "${sampleId}"`);
   const config = loadConfigFile(configFile);
   const ep = config.endpoints.find((e) => e.id === endpointId);
   if (!ep) throw new UsageError(`no endpoint "${endpointId}" in ${configFile} (have: ${config.endpoints.map((e) => e.id).join(', ')})`);
@@ -17,7 +26,8 @@ export async function runSendSample(configFile: string, endpointId: string, base
   const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host; // IPv6
   const url = webhookUrl(baseUrl ?? `http://${host}:${config.listen.port}`, ep.id);
   const secret = version ? resolveSecret(version.ref) : '';
-  const sample = ep.adapter.sample(randomBytes(6).toString('hex'));
+  const seq = sampleId ?? randomBytes(6).toString('hex');
+  const sample = ep.adapter.sample(seq);
   const body = ep.adapter.signBody ? ep.adapter.signBody(sample.body, secret) : sample.body;
   const headers = { ...sample.headers, ...ep.adapter.sign(body, secret, sample.signOptions) };
   let res: Response;
@@ -29,6 +39,8 @@ export async function runSendSample(configFile: string, endpointId: string, base
     return 1;
   }
   console.log(`POST ${url} → ${res.status}\n${await res.text()}`);
+  // Not for an unsigned endpoint (Mollie classic): each of its notices is a row of its own.
+  if (res.ok && sampleId === undefined && ep.secrets.length > 0) console.error(`(sample ${seq}: add --id ${seq} to send the same event again; it is taken as a duplicate)`);
   return res.ok ? 0 : 1;
 }
 

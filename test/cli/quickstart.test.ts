@@ -1,0 +1,35 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { configDoc } from '../helpers/app.js';
+import { runCli, spawnServer } from '../helpers/server-process.js';
+
+/** A new user's first steps: serve --demo, the printed sample command, a rerun, the event list. */
+describe('quick start', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wi-quick-'));
+
+  // The README promises "a duplicate of an accepted event gets 200 {"duplicate": true}", and a new
+  // user tries it with the sample command: every run drew a new event id, so a rerun was always
+  // duplicate:false and there was no way to send the same sample event again.
+  it('send-sample says how to send the same event again, and that rerun is answered duplicate:true with the first row', async () => {
+    const file = join(dir, 'dup.yaml');
+    const server = await spawnServer(file, configDoc(`sqlite:${join(dir, 'dup.db')}`));
+    try {
+      const first = await runCli(['send-sample', '--config', file, '--endpoint', 'stripe', '--url', server.url]);
+      expect(first.out, first.err).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
+      const again = /--id ([0-9a-f]{12})\b/.exec(first.err)?.[1];
+      expect(again, `no rerun hint in: ${first.err}`).toBeDefined();
+      const second = await runCli(['send-sample', '--config', file, '--endpoint', 'stripe', '--url', server.url, '--id', again!]);
+      const inboxId = JSON.parse(first.out.split('\n')[1]!).inbox_id as string;
+      expect(second.out, second.err).toContain(`→ 200\n{"inbox_id":"${inboxId}","duplicate":true}`);
+      // Something that is not such an id is a usage error, not a sample with an odd id.
+      for (const bad of ['xyz', '0123456789abc', 'ABC']) {
+        expect((await runCli(['send-sample', '--config', file, '--endpoint', 'stripe', '--url', server.url, '--id', bad])).code, bad).toBe(2);
+      }
+    } finally {
+      server.child.kill('SIGTERM');
+      await new Promise((done) => server.child.once('exit', done));
+    }
+  });
+});
