@@ -50,7 +50,7 @@ export async function runServe(configFile: string, opts: ServeOptions): Promise<
   if (opts.demo) {
     const first = config.endpoints[0]!;
     lines.push('', 'Send a correctly signed sample event (in another terminal):',
-      `  npx webhook-inbox send-sample --config ${configFile} --endpoint ${first.id}${moved ? ` --url ${app.url}` : ''}`);
+      `  npx webhook-inbox send-sample --config ${shellWord(configFile)} --endpoint ${shellWord(first.id)}${moved ? ` --url ${app.url}` : ''}`);
   }
   // The stop signals are listened for before the line that says we are up: a supervisor (or a
   // test) that signals on reading it found no listener yet when this process was descheduled
@@ -66,4 +66,12 @@ export async function runServe(configFile: string, opts: ServeOptions): Promise<
     exitAfterStop();
   }
   return 0;
+}
+
+/**
+ * `word` as one POSIX shell word: the sample command is printed to be pasted as is, and a config
+ * path with a space or a quote in it (a "My Projects" folder) came apart into several arguments.
+ */
+function shellWord(word: string): string {
+  return /^[\w./:@%+=,-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }

@@ -1,9 +1,10 @@
-import { mkdtempSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { configDoc } from '../helpers/app.js';
-import { runCli, spawnServer } from '../helpers/server-process.js';
+import { CLI, runCli, spawnServer } from '../helpers/server-process.js';
 
 /** A new user's first steps: serve --demo, the printed sample command, a rerun, the event list. */
 describe('quick start', () => {
@@ -27,6 +28,24 @@ describe('quick start', () => {
       for (const bad of ['xyz', '0123456789abc', 'ABC']) {
         expect((await runCli(['send-sample', '--config', file, '--endpoint', 'stripe', '--url', server.url, '--id', bad])).code, bad).toBe(2);
       }
+    } finally {
+      server.child.kill('SIGTERM');
+      await new Promise((done) => server.child.once('exit', done));
+    }
+  });
+
+  // "npm start prints ... a ready-to-run command": with the config in a folder whose name has a
+  // space (a home folder "My Projects"), the printed command split the path and failed to run.
+  it('serve --demo prints a sample command that a shell runs as printed, whatever the config path holds', async () => {
+    const sub = join(dir, "my project's configs");
+    mkdirSync(sub);
+    const file = join(sub, 'demo config.yaml');
+    const server = await spawnServer(file, configDoc(`sqlite:${join(dir, 'space.db')}`), {}, ['--demo']);
+    try {
+      const printed = /npx webhook-inbox (send-sample .*)/.exec(server.stderr())?.[1];
+      expect(printed).toBeDefined();
+      const r = spawnSync('/bin/sh', ['-c', `"$0" "$1" ${printed!}`, process.execPath, CLI], { encoding: 'utf8', timeout: 30_000 });
+      expect(r.stdout, r.stderr).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
     } finally {
       server.child.kill('SIGTERM');
       await new Promise((done) => server.child.once('exit', done));
