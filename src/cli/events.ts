@@ -51,12 +51,15 @@ export function oldestListed(n: number, what: string, limit: number, more: boole
 
 export const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString());
 
+/** JSON's absent time is null (the table's "-" read as a time to a script's `select(… != null)`). */
+const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
+
 function detailJson(e: InboxDetail) {
   return {
     inbox_id: e.inboxId, status: e.status, provider: e.provider, endpoint_id: e.endpointId, provider_event_id: e.providerEventId,
     event_type: e.eventType, object_id: e.objectId, received_at: iso(e.receivedAtMs), attempt_count: e.attemptCount,
-    next_attempt_at: iso(e.nextAttemptAtMs), failure_reason: e.failureReason, last_error: e.lastError,
-    handler_version: e.handlerVersion, processed_at: iso(e.processedAtMs), matched_secret_version: e.matchedSecretVersion,
+    next_attempt_at: isoOrNull(e.nextAttemptAtMs), failure_reason: e.failureReason, last_error: e.lastError,
+    handler_version: e.handlerVersion, processed_at: isoOrNull(e.processedAtMs), matched_secret_version: e.matchedSecretVersion,
     verification: e.verification,
     payload_sha256: e.payloadHash.toString('hex'),
   };
