@@ -1,7 +1,8 @@
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { stringify } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { configDoc } from '../helpers/app.js';
 import { CLI, runCli, spawnServer } from '../helpers/server-process.js';
@@ -49,6 +50,27 @@ describe('quick start', () => {
     } finally {
       server.child.kill('SIGTERM');
       await new Promise((done) => server.child.once('exit', done));
+    }
+  });
+
+  // A first run where ./data cannot be written (a checkout owned by another user, a read-only
+  // mount): the one line said "unable to open database file", which names neither the cause nor
+  // what to change.
+  it('a database folder this user cannot write to is named as such, not "unable to open database file"', () => {
+    const ro = join(dir, 'readonly');
+    mkdirSync(ro);
+    const file = join(dir, 'ro.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${join(ro, 'inbox.db')}`)));
+    // As root a mode does not stop us: run the CLI as nobody there, else make the folder read-only.
+    const asRoot = process.getuid?.() === 0;
+    if (asRoot) chmodSync(dir, 0o755);
+    else chmodSync(ro, 0o555);
+    try {
+      const r = spawnSync(process.execPath, [CLI, 'migrate', '--config', file], { encoding: 'utf8', timeout: 30_000, ...(asRoot ? { uid: 65534, gid: 65534 } : {}) });
+      expect(r.status, r.stderr).toBe(1);
+      expect(r.stderr).toContain(`the folder ${ro} is not writable by this user`);
+    } finally {
+      chmodSync(ro, 0o755);
     }
   });
 });

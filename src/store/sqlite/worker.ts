@@ -1,4 +1,5 @@
-import { statSync } from 'node:fs';
+import { accessSync, constants as fsConstants, statSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { migrationStep, MIGRATIONS } from '../migrations.js';
@@ -38,7 +39,23 @@ function openDatabase(): Database.Database {
   } catch (err) {
     // A plain Error: a SqliteError reaches the main thread as `{ code }` alone, and the operator
     // saw "SQLite worker stopped" with no word of the file or why (not a database, a directory).
-    throw new Error(`cannot open SQLite database ${file}: ${(err as Error).message}`);
+    throw new Error(`cannot open SQLite database ${file}: ${(err as Error).message}${unwritableFolder()}`);
+  }
+}
+
+/**
+ * SQLite creates the database and its -wal and -shm files beside it, so a folder this user cannot
+ * write to fails the open with "unable to open database file" (or "readonly database"), which
+ * names neither cause nor cure: said here.
+ */
+function unwritableFolder(): string {
+  if (file === ':memory:') return '';
+  const folder = dirname(file);
+  try {
+    accessSync(folder, fsConstants.W_OK);
+    return '';
+  } catch {
+    return ` (the folder ${folder} is not writable by this user: SQLite creates the database and its -wal and -shm files there)`;
   }
 }
 
