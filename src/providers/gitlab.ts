@@ -87,8 +87,10 @@ export const createGitlab: AdapterFactory = (options, path) => {
     // GitLab sends payloads of up to 25 MB and does not retry on its own: a 413 would lose the event
     // (and repeated failures disable the hook).
     defaultMaxBodyBytes: 25 * 1024 * 1024,
-    // Applies only to signed requests (a plain-token request carries no signed time).
-    defaultToleranceSeconds: 300,
+    // Applies only to signed requests (a plain-token request carries no signed time). In token
+    // mode nothing is signed: null, so check-config says so and a toleranceSeconds is refused
+    // (it read "tolerance 300", as if stale replays were turned away).
+    defaultToleranceSeconds: mode === 'token' ? null : 300,
     // manual "Resend request" keeps Idempotency-Key; the history it resends from is kept a few days [U], so a week.
     redeliveryWindowSeconds: 7 * DAY,
     prepareSecret(value) {

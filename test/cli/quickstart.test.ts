@@ -73,4 +73,20 @@ describe('quick start', () => {
       chmodSync(ro, 0o755);
     }
   });
+
+  // docs/providers/gitlab.md's legacy endpoint (mode: token): nothing time-related is signed, yet
+  // check-config summed it up as "tolerance 300", as if replays outside 5 minutes were refused, and
+  // took a toleranceSeconds there that nothing checks (Shopify, Square: a config error).
+  it('check-config on a GitLab token-mode endpoint says no timestamp is signed, and refuses a toleranceSeconds there', async () => {
+    const endpoint = { id: 'gitlab-legacy', provider: 'gitlab', options: { mode: 'token' }, secrets: [{ version: 't1', value: 'plain-token' }] };
+    const file = join(dir, 'gitlab-token.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, 'gl.db')}`, { endpoints: [endpoint] })));
+    const ok = await runCli(['check-config', '--config', file]);
+    expect(ok.code, ok.err).toBe(0);
+    expect(ok.out).toContain('gitlab-legacy: gitlab, 1 secret version(s), tolerance none signed,');
+    writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, 'gl.db')}`, { endpoints: [{ ...endpoint, toleranceSeconds: 60 }] })));
+    const bad = await runCli(['check-config', '--config', file]);
+    expect(bad.code).toBe(78);
+    expect(bad.err).toContain('endpoints[0].toleranceSeconds: provider "gitlab" signs no timestamp');
+  });
 });
