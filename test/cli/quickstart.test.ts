@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { describe, expect, it } from 'vitest';
-import { configDoc } from '../helpers/app.js';
+import { configDoc, STRIPE_SECRET } from '../helpers/app.js';
 import { CLI, runCli, spawnServer } from '../helpers/server-process.js';
 
 /** A new user's first steps: serve --demo, the printed sample command, a rerun, the event list. */
@@ -16,7 +16,12 @@ describe('quick start', () => {
   // duplicate:false and there was no way to send the same sample event again.
   it('send-sample says how to send the same event again, and that rerun is answered duplicate:true with the first row', async () => {
     const file = join(dir, 'dup.yaml');
-    const server = await spawnServer(file, configDoc(`sqlite:${join(dir, 'dup.db')}`));
+    const server = await spawnServer(file, configDoc(`sqlite:${join(dir, 'dup.db')}`, {
+      endpoints: [
+        { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] },
+        { id: 'refunds', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }], events: ['charge.refunded'] },
+      ],
+    }));
     try {
       const first = await runCli(['send-sample', '--config', file, '--endpoint', 'stripe', '--url', server.url]);
       expect(first.out, first.err).toMatch(/→ 200\n\{"inbox_id":"[0-9a-f-]{36}","duplicate":false\}/);
@@ -25,6 +30,10 @@ describe('quick start', () => {
       const second = await runCli(['send-sample', '--config', file, '--endpoint', 'stripe', '--url', server.url, '--id', again!]);
       const inboxId = JSON.parse(first.out.split('\n')[1]!).inbox_id as string;
       expect(second.out, second.err).toContain(`→ 200\n{"inbox_id":"${inboxId}","duplicate":true}`);
+      // A sample type the endpoint's events filter ignores stores nothing: no rerun hint then.
+      const ignored = await runCli(['send-sample', '--config', file, '--endpoint', 'refunds', '--url', server.url]);
+      expect(ignored.out).toMatch(/→ 200\n\{.*"ignored":"unsupported_event_type"\}/);
+      expect(ignored.err).not.toContain('--id');
       // Something that is not such an id is a usage error, not a sample with an odd id.
       for (const bad of ['xyz', '0123456789abc', 'ABC']) {
         expect((await runCli(['send-sample', '--config', file, '--endpoint', 'stripe', '--url', server.url, '--id', bad])).code, bad).toBe(2);
