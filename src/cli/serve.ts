@@ -44,7 +44,7 @@ export async function runServe(configFile: string, opts: ServeOptions): Promise<
   const moved = listen.host !== loaded.listen.host || (app.server.address() as AddressInfo).port !== loaded.listen.port;
   const workers = config.workers.enabled ? `workers on, ${handlers.size} handler(s)` : 'workers off';
   const lines = [`webhook-inbox listening on ${app.url} (${app.store.kind}, ${workers})`];
-  for (const ep of config.endpoints) lines.push(`  POST ${app.url}/webhooks/${ep.id}   (${ep.provider})`);
+  config.endpoints.forEach((ep, i) => lines.push(`  POST ${app.url}/webhooks/${ep.id}   (${ep.provider})${offline(app, config.payloadKeys.current, ep.id, i)}`));
   const ops = app.metricsUrl ?? app.url;
   lines.push(`  GET  ${ops}/metrics  ${ops}/healthz  ${ops}/readyz${app.metricsUrl ? `  (and ${app.url}/healthz)` : ''}`);
   if (opts.demo) {
@@ -74,4 +74,16 @@ export async function runServe(configFile: string, opts: ServeOptions): Promise<
  */
 function shellWord(word: string): string {
   return /^[\w./:@%+=,-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * An endpoint whose secrets (or the current payload key) did not load answers 503 until they do:
+ * said on its own line of the list, with the config paths, since the error log line before the
+ * migrations was easy to miss and the first request's 503 then came with nothing on screen.
+ */
+function offline(app: RunningApp, currentKey: string, endpointId: string, index: number): string {
+  if (app.keyring.keysFor(endpointId) && app.keyring.cipher) return '';
+  const mine = (p: string) => p.startsWith(`endpoints[${index}].`) || (!app.keyring.cipher && p.startsWith(`payloadKeys.keys.${currentKey}:`));
+  const paths = app.keyring.problems.filter(mine).map((p) => p.slice(0, p.indexOf(': ')));
+  return `   offline: 503 secrets_unavailable until ${paths.length > 0 ? paths.join(', ') : 'its secrets'} load${paths.length === 1 ? 's' : ''}`;
 }

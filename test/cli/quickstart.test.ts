@@ -98,4 +98,25 @@ describe('quick start', () => {
     expect(bad.code).toBe(78);
     expect(bad.err).toContain('endpoints[0].toleranceSeconds: provider "gitlab" signs no timestamp');
   });
+
+  // The README's config with one variable not exported: the banner listed the endpoint like any
+  // other, and the only word of it was a JSON log line on the other stream, above the migrations:
+  // the user's first request got 503 with nothing on screen saying which endpoint was down.
+  it('serve names, in its endpoint list, an endpoint whose secret is not loaded (it answers 503)', async () => {
+    const file = join(dir, 'missing.yaml');
+    const server = await spawnServer(file, configDoc(`sqlite:${join(dir, 'missing.db')}`, {
+      endpoints: [
+        { id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: STRIPE_SECRET }] },
+        { id: 'github', provider: 'github', secrets: [{ version: 'v1', value: '${env:WI_QUICK_UNSET_SECRET}' }] },
+      ],
+    }));
+    try {
+      const banner = server.stderr();
+      expect(banner).toMatch(/POST \S+\/webhooks\/stripe +\(stripe\)\n/);
+      expect(banner).toMatch(/POST \S+\/webhooks\/github +\(github\) +offline: 503 secrets_unavailable until endpoints\[1\]\.secrets\[0\]\.value loads/);
+    } finally {
+      server.child.kill('SIGTERM');
+      await new Promise((done) => server.child.once('exit', done));
+    }
+  });
 });
