@@ -16,6 +16,9 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
   // it, JSON.parse would refuse it at line 1, column 1.
   if (text.startsWith('\uFEFF')) text = text.slice(1);
   const json = file.endsWith('.json');
+  // Nothing there (not saved yet, a wrong copy): "(root): must be an object" named neither.
+  const empty = () => new ConfigError(file, 'is empty (no settings in it: is this the config file you meant?)');
+  if (text.trim() === '') throw empty();
   let doc: unknown;
   try {
     doc = json ? JSON.parse(text) : readYaml(text);
@@ -26,6 +29,7 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
   // same keys must give the same result in both, so a repeated key is an error in JSON too.
   const dup = json ? duplicateKeyOffset(text) : undefined;
   if (dup !== undefined) throw new ConfigError(file, `not valid JSON (DUPLICATE_KEY) at ${lineColumn(text, dup)}`);
+  if (doc === null || doc === undefined) throw empty(); // only comments
   return parseConfig(doc, env);
 }
 

@@ -119,4 +119,16 @@ describe('quick start', () => {
       await new Promise((done) => server.child.once('exit', done));
     }
   });
+
+  // --config pointing at an empty file (a config not saved yet, a wrong copy) said
+  // "(root): must be an object", naming neither the file nor that it is empty.
+  it('an empty config file (or only comments) is named as such', async () => {
+    for (const [name, text] of [['empty.yaml', ''], ['comments.yaml', '# listen: { port: 8080 }\n'], ['empty.json', '']] as const) {
+      const file = join(dir, name);
+      writeFileSync(file, text);
+      const r = await runCli(['check-config', '--config', file]);
+      expect(r.code, name).toBe(78);
+      expect(r.err, name).toContain(`config error: ${file}: is empty`);
+    }
+  });
 });
