@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, HandlerError, ListenError, MigrationError, SchemaOutdatedError, StorageUnavailableError } from '../errors.js';
 import { SecretUnavailableError } from '../config/secrets.js';
@@ -259,7 +260,7 @@ function noMoreThan(args: readonly string[], n: number): void {
 function topHelp(): string {
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(14)} ${c.summary}`);
   return `Usage: webhook-inbox <command> [options]\n\nCommands:\n${lines.join('\n')}\n\nRun "webhook-inbox <command> --help" for a command's options.\n` +
-    'DATABASE_URL, when set, overrides the config\'s database. Exit codes: 0 ok, 1 failure, 2 usage error, 78 config error.';
+    'DATABASE_URL, when set, overrides the config\'s database. --version prints the version. Exit codes: 0 ok, 1 failure, 2 usage error, 78 config error.';
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -271,6 +272,12 @@ async function main(argv: string[]): Promise<number> {
       return 2;
     }
     console.log(`${c.summary}\n\nUsage: ${c.usage}`);
+    return 0;
+  }
+  if (name === '--version' || name === '-V' || name === 'version') {
+    // What a bug report needs first; it was "unknown command".
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    console.log(pkg.version);
     return 0;
   }
   if (!name || name === '--help' || name === '-h' || name === 'help') {

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -130,5 +130,15 @@ describe('quick start', () => {
       expect(r.code, name).toBe(78);
       expect(r.err, name).toContain(`config error: ${file}: is empty`);
     }
+  });
+
+  // The first thing a bug report asks for: "webhook-inbox --version" was "unknown command" (exit 2).
+  it('--version prints the package version', async () => {
+    const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    for (const arg of ['--version', '-V', 'version']) {
+      const r = await runCli([arg]);
+      expect([r.code, r.out], arg).toEqual([0, `${version}\n`]);
+    }
+    expect((await runCli(['--help'])).out).toContain('--version');
   });
 });
