@@ -20,6 +20,11 @@ export async function runWork(configFile: string, o: WorkOptions = {}): Promise<
   }));
   const config = loadConfigFile(configFile);
   const handlers = await loadHandlers(o.handlers);
+  // Said before the workers start (they claim at once): with neither, every event they claim
+  // ends FAILED unsupported_type, which `requeue` does not take back. A warning, as serve's.
+  if (handlers.size === 0 && config.endpoints.every((ep) => ep.routes.length === 0)) {
+    process.stderr.write('webhook-inbox work: warning: no handler and no route: every event these workers claim ends FAILED unsupported_type. Give --handlers MODULE (the one serve would run) or routes in the config\n');
+  }
   const metricsListen = o.metricsPort === undefined ? undefined : { host: o.metricsHost ?? config.listen.host, port: o.metricsPort };
   const w = await startWorkers(config, { handlers, metricsListen });
   started(w);

@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -140,5 +140,26 @@ describe('quick start', () => {
       expect([r.code, r.out], arg).toEqual([0, `${version}\n`]);
     }
     expect((await runCli(['--help'])).out).toContain('--version');
+  });
+
+  // "webhook-inbox work --config FILE" with --handlers forgotten, on a config without routes: it
+  // started, claimed every due event and ended each FAILED unsupported_type without a word (serve
+  // warns in that case), and `requeue` does not take that reason back: one `retry` per event.
+  it('work with no handler and no route says, before it runs, that every event it claims will fail', async () => {
+    const file = join(dir, 'work-nothing.yaml');
+    writeFileSync(file, stringify(configDoc(`sqlite:${join(dir, 'work-nothing.db')}`)));
+    const child = spawn(process.execPath, [CLI, 'work', '--config', file], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    child.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    try {
+      for (let i = 0; i < 300 && !err.includes('workers running') && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(err).toContain('webhook-inbox work: warning: no handler and no route');
+      expect(err.indexOf('warning'), 'said after the workers had started').toBeLessThan(err.indexOf('workers running'));
+    } finally {
+      child.kill('SIGTERM');
+      await new Promise((done) => (child.exitCode === null ? child.once('exit', done) : done(undefined)));
+    }
   });
 });
