@@ -1,4 +1,5 @@
 import type { AddressInfo } from 'node:net';
+import { resolve } from 'node:path';
 import { startApp, type RunningApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { loadHandlers } from './handlers-module.js';
@@ -43,7 +44,7 @@ export async function runServe(configFile: string, opts: ServeOptions): Promise<
   // (--host/--port, or port 0, which listens on a port the config does not name).
   const moved = listen.host !== loaded.listen.host || (app.server.address() as AddressInfo).port !== loaded.listen.port;
   const workers = config.workers.enabled ? `workers on, ${handlers.size} handler(s)` : 'workers off';
-  const lines = [`webhook-inbox listening on ${app.url} (${app.store.kind}, ${workers})`];
+  const lines = [`webhook-inbox listening on ${app.url} (${databaseName(config.database)}, ${workers})`];
   config.endpoints.forEach((ep, i) => lines.push(`  POST ${app.url}/webhooks/${ep.id}   (${ep.provider})${offline(app, config.payloadKeys.current, ep.id, i)}`));
   const ops = app.metricsUrl ?? app.url;
   lines.push(`  GET  ${ops}/metrics  ${ops}/healthz  ${ops}/readyz${app.metricsUrl ? `  (and ${app.url}/healthz)` : ''}`);
@@ -86,4 +87,23 @@ function offline(app: RunningApp, currentKey: string, endpointId: string, index:
   const mine = (p: string) => p.startsWith(`endpoints[${index}].`) || (!app.keyring.cipher && p.startsWith(`payloadKeys.keys.${currentKey}:`));
   const paths = app.keyring.problems.filter(mine).map((p) => p.slice(0, p.indexOf(': ')));
   return `   offline: 503 secrets_unavailable until ${paths.length > 0 ? paths.join(', ') : 'its secrets'} load${paths.length === 1 ? 's' : ''}`;
+}
+
+/**
+ * Which database, never its credentials: with DATABASE_URL set in the shell (a backend team's
+ * usual setup), `npm start` used that database, not the demo's SQLite file, and created its tables
+ * there, while the banner said only "(postgres, …)".
+ */
+function databaseName(url: string): string {
+  const from = process.env.DATABASE_URL ? ' from DATABASE_URL' : '';
+  if (url.startsWith('sqlite:')) {
+    const file = url.slice('sqlite:'.length).split('?')[0]!;
+    return `sqlite ${file === ':memory:' ? file : resolve(file)}${from}`;
+  }
+  try {
+    const u = new URL(url);
+    return `postgres ${u.host}${u.pathname}${from}`;
+  } catch {
+    return `postgres${from}`;
+  }
 }

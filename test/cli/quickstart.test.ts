@@ -162,4 +162,20 @@ describe('quick start', () => {
       await new Promise((done) => (child.exitCode === null ? child.once('exit', done) : done(undefined)));
     }
   });
+
+  // npm start with DATABASE_URL set in the shell (a backend team's usual setup) does not use the
+  // demo's SQLite file but that database, and creates its tables there: the banner said only
+  // "(postgres, …)" or "(sqlite, …)", not which database nor that DATABASE_URL chose it.
+  it('serve names the database it uses (never its credentials) and says when DATABASE_URL chose it', async () => {
+    const fromConfig = join(dir, 'named.db');
+    const a = await spawnServer(join(dir, 'named.yaml'), configDoc(`sqlite:${fromConfig}`));
+    a.child.kill('SIGTERM');
+    await new Promise((done) => a.child.once('exit', done));
+    expect(a.stderr()).toContain(`(sqlite ${fromConfig}, workers on`);
+    const fromEnv = join(dir, 'from-env.db');
+    const b = await spawnServer(join(dir, 'named.yaml'), configDoc(`sqlite:${fromConfig}`), { DATABASE_URL: `sqlite:${fromEnv}?txTimeoutMs=20000` });
+    b.child.kill('SIGTERM');
+    await new Promise((done) => b.child.once('exit', done));
+    expect(b.stderr()).toContain(`(sqlite ${fromEnv} from DATABASE_URL, workers on`);
+  });
 });
