@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
-import { resolve } from 'node:path';
 import { startApp, type RunningApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
+import { databaseName } from './database-name.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
 import { exitAfterStop, reloadOnHangup, untilStopSignal } from './signals.js';
@@ -87,23 +87,4 @@ function offline(app: RunningApp, currentKey: string, endpointId: string, index:
   const mine = (p: string) => p.startsWith(`endpoints[${index}].`) || (!app.keyring.cipher && p.startsWith(`payloadKeys.keys.${currentKey}:`));
   const paths = app.keyring.problems.filter(mine).map((p) => p.slice(0, p.indexOf(': ')));
   return `   offline: 503 secrets_unavailable until ${paths.length > 0 ? paths.join(', ') : 'its secrets'} load${paths.length === 1 ? 's' : ''}`;
-}
-
-/**
- * Which database, never its credentials: with DATABASE_URL set in the shell (a backend team's
- * usual setup), `npm start` used that database, not the demo's SQLite file, and created its tables
- * there, while the banner said only "(postgres, …)".
- */
-function databaseName(url: string): string {
-  const from = process.env.DATABASE_URL ? ' from DATABASE_URL' : '';
-  if (url.startsWith('sqlite:')) {
-    const file = url.slice('sqlite:'.length).split('?')[0]!;
-    return `sqlite ${file === ':memory:' ? file : resolve(file)}${from}`;
-  }
-  try {
-    const u = new URL(url);
-    return `postgres ${u.host}${u.pathname}${from}`;
-  } catch {
-    return `postgres${from}`;
-  }
 }

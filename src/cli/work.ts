@@ -1,5 +1,6 @@
 import { loadConfigFile } from '../config/load.js';
 import { startWorkers, type RunningWorkers } from '../workers.js';
+import { databaseName } from './database-name.js';
 import { loadHandlers } from './handlers-module.js';
 import { tuneHeap } from './heap.js';
 import { exitAfterStop, reloadOnHangup, untilStopSignal } from './signals.js';
@@ -31,7 +32,7 @@ export async function runWork(configFile: string, o: WorkOptions = {}): Promise<
   // Listening before saying so: whoever reads the line may signal at once (see serve.ts).
   const stop = untilStopSignal();
   const served = w.metricsUrl ? `; /metrics, /healthz and /readyz on ${w.metricsUrl}` : '';
-  console.error(`webhook-inbox workers running (${w.store.kind}, owner ${w.engine.owner}, ${handlers.size} handler(s))${served}`);
+  console.error(`webhook-inbox workers running (${databaseName(config.database)}, owner ${w.engine.owner}, ${handlers.size} handler(s))${served}`);
   await stop;
   console.error('webhook-inbox: stopping workers (finishing batches in flight)');
   try {

@@ -188,7 +188,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   if (/[\u0000-\u001f\u007f]/.test(database) || database.trim() !== database) {
     throw new ConfigError(dbPath, 'has a control character or white space at an end (a CRLF line ending, a quoted space?): it would be part of the file name or URL');
   }
-  if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(database)) throw new ConfigError(dbPath, 'must start with sqlite: or postgres://');
+  if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(database)) throw new ConfigError(dbPath, 'must start with sqlite:, postgres:// or postgresql://');
   // Checked here so a bad one is a config error, not a stack trace at the first connection (never echoed: it may hold a password).
   if (database.startsWith('sqlite:') && database.slice('sqlite:'.length).split('?')[0]!.trim() === '') {
     throw new ConfigError(dbPath, 'needs a file path after sqlite:, e.g. sqlite:./data/webhook-inbox.db');

@@ -157,6 +157,8 @@ describe('quick start', () => {
       for (let i = 0; i < 300 && !err.includes('workers running') && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 50));
       expect(err).toContain('webhook-inbox work: warning: no handler and no route');
       expect(err.indexOf('warning'), 'said after the workers had started').toBeLessThan(err.indexOf('workers running'));
+      // Its start line names the database, as serve's does (it said only "sqlite").
+      expect(err).toContain(`workers running (sqlite ${join(dir, 'work-nothing.db')}, owner`);
     } finally {
       child.kill('SIGTERM');
       await new Promise((done) => (child.exitCode === null ? child.once('exit', done) : done(undefined)));

@@ -43,7 +43,7 @@ describe('config validation names the bad path', () => {
     // A key id is stored with every payload: one the stores cannot keep exactly names no key when read back.
     ['a payload key id holding a NUL character', { ...base(), payloadKeys: { current: 'k\u0000z', keys: { 'k\u0000z': PAYLOAD_KEY } } }, /^payloadKeys\.keys\."k\\u0000z": a key id is stored with every payload it seals: it may not hold a lone surrogate or a NUL character$/],
     ['a payload key id holding a lone surrogate', { ...base(), payloadKeys: { current: 'k1', keys: { k1: PAYLOAD_KEY, 'k\ud800z': PAYLOAD_KEY } } }, /^payloadKeys\.keys\."k\\ud800z": a key id is stored/],
-    ['database scheme', { ...base(), database: 'mysql://x' }, /^database: must start with sqlite: or postgres:\/\//],
+    ['database scheme', { ...base(), database: 'mysql://x' }, /^database: must start with sqlite:, postgres:\/\/ or postgresql:\/\//],
     ['port out of range', { ...base(), listen: { port: 70000 } }, /^listen\.port: must be an integer from 0 to 65535/],
     ['workers.effectsConcurrency over concurrency', { ...base(), workers: { concurrency: 8, effectsConcurrency: 9 } }, /^workers\.effectsConcurrency: must be ≤ concurrency \(8\)/],
     ['workers.maxInFlightBodyBytes below 64 KiB', { ...base(), workers: { maxInFlightBodyBytes: 1000 } }, /^workers\.maxInFlightBodyBytes: must be an integer from 65536/],
