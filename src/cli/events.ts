@@ -143,7 +143,12 @@ export function runRetry(configFile: string, inboxId: string): Promise<number> {
  * (a crash or a hang, maybe caused by the event itself): requeued only when asked for by name,
  * once the cause is known to be fixed.
  */
-export const REQUEUE_CLASSES: Record<string, readonly string[]> = { technical: TECHNICAL_REASONS, abandoned: [FAILURE.attemptsAbandoned] };
+/**
+ * `payload`: events whose stored body did not open with its key's value (payload_corrupt: a key
+ * rewritten under its id and then loaded by a restart). Once the right value is back, every one of
+ * them opens again: one at a time with `retry`, a mix-up of thousands was thousands of commands.
+ */
+export const REQUEUE_CLASSES: Record<string, readonly string[]> = { technical: TECHNICAL_REASONS, abandoned: [FAILURE.attemptsAbandoned], payload: [FAILURE.payloadCorrupt] };
 
 export function runRequeue(configFile: string, reasonClass: string): Promise<number> {
   const reasons = Object.hasOwn(REQUEUE_CLASSES, reasonClass) ? REQUEUE_CLASSES[reasonClass] : undefined;

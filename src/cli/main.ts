@@ -150,11 +150,13 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   requeue: {
-    summary: 'Bulk-retry FAILED events of one failure class: "technical" (retries exhausted) or "abandoned" (attempts that never finished).',
-    usage: 'webhook-inbox requeue --config FILE --reason technical|abandoned\n\n' +
+    summary: 'Bulk-retry FAILED events of one failure class: "technical" (retries exhausted), "abandoned" (attempts that never finished) or "payload" (bodies that did not open with their key).',
+    usage: 'webhook-inbox requeue --config FILE --reason technical|abandoned|payload\n\n' +
       '  technical  FAILED retries_exhausted: every attempt failed (an outage, a timeout); fix the cause, requeue\n' +
       '  abandoned  FAILED attempts_abandoned: the last attempt never finished (its worker crashed or hung,\n' +
-      '             perhaps because of the event itself); requeue once that cause is fixed',
+      '             perhaps because of the event itself); requeue once that cause is fixed\n' +
+      '  payload    FAILED payload_corrupt: the stored body did not open with its payload key\'s value (a key\n' +
+      '             rewritten under its id); put the value it was sealed with back, then requeue',
     options: { ...CONFIG, reason: { type: 'string' } },
     run: (v) => runRequeue(String(v.config), String(v.reason)),
   },

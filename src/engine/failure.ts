@@ -61,6 +61,8 @@ export const FAILURE = {
   schemaError: 'schema_error',
   payloadUnavailable: 'payload_unavailable',
   unsupportedEffect: 'unsupported_effect',
+  /** A stored body that failed authentication with its key's value (inbox-worker.ts). */
+  payloadCorrupt: 'payload_corrupt',
   /** An HTTP destination's circuit is open (destinations/circuit.ts): the delivery was not sent. */
   destinationDown: 'destination_down',
 } as const;

@@ -492,7 +492,7 @@ export class InboxWorker {
     try {
       return cipher.open(sealed, { provider: row.provider, endpointId: row.endpointId, providerEventId: row.providerEventId });
     } catch {
-      throw new NeedsDecisionError('payload_corrupt', 'stored payload failed authentication');
+      throw new NeedsDecisionError(FAILURE.payloadCorrupt, 'stored payload failed authentication');
     }
   }
 
