@@ -8,6 +8,7 @@ import { parseConfig } from '../../src/config/schema.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
+import type { InboxDetail } from '../../src/store/work-port.js';
 import { startWorkers } from '../../src/workers.js';
 import { configDoc } from '../helpers/app.js';
 import { acceptThroughIngress, FAST_WORKERS, waitFor } from '../helpers/engine.js';
@@ -39,16 +40,20 @@ describeEachStore('requeue --reason payload', (kind) => {
     const seen: string[] = [];
     const handlers = () => new HandlerRegistry().on('payment_intent.succeeded', (e) => void seen.push((e.payload as { id: string }).id));
     store = openStore(db.url);
+    /** Runs workers on `doc` until every event is as `done` says. */
+    const workUntil = async (doc: Record<string, unknown>, done: (e: InboxDetail | null) => boolean, what: string) => {
+      const w = await startWorkers(parseConfig(doc, {}), { handlers: handlers(), logger: pino({ level: 'silent' }), migrate: false });
+      try {
+        await waitFor(async () => {
+          for (const id of ids) if (!done(await store!.getEvent(id))) return false;
+          return true;
+        }, 20_000, what);
+      } finally {
+        await w.stop();
+      }
+    };
 
-    const misconfigured = await startWorkers(parseConfig(wrong, {}), { handlers: handlers(), logger: pino({ level: 'silent' }), migrate: false });
-    try {
-      await waitFor(async () => {
-        for (const id of ids) if ((await store!.getEvent(id))?.failureReason !== 'payload_corrupt') return false;
-        return true;
-      }, 20_000, 'every event FAILED payload_corrupt');
-    } finally {
-      await misconfigured.stop();
-    }
+    await workUntil(wrong, (e) => e?.failureReason === 'payload_corrupt', 'every event FAILED payload_corrupt');
 
     const config = join(dir, 'right.yaml');
     writeFileSync(config, stringify(right));
@@ -56,15 +61,7 @@ describeEachStore('requeue --reason payload', (kind) => {
     expect(r.code, r.err).toBe(0);
     expect(r.out.trim()).toBe('requeued 3 FAILED event(s) with reason payload_corrupt');
 
-    const fixed = await startWorkers(parseConfig(right, {}), { handlers: handlers(), logger: pino({ level: 'silent' }), migrate: false });
-    try {
-      await waitFor(async () => {
-        for (const id of ids) if ((await store!.getEvent(id))?.status !== 'PROCESSED') return false;
-        return true;
-      }, 20_000, 'every event PROCESSED');
-    } finally {
-      await fixed.stop();
-    }
+    await workUntil(right, (e) => e?.status === 'PROCESSED', 'every event PROCESSED');
     expect(seen.sort()).toEqual(['evt_p1', 'evt_p2', 'evt_p3']);
   }, 60_000);
 });
