@@ -10,3 +10,12 @@ export function backoffDelayMs(attempt: number, policy: Pick<RetryPolicy, 'baseM
   const ceiling = Math.min(policy.capMs, policy.baseMs * 2 ** exponent);
   return Math.floor(random() * (ceiling + 1));
 }
+
+/**
+ * The wait before the next attempt of a retryable failure: the backoff, or what the failure asked
+ * for (RetryableError.retryAfterMs: a destination's or a mail service's Retry-After) if longer,
+ * within the policy's cap. Sooner only spends attempts while the other side still refuses.
+ */
+export function retryDelayMs(attempt: number, policy: Pick<RetryPolicy, 'baseMs' | 'capMs'>, retryAfterMs: number | undefined): number {
+  return Math.max(backoffDelayMs(attempt, policy), Math.min(retryAfterMs ?? 0, policy.capMs));
+}

@@ -2,7 +2,7 @@ import { openEffectData } from '../crypto/effect-data.js';
 import { PayloadKeyMissingError, type PayloadCipher } from '../crypto/payload-cipher.js';
 import { withDeadline } from '../deadline.js';
 import type { EffectRow, EffectSettlement } from '../store/work-port.js';
-import { backoffDelayMs } from './backoff.js';
+import { retryDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
 import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payloadKeyUnavailable, RetryableError, SetupUnavailableError } from './failure.js';
 import type { HandlerRegistry } from './handlers.js';
@@ -86,10 +86,8 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
       if (row.attemptCount >= this.d.retry.maxAttempts) {
         return { result: 'failed', reason: FAILURE.retriesExhausted, settlement: { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now } };
       }
-      // A downstream's Retry-After (RetryableError.retryAfterMs: a mail service's 429) is a floor
-      // under the backoff, within the policy's cap, as for a handler: sooner only spends attempts.
-      const delayMs = Math.max(backoffDelayMs(row.attemptCount, this.d.retry), Math.min(c.retryAfterMs ?? 0, this.d.retry.capMs));
-      return { result: 'retry', reason: c.reason, settlement: { status: 'PENDING', nextAttemptAtMs: now + delayMs, error: c.message, nowMs: now } };
+      // As for a handler: a downstream's Retry-After (a mail service's 429) is honoured.
+      return { result: 'retry', reason: c.reason, settlement: { status: 'PENDING', nextAttemptAtMs: now + retryDelayMs(row.attemptCount, this.d.retry, c.retryAfterMs), error: c.message, nowMs: now } };
     }
   }
 

@@ -9,7 +9,7 @@ import { heldBytes, logicalKey, type InboxStore, type StoredPayload } from '../s
 import { LeaseLostError, type ClaimedInbox, type EventKey, type NewEffect, type NewMarker, type ProcessedMarker, type Settlement, type StoreTx } from '../store/work-port.js';
 import { StorageUnavailableError } from '../errors.js';
 import { PausableDeadline } from '../deadline.js';
-import { backoffDelayMs } from './backoff.js';
+import { retryDelayMs } from './backoff.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
@@ -779,9 +779,7 @@ export class InboxWorker {
     // A key of this gateway not loaded: the event waits for it, its attempts untouched.
     if (f.error instanceof SetupUnavailableError) return { status: 'PENDING', nextAttemptAtMs: now + Math.min(c.retryAfterMs ?? 0, f.retry.capMs), error: c.message, nowMs: now, attemptGivenBack: true };
     if (row.attemptCount >= f.retry.maxAttempts) return { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now };
-    // A destination's Retry-After is a floor under the backoff, within the policy's cap.
-    const delayMs = Math.max(backoffDelayMs(row.attemptCount, f.retry), Math.min(c.retryAfterMs ?? 0, f.retry.capMs));
-    return { status: 'PENDING', nextAttemptAtMs: now + delayMs, error: c.message, nowMs: now };
+    return { status: 'PENDING', nextAttemptAtMs: now + retryDelayMs(row.attemptCount, f.retry, c.retryAfterMs), error: c.message, nowMs: now };
   }
 
   private record(plans: Plan[]): void {
