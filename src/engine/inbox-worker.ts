@@ -10,6 +10,7 @@ import { LeaseLostError, type ClaimedInbox, type EventKey, type NewEffect, type 
 import { StorageUnavailableError } from '../errors.js';
 import { PausableDeadline } from '../deadline.js';
 import { retryDelayMs } from './backoff.js';
+import { leaseHeartbeat } from './leased-runner.js';
 import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
@@ -179,9 +180,7 @@ export class InboxWorker {
   async process(rows: ClaimedInbox[], settled: (n: number) => void = () => undefined): Promise<void> {
     const ids = rows.map((r) => r.inboxId);
     const owner = rows[0]!.leaseOwner;
-    const heartbeat = setInterval(() => {
-      this.d.store.extendInboxLeases(ids, owner, this.now() + this.d.leaseMs).catch((err) => this.d.log.warn({ err: loggable(err) }, 'lease heartbeat failed'));
-    }, Math.max(100, Math.floor(this.d.leaseMs / 3)));
+    const stopHeartbeat = leaseHeartbeat(this.d.leaseMs, () => this.d.store.extendInboxLeases(ids, owner, this.now() + this.d.leaseMs), this.d.log, 'lease heartbeat failed');
     try {
       const plans = rows.map((r) => this.plan(r));
       this.takeFresh(plans);
@@ -202,7 +201,7 @@ export class InboxWorker {
         this.releaseBodies(rest, 0);
       }
     } finally {
-      clearInterval(heartbeat);
+      void stopHeartbeat();
     }
   }
 

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { RetryPolicy } from '../config/engine.js';
 import type { EngineMetrics } from '../metrics/engine.js';
 import type { WorkStore } from '../store/work-port.js';
+import { loggable } from './failure.js';
 import type { Claimed } from './loop.js';
 import type { StoreRetryLimits } from './store-retry.js';
 
@@ -35,4 +36,20 @@ export abstract class LeasedRunner<T, D extends RunnerDeps> {
 
   protected abstract claimRows(n: number, owner: string, leaseMs: number, nowMs: number): Promise<T[]>;
   abstract process(claims: Claimed<T>[]): Promise<void>;
+}
+
+/**
+ * Extends a batch's leases every third of a lease while it runs (a slow handler, a slow publish),
+ * so no other claim takes its rows meanwhile; a failed extension is logged as `what`. The
+ * returned stop ends it and gives the extension in flight, for a caller that must not overlap it.
+ */
+export function leaseHeartbeat(leaseMs: number, extend: () => Promise<void>, log: Logger, what: string): () => Promise<unknown> {
+  let beat: Promise<unknown> = Promise.resolve();
+  const timer = setInterval(() => {
+    beat = extend().catch((err: unknown) => log.warn({ err: loggable(err) }, what));
+  }, Math.max(100, Math.floor(leaseMs / 3)));
+  return () => {
+    clearInterval(timer);
+    return beat;
+  };
 }

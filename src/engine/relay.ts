@@ -2,7 +2,7 @@ import type { OutboxClaim, OutboxSettle } from '../store/work-port.js';
 import { backoffDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
 import { loggable, NeedsDecisionError, redact } from './failure.js';
-import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
+import { LeasedRunner, leaseHeartbeat, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
 import type { Router } from './routes.js';
 import { whileStoreFails, type StoreRetryWindow } from './store-retry.js';
@@ -64,17 +64,18 @@ export class OutboxRelay extends LeasedRunner<OutboxClaim, RelayDeps> {
    */
   private async keepingLeases<T>(claims: Claimed<OutboxClaim>[], publish: () => Promise<T>): Promise<T> {
     const ids = new Map<string, string[]>();
-    for (const c of claims) ids.set(c.owner, [...(ids.get(c.owner) ?? []), c.row.outboxId]);
-    let beat: Promise<unknown> = Promise.resolve();
-    const timer = setInterval(() => {
-      beat = Promise.all([...ids].map(([owner, list]) => this.d.store.extendOutboxLeases(list, owner, this.now() + this.d.leaseMs)))
-        .catch((err: unknown) => this.d.log.warn({ err: loggable(err) }, 'outbox lease heartbeat failed'));
-    }, Math.max(100, Math.floor(this.d.leaseMs / 3)));
+    for (const c of claims) {
+      const list = ids.get(c.owner);
+      if (list) list.push(c.row.outboxId);
+      else ids.set(c.owner, [c.row.outboxId]);
+    }
+    const stopHeartbeat = leaseHeartbeat(this.d.leaseMs, async () => {
+      await Promise.all([...ids].map(([owner, list]) => this.d.store.extendOutboxLeases(list, owner, this.now() + this.d.leaseMs)));
+    }, this.d.log, 'outbox lease heartbeat failed');
     try {
       return await publish();
     } finally {
-      clearInterval(timer);
-      await beat;
+      await stopHeartbeat();
     }
   }
 
