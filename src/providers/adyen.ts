@@ -6,7 +6,7 @@ import { asArray, asObject, child, optEnum, type Obj } from '../config/read.js';
 import { parseSecretRef, type SecretRef } from '../config/secrets.js';
 import { OptionSecrets } from './option-secrets.js';
 import type { AcceptedEvent, AdapterFactory, Envelope, ProviderAdapter, Reply, RequestView, SignatureMetadata } from './contract.js';
-import { envelope, idString, parseJsonObject, requireEventId, requireEventType, toEpochMs, isoTimestamp } from './json.js';
+import { envelope, isJsonObject, idString, parseJsonObject, requireEventId, requireEventType, toEpochMs, isoTimestamp } from './json.js';
 import { digestHeader } from './signature.js';
 import { duplicateKeyOffset, topLevelArrayElements } from './json-slices.js';
 
@@ -84,7 +84,6 @@ const MIN_KEY_BYTES = 16;
 // dropped here, the items parsed but the byte slicing of the raw body (envelopes) failed later.
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
-const isObject = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 function malformed(detail: string): IngressError {
   return new IngressError('malformed_payload', detail);
@@ -105,8 +104,8 @@ function text(item: Obj, name: string, where: string, colon: boolean): string {
  */
 export function signedFields(item: Obj, where = ITEM): SignedFields {
   const amount = item.amount;
-  if (amount !== undefined && amount !== null && !isObject(amount)) throw malformed(`${where}.amount is not an object`);
-  const a: Obj = isObject(amount) ? amount : {};
+  if (amount !== undefined && amount !== null && !isJsonObject(amount)) throw malformed(`${where}.amount is not an object`);
+  const a: Obj = isJsonObject(amount) ? amount : {};
   let value = '';
   const v = a.value;
   if (typeof v === 'number') {
@@ -156,17 +155,17 @@ function parseDelivery(body: Buffer): ParsedDelivery {
   } catch {
     throw malformed('body is not UTF-8 JSON');
   }
-  if (!isObject(doc)) throw malformed('body is not a JSON object');
+  if (!isJsonObject(doc)) throw malformed('body is not a JSON object');
   const list = doc[ITEMS];
   if (!Array.isArray(list)) throw malformed(`${ITEMS} is missing or not an array`);
   if (list.length === 0) throw malformed(`${ITEMS} is empty`);
   const items = list.map((wrapper: unknown, i): ParsedItem => {
     const where = `${ITEMS}[${i}]`;
-    if (!isObject(wrapper) || !isObject(wrapper[ITEM])) throw malformed(`${where} has no ${ITEM} object`);
+    if (!isJsonObject(wrapper) || !isJsonObject(wrapper[ITEM])) throw malformed(`${where} has no ${ITEM} object`);
     const item = wrapper[ITEM];
     const extra = item.additionalData;
-    if (extra !== undefined && extra !== null && !isObject(extra)) throw malformed(`${where}.${ITEM}.additionalData is not an object`);
-    const sig = isObject(extra) ? extra.hmacSignature : undefined;
+    if (extra !== undefined && extra !== null && !isJsonObject(extra)) throw malformed(`${where}.${ITEM}.additionalData is not an object`);
+    const sig = isJsonObject(extra) ? extra.hmacSignature : undefined;
     if (sig === undefined || sig === null || sig === '') throw new IngressError('missing_signature', `${where} has no additionalData.hmacSignature`);
     if (typeof sig !== 'string') throw new IngressError('malformed_signature', `${where} hmacSignature is not a string`);
     const signature = decodeBase64(sig);
@@ -230,10 +229,10 @@ const PLATFORM_HEADER = 'hmacsignature';
 
 /** The resource a platform event is about: `data.id`, else the `id` of the one object inside `data`. */
 function platformObjectId(data: unknown): string | null {
-  if (!isObject(data)) return null;
+  if (!isJsonObject(data)) return null;
   const direct = idString(data.id);
   if (direct !== null) return direct;
-  const nested = Object.values(data).filter((v): v is Obj => isObject(v) && idString(v.id) !== null);
+  const nested = Object.values(data).filter((v): v is Obj => isJsonObject(v) && idString(v.id) !== null);
   return nested.length === 1 ? idString(nested[0]!.id) : null;
 }
 

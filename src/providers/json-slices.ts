@@ -112,14 +112,18 @@ function arrayElements(buf: Buffer, i: number): { ranges: ByteRange[]; end: numb
   }
 }
 
+/** Whether the first byte past JSON whitespace opens an array (any bytes: nothing is parsed). */
+export function opensArray(buf: Buffer): boolean {
+  return buf[skipWs(buf, 0)] === OPEN_ARRAY;
+}
+
 /**
  * The byte ranges of the elements of a document that is a top-level array (`[…]`), or null when
  * it is not an array. As everywhere here: call it on a body that `JSON.parse` has accepted.
  */
 export function topLevelArray(buf: Buffer): ByteRange[] | null {
-  const i = skipWs(buf, 0);
-  if (buf[i] !== OPEN_ARRAY) return null;
-  const { ranges, end } = arrayElements(buf, i);
+  if (!opensArray(buf)) return null;
+  const { ranges, end } = arrayElements(buf, skipWs(buf, 0));
   if (skipWs(buf, end) !== buf.length) throw new JsonSliceError('bytes after the top-level array');
   return ranges;
 }

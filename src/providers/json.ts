@@ -6,6 +6,9 @@ function malformed(why: ScanFailure): IngressError {
   return new IngressError('malformed_payload', why === 'invalid' ? 'body is not valid JSON' : 'body is not a JSON object');
 }
 
+/** A JSON object: not null, not an array. */
+export const isJsonObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
 /** Parses a verified body. Only ever called after the signature checked out. */
 export function parseJsonObject(body: Buffer): Record<string, unknown> {
   let value: unknown;
@@ -14,8 +17,8 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
   } catch {
     throw malformed('invalid');
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw malformed('not_object');
-  return value as Record<string, unknown>;
+  if (!isJsonObject(value)) throw malformed('not_object');
+  return value;
 }
 
 /** Follows a dotted path (`data.object.id`) through plain objects. */

@@ -4,7 +4,7 @@ import { hmac, matchHmac, decodeHex } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import { formObject, isJsonBytes } from './form.js';
 import type { AcceptedEvent, AdapterFactory, ProviderAdapter, Reply, RequestView, SignatureMetadata } from './contract.js';
-import { envelope, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
+import { envelope, isJsonObject, parseJsonObject, pathValue, idString, requireEventId, requireEventType, toEpochMs, parseUnixSeconds } from './json.js';
 
 /**
  * Slack: `X-Slack-Signature: v0=<hex>` = HMAC-SHA256(signing secret as UTF-8, `v0:${ts}:${raw}`),
@@ -58,7 +58,6 @@ function slackTsMs(v: unknown): number | null {
   return Math.round(Number(v) * 1000);
 }
 
-const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /** The one value of a form field; a repeated field is refused (two readers could pick different ones). */
 function field(form: URLSearchParams, name: string): string | null {
@@ -77,7 +76,7 @@ function eventsEnvelope(body: Buffer) {
     return envelope({ eventId: `app_rate_limited:${team}:${minute}`, eventType: 'app_rate_limited', objectId: team, providerCreatedAtMs: toEpochMs(e.minute_rate_limited) });
   }
   const eventId = requireEventId(e.event_id, 'event_id');
-  const ev = isObject(e.event) ? e.event : undefined;
+  const ev = isJsonObject(e.event) ? e.event : undefined;
   // event_callback: the inner type (`app_mention`, `message`…) is what handlers route on.
   const eventType = requireEventType(ev ? ev.type : e.type, ev ? 'event.type' : 'type');
   const eventTs = ev ? idString(ev.event_ts) ?? idString(ev.ts) : null;
@@ -105,7 +104,7 @@ function formEnvelope(body: Buffer, meta: SlackSignature) {
     } catch {
       throw new IngressError('malformed_payload', 'the payload field is not valid JSON');
     }
-    if (!isObject(p)) throw new IngressError('malformed_payload', 'the payload field is not a JSON object');
+    if (!isJsonObject(p)) throw new IngressError('malformed_payload', 'the payload field is not a JSON object');
     const eventType = requireEventType(p.type, 'payload.type');
     const trigger = idString(p.trigger_id);
     const actionTs = idString(p.action_ts) ?? idString(pathValue(p, 'actions.0.action_ts'));

@@ -6,8 +6,8 @@ import { ConfigError, IngressError } from '../errors.js';
 import { asObject, child, optStringArray, reqString, type Obj } from '../config/read.js';
 import type { AdapterFactory, Envelope, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { isJsonBytes } from './form.js';
-import { topLevelArray } from './json-slices.js';
-import { envelope, parseJsonObject, idString, requireEventId, requireEventType, toEpochMs } from './json.js';
+import { opensArray, topLevelArray } from './json-slices.js';
+import { envelope, isJsonObject, parseJsonObject, idString, requireEventId, requireEventType, toEpochMs } from './json.js';
 
 /**
  * Twilio: `X-Twilio-Signature: <base64>` = HMAC-SHA1(auth token as UTF-8, signed string).
@@ -271,17 +271,6 @@ function ordering(f: Fields): Pick<Envelope, 'objectVersion' | 'providerCreatedA
 
 // ── Event Streams (webhook sinks) ────────────────────────────────────────────────────────────
 
-const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
-
-/** Whether the first non-blank byte opens an array. */
-function opensArray(body: Buffer): boolean {
-  for (const b of body) {
-    if (b === 0x20 || b === 0x09 || b === 0x0a || b === 0x0d) continue;
-    return b === 0x5b;
-  }
-  return false;
-}
-
 /**
  * An Event Streams delivery: a JSON array of CloudEvents, signed as any JSON webhook (the URL
  * with `bodySHA256`, the bytes hashed). Each element is its own event and row, stored as its exact
@@ -290,16 +279,16 @@ function opensArray(body: Buffer): boolean {
  */
 function cloudEvents(body: Buffer): Envelope[] | null {
   if (!opensArray(body)) return null;
-  let doc: unknown;
+  let doc: unknown[];
   try {
-    doc = JSON.parse(body.toString('utf8'));
+    doc = JSON.parse(body.toString('utf8')) as unknown[]; // it opens with "[": an array, if JSON
   } catch {
     throw new IngressError('malformed_payload', 'body is not valid JSON');
   }
-  const ranges = Array.isArray(doc) ? topLevelArray(body) : null;
-  if (!Array.isArray(doc) || ranges === null || ranges.length !== doc.length) throw new IngressError('malformed_payload', 'the array of events could not be sliced');
+  const ranges = topLevelArray(body);
+  if (ranges === null || ranges.length !== doc.length) throw new IngressError('malformed_payload', 'the array of events could not be sliced');
   return doc.map((e: unknown, i) => {
-    if (!isObject(e)) throw new IngressError('malformed_payload', `[${i}] is not a CloudEvent object`);
+    if (!isJsonObject(e)) throw new IngressError('malformed_payload', `[${i}] is not a CloudEvent object`);
     const r = ranges[i]!;
     return envelope({
       eventId: requireEventId(e.id, `[${i}].id`),
