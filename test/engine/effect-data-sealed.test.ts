@@ -135,10 +135,14 @@ describeEachStore('effect data sealed at rest', (kind) => {
     mailUp = false;
     app = await start({ current: 'k1', keys: { k1: PAYLOAD_KEY } });
     const [a, b, c] = await accept(app, ['evt_sealed_a', 'evt_sealed_b', 'evt_sealed_c']);
+    // Stopped while the rows are changed: an attempt already in flight holds the data it read
+    // before the change, and would rightly run with it once the mail service is back.
+    await app.close();
     const stored = await storedData(db);
     await setStoredData(db, b!, stored.get(a!)!);
     await setStoredData(db, c!, JSON.stringify({ to: 'plain@example.com' }));
     mailUp = true;
+    app = await start({ current: 'k1', keys: { k1: PAYLOAD_KEY } });
     await waitFor(async () => (await statusOf(app!, a!)).status === 'DONE' && (await statusOf(app!, b!)).status === 'FAILED' && (await statusOf(app!, c!)).status === 'DONE', 10_000, 'a DONE, b FAILED, c DONE');
     expect(await statusOf(app, b!)).toMatchObject({ failureReason: 'effect_data_corrupt', lastError: 'NeedsDecisionError [effect_data_corrupt]: stored effect data failed authentication' });
     expect(got.has(`${b}:send-receipt`)).toBe(false);
