@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
 import { loadConfigFile } from '../config/load.js';
+import { MAX_LIST_LIMIT } from './limits.js';
 import type { Config } from '../config/schema.js';
 import { FAILURE, TECHNICAL_REASONS } from '../engine/failure.js';
 import { openStore } from '../store/open.js';
@@ -33,9 +34,6 @@ export async function withStore<T>(configFile: string, fn: (s: InboxStore, confi
     await store.close();
   }
 }
-
-/** The most rows one `effects failed` / `outbox parked` listing shows (--limit's maximum). */
-export const MAX_LIST_LIMIT = 1000;
 
 /**
  * The stderr line after a listing of the oldest `limit` rows: "--limit for more" only when more

@@ -214,7 +214,7 @@ export interface ResealOptions {
    * At most this share of the wall time, in percent, spent in slices: after a slice that took t ms
    * it waits t × (100 − busy) / busy ms. A busy database makes slices slower and so the waits
    * longer: the pace follows the load without a rate to guess. 100 or absent: no waits (the
-   * CLI's default is DEFAULT_BUSY_PERCENT).
+   * CLI's default is DEFAULT_BUSY_PERCENT in limits.ts).
    */
   readonly busyPercent?: number;
 }
@@ -223,15 +223,6 @@ export interface ResealOptions {
 const PACED_SLICE = 50;
 /** Effects per page of keys reseal, at most (resealEffectsAll). */
 const EFFECTS_PAGE = 50;
-
-/**
- * `keys reseal` works at most a quarter of the time unless told otherwise: it is meant to run
- * beside a live server. Measured with bench/reseal-under-load.ts (1,000 req/s, 50,000 payloads,
- * 2 cores shared with the server, the database and the load generator): ack p99 on SQLite 13–18 ms
- * alone, 47 ms beside an unpaced reseal, 19–25 ms beside this one; on PostgreSQL 24–58 ms alone,
- * 404 ms unpaced, 98–171 ms at 25 % (bench/RESULTS.md). `--busy 100` for a maintenance window.
- */
-export const DEFAULT_BUSY_PERCENT = 25;
 
 /**
  * Every payload under another key than the current one, page by page in payload id order, at

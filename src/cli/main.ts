@@ -3,16 +3,8 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, HandlerError, ListenError, MigrationError, SchemaOutdatedError, StorageUnavailableError } from '../errors.js';
 import { SecretUnavailableError } from '../config/secrets.js';
-import { runServe } from './serve.js';
-import { runMigrate } from './migrate.js';
-import { runCheckConfig } from './check-config.js';
-import { runSendSample } from './send-sample.js';
 import { CommandError, UsageError } from './usage-error.js';
-import { runWork } from './work.js';
-import { MAX_LIST_LIMIT, runEventsList, runEventsShow, runRequeue, runRetry } from './events.js';
-import { DEFAULT_BUSY_PERCENT, runKeysList, runKeysReseal } from './keys.js';
-import { runOutboxParked, runOutboxRequeue } from './outbox.js';
-import { runEffectsFailed, runEffectsRetry } from './effects.js';
+import { DEFAULT_BUSY_PERCENT, MAX_LIST_LIMIT } from './limits.js';
 
 interface Command {
   readonly summary: string;
@@ -68,7 +60,7 @@ const COMMANDS: Record<string, Command> = {
       'Workers run in this process unless the config says workers.enabled: false.',
     options: { ...CONFIG, host: { type: 'string' }, port: { type: 'string' }, 'no-migrate': { type: 'boolean' }, demo: { type: 'boolean' }, handlers: { type: 'string' }, ...METRICS_LISTEN },
     optional: ['handlers', 'host', 'port', 'metrics-port', 'metrics-host'],
-    run: (v) => runServe(String(v.config), {
+    run: async (v) => (await import('./serve.js')).runServe(String(v.config), {
       migrate: !v['no-migrate'],
       demo: Boolean(v.demo),
       handlers: v.handlers as string | undefined,
@@ -81,13 +73,13 @@ const COMMANDS: Record<string, Command> = {
     summary: 'Apply pending database migrations and exit.',
     usage: 'webhook-inbox migrate --config FILE\n\n  --config, -c FILE  YAML or JSON config (DATABASE_URL overrides `database`)',
     options: CONFIG,
-    run: (v) => runMigrate(String(v.config)),
+    run: async (v) => (await import('./migrate.js')).runMigrate(String(v.config)),
   },
   'check-config': {
     summary: 'Validate a config file and resolve every secret reference (values are never printed).',
     usage: 'webhook-inbox check-config --config FILE\n\n  --config, -c FILE  YAML or JSON config',
     options: CONFIG,
-    run: (v) => runCheckConfig(String(v.config)),
+    run: async (v) => (await import('./check-config.js')).runCheckConfig(String(v.config)),
   },
   'send-sample': {
     summary: "Send one correctly signed sample event to a running server's endpoint.",
@@ -98,7 +90,7 @@ const COMMANDS: Record<string, Command> = {
       '                     Without it each run sends a new event.',
     options: { ...CONFIG, endpoint: { type: 'string', short: 'e' }, url: { type: 'string' }, id: { type: 'string' } },
     optional: ['url', 'id'],
-    run: (v) => runSendSample(String(v.config), String(v.endpoint), v.url as string | undefined, v.id as string | undefined),
+    run: async (v) => (await import('./send-sample.js')).runSendSample(String(v.config), String(v.endpoint), v.url as string | undefined, v.id as string | undefined),
   },
   work: {
     summary: 'Run the processing workers alone (no HTTP ingress), so they scale apart from receiving.',
@@ -110,7 +102,7 @@ const COMMANDS: Record<string, Command> = {
       '  --metrics-host HOST  the address for them (default: the config\'s listen.host)',
     options: { ...CONFIG, handlers: { type: 'string' }, ...METRICS_LISTEN },
     optional: ['handlers', 'metrics-port', 'metrics-host'],
-    run: (v) => runWork(String(v.config), { handlers: v.handlers as string | undefined, ...metricsListenOptions(v) }),
+    run: async (v) => (await import('./work.js')).runWork(String(v.config), { handlers: v.handlers as string | undefined, ...metricsListenOptions(v) }),
   },
   events: {
     summary: 'List events (newest first) or show one: events list [filters] | events show INBOX_ID.',
@@ -118,13 +110,13 @@ const COMMANDS: Record<string, Command> = {
     options: { ...CONFIG, status: { type: 'string' }, endpoint: { type: 'string' }, type: { type: 'string' }, reason: { type: 'string' }, limit: { type: 'string' }, before: { type: 'string' }, json: { type: 'boolean' } },
     optional: ['status', 'endpoint', 'type', 'reason', 'limit', 'before'],
     positionals: ['list|show'],
-    run: (v, args) => {
+    run: async (v, args) => {
       if (args[0] === 'show') {
         if (!args[1]) throw new UsageError('events show needs an INBOX_ID');
         noMoreThan(args, 2);
         // (It prints JSON anyway, so --json is harmless.)
         onlyFor(v, ['status', 'endpoint', 'type', 'reason', 'limit', 'before'], 'events list');
-        return runEventsShow(String(v.config), args[1].toLowerCase());
+        return (await import('./events.js')).runEventsShow(String(v.config), args[1].toLowerCase());
       }
       if (args[0] !== 'list') throw new UsageError(`unknown events subcommand "${args[0]}" (list or show)`);
       noMoreThan(args, 1);
@@ -135,7 +127,7 @@ const COMMANDS: Record<string, Command> = {
       if (status !== undefined && !STATUSES.includes(status)) throw new UsageError(`--status must be one of: ${STATUSES.join(', ').toLowerCase()}`);
       // A failure reason is kept on FAILED rows only: with another --status the list was always empty.
       if (v.reason !== undefined && status !== undefined && status !== 'FAILED') throw new UsageError(`--reason lists FAILED events; it cannot be combined with --status ${status.toLowerCase()}`);
-      return runEventsList(String(v.config), { status, endpoint: v.endpoint as string | undefined, type: v.type as string | undefined,
+      return (await import('./events.js')).runEventsList(String(v.config), { status, endpoint: v.endpoint as string | undefined, type: v.type as string | undefined,
         reason: v.reason as string | undefined, limit, before: (v.before as string | undefined)?.toLowerCase(), json: Boolean(v.json) });
     },
   },
@@ -144,9 +136,9 @@ const COMMANDS: Record<string, Command> = {
     usage: 'webhook-inbox retry --config FILE INBOX_ID',
     options: CONFIG,
     positionals: ['INBOX_ID'],
-    run: (v, args) => {
+    run: async (v, args) => {
       noMoreThan(args, 1);
-      return runRetry(String(v.config), args[0]!.toLowerCase());
+      return (await import('./events.js')).runRetry(String(v.config), args[0]!.toLowerCase());
     },
   },
   requeue: {
@@ -158,7 +150,7 @@ const COMMANDS: Record<string, Command> = {
       '  payload    FAILED payload_corrupt: the stored body did not open with its payload key\'s value (a key\n' +
       '             rewritten under its id); put the value it was sealed with back, then requeue',
     options: { ...CONFIG, reason: { type: 'string' } },
-    run: (v) => runRequeue(String(v.config), String(v.reason)),
+    run: async (v) => (await import('./events.js')).runRequeue(String(v.config), String(v.reason)),
   },
   outbox: {
     summary: 'Broker outbox rows the relay parked (a destination refused them for good): outbox parked | outbox requeue.',
@@ -170,7 +162,7 @@ const COMMANDS: Record<string, Command> = {
     options: { ...CONFIG, limit: { type: 'string' }, json: { type: 'boolean' }, all: { type: 'boolean' } },
     optional: ['limit'],
     positionals: ['parked|requeue'],
-    run: listAndRequeue({ command: 'outbox', list: 'parked', requeue: 'requeue', id: 'outbox', runList: runOutboxParked, runRequeue: runOutboxRequeue }),
+    run: listAndRequeue({ command: 'outbox', list: 'parked', requeue: 'requeue', id: 'outbox', runList: async (...a) => (await import('./outbox.js')).runOutboxParked(...a), runRequeue: async (...a) => (await import('./outbox.js')).runOutboxRequeue(...a) }),
   },
   effects: {
     summary: 'Effects that ended FAILED (retries exhausted, no executor, needs decision): effects failed | effects retry.',
@@ -185,7 +177,7 @@ const COMMANDS: Record<string, Command> = {
     options: { ...CONFIG, limit: { type: 'string' }, json: { type: 'boolean' }, all: { type: 'boolean' } },
     optional: ['limit'],
     positionals: ['failed|retry'],
-    run: listAndRequeue({ command: 'effects', list: 'failed', requeue: 'retry', id: 'effect', runList: runEffectsFailed, runRequeue: runEffectsRetry }),
+    run: listAndRequeue({ command: 'effects', list: 'failed', requeue: 'retry', id: 'effect', runList: async (...a) => (await import('./effects.js')).runEffectsFailed(...a), runRequeue: async (...a) => (await import('./effects.js')).runEffectsRetry(...a) }),
   },
   keys: {
     summary: 'Payload key rotation: keys list (payloads and effects per key) | keys reseal (seal old ones under the current key).',
@@ -202,16 +194,16 @@ const COMMANDS: Record<string, Command> = {
     options: { ...CONFIG, 'per-second': { type: 'string' }, busy: { type: 'string' } },
     optional: ['per-second', 'busy'],
     positionals: ['list|reseal'],
-    run: (v, args) => {
+    run: async (v, args) => {
       noMoreThan(args, 1);
       if (args[0] === 'list') {
         onlyFor(v, ['per-second', 'busy'], 'keys reseal');
-        return runKeysList(String(v.config));
+        return (await import('./keys.js')).runKeysList(String(v.config));
       }
       if (args[0] === 'reseal') {
         const perSecond = intOption(v['per-second'], 1, Infinity, '--per-second must be a positive integer');
         const busyPercent = intOption(v.busy, 1, 100, '--busy must be an integer percentage from 1 to 100');
-        return runKeysReseal(String(v.config), { perSecond, busyPercent: busyPercent ?? (perSecond ? undefined : DEFAULT_BUSY_PERCENT) });
+        return (await import('./keys.js')).runKeysReseal(String(v.config), { perSecond, busyPercent: busyPercent ?? (perSecond ? undefined : DEFAULT_BUSY_PERCENT) });
       }
       throw new UsageError(`unknown keys subcommand "${args[0]}" (list or reseal)`);
     },

@@ -1,7 +1,7 @@
 import { sha256 } from '../crypto/payload-cipher.js';
 import { DAY } from './contract.js';
 import { X509Certificate, createPrivateKey, randomUUID, sign as rsaSign, verify as rsaVerify, type KeyObject } from 'node:crypto';
-import { request, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
 import { crc32 } from 'node:zlib';
 import { decodeBase64, isRetired, type TrustedKey } from '../crypto/hmac.js';
 import { asObject, child } from '../config/read.js';
@@ -189,6 +189,8 @@ export function createCertFetcher(opts: { dispatcher?: Dispatcher; timeoutMs?: n
   const timeoutMs = opts.timeoutMs ?? CERT_FETCH_TIMEOUT_MS;
   const maxBytes = opts.maxBytes ?? MAX_CERT_BYTES;
   return async (url) => {
+    // Loaded on the first fetch: undici is ~100 modules, and every CLI command reads the config.
+    const { request } = await import('undici');
     const res = await request(url, {
       method: 'GET',
       headers: { accept: 'application/x-pem-file, text/plain, */*' },
