@@ -232,20 +232,26 @@ describeEachStore('signature verification over HTTP', (kind) => {
     });
 
     // The window's edges, as the providers' SDKs count them (whole seconds): a request signed
-    // exactly `tolerance` seconds ago is fresh at any millisecond of the current second. Each
-    // request is sent early in a second, so the clock cannot tick past the edge while it travels.
+    // exactly `tolerance` seconds ago is fresh at any millisecond of the current second. The four
+    // requests are sent early in one second; should the clock tick past it while they travel (a
+    // loaded machine) and one of them fail, the four are sent again in the next second.
     it.each(TIMED)('$name (/webhooks/$endpoint): exactly now ± tolerance is accepted, ± (tolerance + 1 s) → 401 stale_timestamp', async (c) => {
-      const earlyInSecond = async () => {
+      for (let attempt = 1; ; attempt++) {
         await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 50));
-        return nowSeconds();
-      };
-      for (const skew of [-c.tolerance!, c.tolerance!]) {
-        const m = c.make();
-        await expectAccepted(c, m, signed(c, m, { timestamp: (await earlyInSecond()) + skew }));
-      }
-      for (const skew of [-(c.tolerance! + 1), c.tolerance! + 1]) {
-        const m = c.make();
-        await expectRejected(c, m.body, signed(c, m, { timestamp: (await earlyInSecond()) + skew }), 401, 'stale_timestamp');
+        const now = nowSeconds();
+        try {
+          for (const skew of [-c.tolerance!, c.tolerance!]) {
+            const m = c.make();
+            await expectAccepted(c, m, signed(c, m, { timestamp: now + skew }));
+          }
+          for (const skew of [-(c.tolerance! + 1), c.tolerance! + 1]) {
+            const m = c.make();
+            await expectRejected(c, m.body, signed(c, m, { timestamp: now + skew }), 401, 'stale_timestamp');
+          }
+          return;
+        } catch (err) {
+          if (nowSeconds() === now || attempt === 3) throw err;
+        }
       }
     });
 
