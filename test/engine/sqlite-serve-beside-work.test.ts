@@ -9,7 +9,7 @@ import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
-const BACKLOG = 3000;
+const BACKLOG = 1500;
 
 /**
  * `serve` and `work` as two processes on one SQLite file (README), here two stores (each its own
