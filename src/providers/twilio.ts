@@ -1,6 +1,6 @@
 import { sha256 } from '../crypto/payload-cipher.js';
 import { HOUR } from './contract.js';
-import { parse as parseQueryString } from 'node:querystring';
+import { parse as parseQueryString, stringify as stringifyQueryString } from 'node:querystring';
 import { hmac, matchHmac, digestsEqual, decodeBase64, decodeHex } from '../crypto/hmac.js';
 import { ConfigError, IngressError } from '../errors.js';
 import { asObject, child, optStringArray, reqString, type Obj } from '../config/read.js';
@@ -21,10 +21,12 @@ import { envelope, isJsonObject, parseJsonObject, idString, requireEventId, requ
  *   Event Streams webhook sinks send JSON too: an array of CloudEvents, one row each (cloudEvents).
  * - The URL is the endpoint's configured `publicUrl` (behind a proxy the server sees another
  *   one) followed by the query of the request target exactly as received: Twilio signs the URL it
- *   requested, query included, in the spelling it sent (re-encoding it is the bug of twilio-node
- *   #1059/#1183). Like twilio-node we accept the URL with and without its port (`:443`/`:80` added
- *   when absent, any port removed when present): Twilio strips the port for some requests and not
- *   for others (twilio-node #411, twilio-python #402).
+ *   requested, query included, usually in the spelling it sent (re-encoding it is the bug of
+ *   twilio-node #1059/#1183), so that spelling is tried first. Like twilio-node we accept the URL
+ *   with and without its port (`:443`/`:80` added when absent, any port removed when present):
+ *   Twilio strips the port for some requests and not for others (twilio-node #411, twilio-python
+ *   #402); and, as its fallback does, the re-encoded spellings (`'` ↔ `%27`), which some of
+ *   Twilio's back ends sign instead (signedUrls).
  * - `X-Twilio-Webhooks-Signature-Settings: key=…,algorithm=HMAC_SHA256` (webhook SharedKeys,
  *   public beta) switches the hash to SHA-256; the signed string is unchanged.
  * - Nothing time-related is signed. There is no event id either: the key is the resource SID +
@@ -46,7 +48,7 @@ const MAX_KEY_FIELDS = 8;
 interface TwilioSignature extends SignatureMetadata {
   readonly algorithm: 'sha1' | 'sha256';
   readonly digest: Buffer;
-  /** The candidate signed URLs (port variants of publicUrl, each + the received query). */
+  /** The candidate signed URLs (publicUrl + the received query, its port and spelling variants: signedUrls). */
   readonly urls: readonly string[];
   /** SHA-256 the body must have (JSON deliveries), or null: the form parameters are signed. */
   readonly bodySha256: Buffer | null;
@@ -97,6 +99,39 @@ export function portVariants(url: string): string[] {
   const without = scheme + userInfo + host + rest;
   const withPort = colon >= 0 ? url : scheme + userInfo + host + (scheme.toLowerCase() === 'https://' ? ':443' : ':80') + rest;
   return without === withPort ? [without] : [without, withPort];
+}
+
+/**
+ * The URLs a signature may cover, in twilio-node's order (`validateRequest`): the URL as received
+ * (`publicUrl` + the query exactly as sent) without and with its port, then its WHATWG `new URL()`
+ * spelling and that spelling's Node `querystring` re-encoding, each without and with the port.
+ * Twilio's back ends do not agree on one spelling: some sign `'` raw and send `%27`, or the reverse
+ * (twilio-node #1059, #1183, its spec "escaped / unescaped single quote"); a valid request must
+ * not be refused for it. Each spelling decodes to the values received, so none says anything else.
+ */
+export function signedUrls(publicUrl: string, query: string): string[] {
+  const received = publicUrl + query;
+  const urls = portVariants(received);
+  let normalized: string;
+  try {
+    normalized = new URL(received).toString();
+  } catch {
+    return urls;
+  }
+  const variants = portVariants(normalized);
+  for (const u of [...variants, ...variants.map(withLegacyQuerystring)]) if (!urls.includes(u)) urls.push(u);
+  return urls;
+}
+
+/**
+ * twilio-node's `withLegacyQuerystring`: the query parsed and re-encoded by Node's `querystring`.
+ * No key limit: the SDK's default (1,000) drops the rest, and a `bodySHA256` dropped from the spelling
+ * the signature covers would still be the one read from the request.
+ */
+function withLegacyQuerystring(url: string): string {
+  const q = url.indexOf('?');
+  if (q < 0 || q === url.length - 1) return url;
+  return `${url.slice(0, q)}?${stringifyQueryString(parseQueryString(url.slice(q + 1), '&', '=', { maxKeys: 0 }))}`;
 }
 
 /** The algorithm named by X-Twilio-Webhooks-Signature-Settings (absent/no `algorithm=` → HMAC_SHA1). */
@@ -305,7 +340,6 @@ export const createTwilio: AdapterFactory = (options, path) => {
   const o = asObject(options ?? {}, path, ['publicUrl', 'keyFields']);
   const publicUrl = parsePublicUrl(o, path);
   const keyFields = parseKeyFields(o, path);
-  const bases = portVariants(publicUrl);
 
   const adapter: ProviderAdapter = {
     name: 'twilio',
@@ -337,7 +371,7 @@ export const createTwilio: AdapterFactory = (options, path) => {
       } else if (req.mediaType === JSON_TYPE) {
         throw new IngressError('malformed_signature', 'an application/json delivery carries no bodySHA256 in its URL');
       }
-      return { timestamp: null, algorithm, digest, urls: bases.map((b) => b + query), bodySha256 };
+      return { timestamp: null, algorithm, digest, urls: signedUrls(publicUrl, query), bodySha256 };
     },
     verify(meta, body, keys, nowMs) {
       const m = meta as TwilioSignature;
