@@ -36,8 +36,12 @@ import { CommandError } from '../cli/usage-error.js';
  *   is fine (it is a duplicate by event id).
  * - Unreachable certificate (network, non-2xx, too large, timeout, not PEM) → `503
  *   verification_unavailable`: PayPal retries, nothing is accepted unverified.
- * Key = body `id` (WH-…), the same on automatic retries and on "Resend"; each retry is a new
- * transmission (new id, time and signature).
+ * - An automatic retry repeats the first transmission: same PAYPAL-TRANSMISSION-ID, same signed
+ *   PAYPAL-TRANSMISSION-TIME (an event's transmission record keeps one id and the first attempt's
+ *   time through days of retries, and the id is a v1 UUID minted at that time). So the freshness
+ *   window spans PayPal's retries (25 over 3 days) plus a day: a narrower one refuses every retry
+ *   once it is past, and PayPal gives the event up after 3 days.
+ * Key = body `id` (WH-…), the same on automatic retries and on "Resend".
  */
 
 /** Fetches PEM bytes for an already allowlisted certificate URL. Rejects on any failure. */
@@ -71,6 +75,8 @@ const MAX_CACHED_FAILURES = 256;
 const MAX_UNPROVEN_FETCHES = 4;
 /** URLs whose certificate verified a delivery, remembered past the cache (LRU): their downloads never wait. */
 const MAX_PROVEN_URLS = 16;
+/** Default freshness window: PayPal retries for 3 days with the first transmission's time, plus a day of slack. */
+export const RETRY_WINDOW_SECONDS = 4 * DAY;
 /** Transmission ids remembered per endpoint for the one-body-per-transmission rule. */
 export const MAX_REMEMBERED_TRANSMISSIONS = 20_000;
 
@@ -386,8 +392,8 @@ export const createPaypal: AdapterFactory = (options, path) => {
   const adapter: ProviderAdapter = {
     name: 'paypal',
     contentTypes: ['application/json'],
-    // Retries are new transmissions with a new, signed time; PayPal sends within seconds of it.
-    defaultToleranceSeconds: 600,
+    // Retries carry the first transmission's signed time: the window must outlast PayPal's 3 days of them.
+    defaultToleranceSeconds: RETRY_WINDOW_SECONDS,
     // up to 25 retries over 3 days; "Resend" (Webhooks Events dashboard, same WH- id) of any event of the last 30 days.
     redeliveryWindowSeconds: 30 * DAY,
     prepareSecret(value) {

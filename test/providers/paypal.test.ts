@@ -44,6 +44,7 @@ const SIGNING_X509 = new X509Certificate(SIGNING.certPem);
 const NOW_MS = Date.now() + 2_000;
 
 const WEBHOOK_ID = '4JH86294D6297924G';
+const DAY_MS = 24 * 3600 * 1000;
 const NEW_WEBHOOK_ID = '8PT597110X687430L';
 
 /** PayPal's own sandbox signing certificate of 2014, as served by api.sandbox.paypal.com (PayPal-node-SDK test/mocks/notification.js, CERT-360caa42-35c2ed1e-21e9a5d6). */
@@ -325,8 +326,8 @@ describe('paypal: header parsing (headers only, no I/O)', () => {
       expect(reasonOf(() => a.parseSignature(view(withValue('paypal-transmission-time', text))))).toBe('malformed_signature');
     });
 
-  it('exposes the signed transmission time for the freshness check; default window ±600 s', () => {
-    expect(a.defaultToleranceSeconds).toBe(600);
+  it('exposes the signed transmission time for the freshness check; default window ±4 days (PayPal retries for 3 with the first time)', () => {
+    expect(a.defaultToleranceSeconds).toBe(4 * 24 * 3600);
     expect(a.parseSignature(view(Object.entries(good))).timestamp).toBe(Math.floor(NOW_MS / 1000));
   });
 });
@@ -736,7 +737,7 @@ describeEachStore('paypal over HTTP (certificate host on local TLS)', (kind) => 
     expect(row!.payloadHash.equals(sha256(d.body))).toBe(true);
   });
 
-  it('a PayPal retry (new transmission: id, time, signature; same event) → 200 duplicate, one row', async () => {
+  it('another transmission of the same event (new id, time, signature: a Resend) → 200 duplicate, one row', async () => {
     const body = eventBody();
     const first = await send(nowDelivery({ body, timeMs: Date.now() - 120_000 }));
     expect(first.status, first.text).toBe(200);
@@ -775,9 +776,19 @@ describeEachStore('paypal over HTTP (certificate host on local TLS)', (kind) => 
     expect(fake.fetches.length).toBe(fetches);
   });
 
-  it('stale transmission time (outside ±600 s) → 401 stale_timestamp even though the signature is right', async () => {
-    await expectRejected(nowDelivery({ timeMs: Date.now() - 700_000 }), 401, 'stale_timestamp');
-    await expectRejected(nowDelivery({ timeMs: Date.now() + 700_000 }), 401, 'stale_timestamp');
+  it('a PayPal retry days later repeats the first transmission (same id, time and signature) → 200, then duplicate', async () => {
+    // The first attempt 2 days ago never got a 2xx (our outage); PayPal retries with the same headers and bytes.
+    const d = nowDelivery({ body: eventBody(undefined, 'CAPTURELATE'), timeMs: Date.now() - 2 * DAY_MS });
+    const retry = await send(d);
+    expect(retry.status, retry.text).toBe(200);
+    expect(retry.json()).toEqual({ inbox_id: expect.any(String), duplicate: false });
+    const again = await send(d);
+    expect(again.json()).toEqual({ inbox_id: retry.json().inbox_id, duplicate: true });
+  });
+
+  it('stale transmission time (outside ±4 days) → 401 stale_timestamp even though the signature is right', async () => {
+    await expectRejected(nowDelivery({ timeMs: Date.now() - 4 * DAY_MS - 60_000 }), 401, 'stale_timestamp');
+    await expectRejected(nowDelivery({ timeMs: Date.now() + 4 * DAY_MS + 60_000 }), 401, 'stale_timestamp');
   });
 
   it('a captured transmission replayed with CRC-forged bytes (another, valid event) → 401, nothing stored', async () => {

@@ -18,7 +18,7 @@ const certFetcher: CertFetcher = async (url) => {
 const options = { certFetcher, signer: { privateKey: signing.privateKey, certUrl: CERT_URL } };
 
 export const paypalCase: Case = {
-  name: 'paypal', endpoint: 'paypal', adapter: PROVIDERS.paypal!(options, 'x'), secrets: SECRETS, tolerance: 600, signatureHeader: 'paypal-transmission-sig', json: true,
+  name: 'paypal', endpoint: 'paypal', adapter: PROVIDERS.paypal!(options, 'x'), secrets: SECRETS, tolerance: 4 * 24 * 3600, signatureHeader: 'paypal-transmission-sig', json: true,
   config: { id: 'paypal', provider: 'paypal', secrets: rotation(SECRETS), options },
   make(text = 'plain', type = 'PAYMENT.CAPTURE.COMPLETED', objectId) {
     const id = `WH-${uid().slice(0, 17).toUpperCase()}-${uid().slice(0, 17).toUpperCase()}`;
