@@ -10,16 +10,20 @@ import { envelope, parseJsonObject, idString, requireEventType, toEpochMs, isoTi
  * Shopify: `X-Shopify-Hmac-Sha256: <base64>` = HMAC-SHA256(app client secret as UTF-8, raw body).
  * Nothing else is signed: no timestamp (so no freshness check), no topic, no ids.
  *
- * Header names: classic webhooks send `X-Shopify-*`; Shopify's newer deliveries (Events) drop the
- * `X-` prefix (`shopify-hmac-sha256`, `shopify-topic`, …). Either family is accepted; both at
- * once only with the same signature (else ambiguous_signature), and every other header is read
- * from the one family chosen (never mixed).
+ * Header names: classic webhooks send `X-Shopify-*`; Shopify's newer deliveries (Events) use
+ * `shopify-hmac-sha256`, `shopify-topic`, … and, for now, the `X-Shopify-*` ones beside them.
+ * Either family is accepted; both at once only with the same signature (else ambiguous_signature),
+ * and then it is an Events delivery, read from `shopify-*` (as @shopify/shopify-api decides: classic
+ * webhooks never send `shopify-hmac-sha256`). Every other header comes from the one family chosen.
  *
  * Key: `X-Shopify-Event-Id` is "shared across all deliveries produced by the same merchant
  * action" (several topics, several subscriptions), so on its own it would fold distinct
  * deliveries into one row. The key is therefore `<event id>:<topic>[:<object id>]`: retries and a
- * duplicate subscription (same topic, same resource) collapse, distinct deliveries never do.
- * Without an event id (Events deliveries no longer send one) the key is the per-delivery
+ * duplicate subscription (same topic, same resource) collapse, distinct deliveries never do. An
+ * Events delivery adds `<action>:<handle>` after the topic: its topic is only the resource name
+ * (`Product` for create, update and delete), and each subscription (handle) shapes its own payload
+ * with its own query, so two subscriptions' deliveries of one event are two events to the app.
+ * Without an event id (Events deliveries are dropping it) the key is the per-delivery
  * `Webhook-Id`. Option `deduplicateBy: delivery` keys on `Webhook-Id` alone (Shopify's current advice).
  */
 interface ShopifySignature extends SignatureMetadata {
@@ -34,14 +38,15 @@ const MAX_KEY_BYTES = 1024;
 
 /**
  * The signature header family of this request. Both families at once are accepted only when
- * they carry the same signature (Shopify's own test helper sends both); then `X-Shopify-*` is read.
+ * they carry the same signature (Events deliveries send both); then `shopify-*` is read.
  */
 function familyOf(req: RequestView): Family {
   const present = FAMILIES.filter((f) => req.all(`${f}hmac-sha256`).length > 0);
   if (present.length > 1 && req.single('x-shopify-hmac-sha256') !== req.single('shopify-hmac-sha256')) {
     throw new IngressError('ambiguous_signature', 'X-Shopify-Hmac-Sha256 and Shopify-Hmac-Sha256 disagree');
   }
-  return present[0] ?? 'x-shopify-';
+  // Classic webhooks never send shopify-hmac-sha256: with it, this is an Events delivery.
+  return present.includes('shopify-') ? 'shopify-' : 'x-shopify-';
 }
 
 /**
@@ -51,6 +56,17 @@ function familyOf(req: RequestView): Family {
 function header(req: RequestView, family: Family, name: string): string | undefined {
   const v = req.single(family + name, 'ambiguous_header');
   return v === undefined || v === '' ? undefined : v;
+}
+
+/**
+ * An Events delivery's action and subscription handle (`shopify-action`, `shopify-handle`), the
+ * key parts its topic leaves out; none for classic webhooks, nor when neither header is sent.
+ */
+function eventsScope(req: RequestView, family: Family): string[] {
+  if (family !== 'shopify-') return [];
+  const action = header(req, family, 'action');
+  const handle = header(req, family, 'handle');
+  return action === undefined && handle === undefined ? [] : [action ?? '', handle ?? ''];
 }
 
 export function signShopify(body: Buffer, secret: string): string {
@@ -92,7 +108,7 @@ export const createShopify: AdapterFactory = (options, path) => {
       const eventId = deduplicateBy === 'event' ? idString(header(req, family, 'event-id')) : null;
       const webhookId = idString(header(req, family, 'webhook-id'));
       let key: string;
-      if (eventId !== null) key = objectId === null ? `${eventId}:${topic}` : `${eventId}:${topic}:${objectId}`;
+      if (eventId !== null) key = [eventId, topic, ...eventsScope(req, family), ...(objectId === null ? [] : [objectId])].join(':');
       else if (webhookId !== null) key = webhookId;
       else throw new IngressError('missing_event_id', deduplicateBy === 'event' ? `neither ${family}event-id nor ${family}webhook-id is present` : `${family}webhook-id header is absent`);
       // The parts are unsigned headers: bound the composite so it always fits the unique index.

@@ -37,6 +37,8 @@ const ORDER = Buffer.from(
   'utf8',
 );
 const EVENT_ID = '98880550-7158-44d4-b7cd-2c97c8a091b5';
+/** An Events delivery's body: fixed fields plus what the subscription's query asked for. */
+const PRODUCT = Buffer.from('{"topic":"Product","action":"update","handle":"product-prices","admin_graphql_api_id":"gid://shopify/Product/7","updated_at":"2026-05-01T00:00:00Z"}', 'utf8');
 const WEBHOOK_ID = 'b54557e4-bdd9-4b37-8a5f-bf7d70bcd043';
 
 function classicHeaders(over: Record<string, string | null> = {}): [string, string][] {
@@ -243,6 +245,21 @@ describe('shopify: envelope (verified request → logical event)', () => {
     expect(reasonOf(() => one(adapter.envelope(ORDER, view(mixed), adapter.parseSignature(view(mixed)))))).toBe('missing_event_type');
   });
 
+  it('an Events delivery (topic = resource name): the key adds its action and subscription handle', () => {
+    const events = (action: string, handle: string, extra: [string, string][] = []): [string, string][] => [
+      ['shopify-topic', 'Product'], ['shopify-action', action], ['shopify-handle', handle], ['shopify-event-id', EVENT_ID],
+      ['shopify-webhook-id', randomUUID()], ['shopify-hmac-sha256', independent(SECRET, PRODUCT)], ...extra,
+    ];
+    const key = (pairs: [string, string][]) => one(adapter.envelope(PRODUCT, view(pairs), adapter.parseSignature(view(pairs)))).eventId;
+    expect(key(events('update', 'product-prices'))).toBe(`${EVENT_ID}:Product:update:product-prices:gid://shopify/Product/7`);
+    // Its retry (a new webhook id) is the same key; another subscription or another action is another event.
+    expect(key(events('update', 'product-prices'))).toBe(key(events('update', 'product-prices')));
+    expect(new Set([key(events('update', 'product-prices')), key(events('update', 'product-titles')), key(events('create', 'product-prices'))]).size).toBe(3);
+    // Events deliveries carry the X-Shopify-* names too: with the same signature they are still read as Events.
+    const both = events('update', 'product-titles', [['x-shopify-hmac-sha256', independent(SECRET, PRODUCT)], ['x-shopify-topic', 'products/update'], ['x-shopify-event-id', EVENT_ID]]);
+    expect(key(both)).toBe(`${EVENT_ID}:Product:update:product-titles:gid://shopify/Product/7`);
+  });
+
   it('an unparseable Triggered-At or updated_at is no ordering evidence (null), not a rejection', () => {
     const e = env(ORDER.toString('utf8').replace('2024-01-02T03:04:05-05:00', 'yesterday'), headers({ 'X-Shopify-Triggered-At': 'soon' }));
     expect(e).toMatchObject({ objectVersion: null, providerCreatedAtMs: null });
@@ -292,12 +309,34 @@ describeEachStore('shopify over HTTP', (kind) => {
     expect(row).toMatchObject({ providerEventId: m.key, eventType: m.type, objectId: m.objectId });
   });
 
-  it('both signature spellings with the same value (as Shopify\'s test helper sends) → accepted from the X-Shopify-* family', async () => {
+  it('both signature spellings with the same value (an Events delivery sends both) → accepted, read from the shopify-* family', async () => {
     const m = c.make();
     const h = signed(m);
-    const r = await send('shopify', m.body, { ...h, ...unprefixed(h), 'shopify-topic': 'ignored/topic' });
+    const r = await send('shopify', m.body, { ...h, ...unprefixed(h), 'shopify-topic': 'Order' });
     expect(r.status, r.text).toBe(200);
-    expect((await app.store.getInbox(r.json().inbox_id))!.eventType).toBe(m.type);
+    expect((await app.store.getInbox(r.json().inbox_id))!.eventType).toBe('Order');
+  });
+
+  it('one event delivered to two Events subscriptions (handles), and as create and update → three rows; each retry → duplicate', async () => {
+    const m = c.make();
+    const eventId = randomUUID();
+    // As Shopify sends Events deliveries: shopify-* headers, and the X-Shopify-* ones beside them.
+    const delivery = (action: string, handle: string) => {
+      const h = signed(m);
+      return { ...h, ...unprefixed(h), 'x-shopify-event-id': eventId, 'shopify-event-id': eventId, 'shopify-topic': 'Order', 'shopify-action': action, 'shopify-handle': handle, 'shopify-webhook-id': randomUUID() };
+    };
+    const sent = [delivery('update', 'order-totals'), delivery('update', 'order-notes'), delivery('create', 'order-totals')];
+    const ids: string[] = [];
+    for (const h of sent) {
+      const r = await send('shopify', m.body, h);
+      expect(r.status, r.text).toBe(200);
+      expect(r.json().duplicate).toBe(false);
+      ids.push(r.json().inbox_id);
+    }
+    expect(new Set(ids).size).toBe(3);
+    for (const [i, h] of sent.entries()) {
+      expect((await send('shopify', m.body, { ...h, 'shopify-webhook-id': randomUUID() })).json()).toEqual({ inbox_id: ids[i], duplicate: true });
+    }
   });
 
   it('both signature spellings with different values → 400 ambiguous_signature, nothing stored', async () => {
