@@ -402,6 +402,25 @@ describeEachStore('gitlab over HTTP', (kind) => {
       await expectRejected('gl-auto', issueBody(23), base({ 'x-gitlab-token': SIGNING, 'idempotency-key': randomUUID() }), 401, 'invalid_signature');
     });
 
+    it('auto: the right token beside a malformed webhook-signature → 401 malformed_signature; the token does not excuse it', async () => {
+      const body = issueBody(26);
+      const signed = PROVIDERS.gitlab!(undefined, 'x').sign(body, SIGNING, { id: randomUUID() });
+      const withToken = (over: Record<string, string | null>) => {
+        const h: Record<string, string> = { ...base(signed), 'x-gitlab-token': TOKEN };
+        for (const [k, v] of Object.entries(over)) if (v === null) delete h[k]; else h[k] = v;
+        return h;
+      };
+      await expectRejected('gl-auto', body, withToken({ 'webhook-signature': 'garbage' }), 401, 'malformed_signature');
+      await expectRejected('gl-auto', body, withToken({ 'webhook-signature': 'v1,not base64!' }), 401, 'malformed_signature');
+      await expectRejected('gl-auto', body, withToken({ 'webhook-signature': `v1,${Buffer.alloc(20).toString('base64')}` }), 401, 'malformed_signature');
+      await expectRejected('gl-auto', body, withToken({ 'webhook-timestamp': 'yesterday' }), 401, 'malformed_signature');
+      await expectRejected('gl-auto', body, withToken({ 'webhook-id': null }), 401, 'malformed_signature');
+      // The same request with its signature intact, or without any signature header, is accepted.
+      expect((await send('gl-auto', body, withToken({}))).status).toBe(200);
+      const tokenOnly = await send('gl-auto', issueBody(27), withToken({ 'webhook-signature': null, 'webhook-id': null, 'webhook-timestamp': null, 'idempotency-key': randomUUID() }));
+      expect(tokenOnly.status, tokenOnly.text).toBe(200);
+    });
+
     it('signing: a token-only request → 401 missing_signature even with the right plain value', async () => {
       await expectRejected('gl-signing', issueBody(24), base({ 'x-gitlab-token': SIGNING, 'idempotency-key': randomUUID() }), 401, 'missing_signature');
     });
