@@ -132,7 +132,9 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
   const events = eventGlobs(o, path);
   if (events !== undefined && events.length === 0) throw new ConfigError(child(path, 'events'), 'is empty, so every event would be ignored; omit it to accept every type');
   let toleranceSeconds = adapter.defaultToleranceSeconds;
-  const tol = optInt(o, 'toleranceSeconds', path, 1, 86_400);
+  // At most a day, or the adapter's own default where that is longer (PayPal's retries keep their
+  // first signed time for 3 days), so the default can also be written out.
+  const tol = optInt(o, 'toleranceSeconds', path, 1, Math.max(86_400, toleranceSeconds ?? 0));
   if (tol !== undefined) {
     if (toleranceSeconds === null) throw new ConfigError(child(path, 'toleranceSeconds'), `provider "${provider}" signs no timestamp, so there is nothing to check`);
     // An adapter option of the same name (generic-hmac) would be silently overridden: one place only.

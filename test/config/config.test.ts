@@ -150,6 +150,15 @@ describe('config validation names the bad path', () => {
     expect(errorOf(base(), { DATABASE_URL: 'oracle://x' })).toMatch(/^DATABASE_URL: /);
   });
 
+  it('toleranceSeconds goes up to a day, or to the adapter\'s own default where that is longer (PayPal: 4 days), so that default can be written out', () => {
+    const paypalEp = (toleranceSeconds: number) => withEndpoint({ id: 'pp', provider: 'paypal', secrets: [{ version: 'v1', value: '4JH86294D6297924G' }], toleranceSeconds });
+    expect(parseConfig(withEndpoint(stripeEp({ toleranceSeconds: 86_400 })), {}).endpoints[0]!.toleranceSeconds).toBe(86_400);
+    expect(errorOf(withEndpoint(stripeEp({ toleranceSeconds: 86_401 })))).toMatch(/^endpoints\[0\]\.toleranceSeconds: /);
+    expect(parseConfig(withEndpoint({ id: 'pp', provider: 'paypal', secrets: [{ version: 'v1', value: '4JH86294D6297924G' }] }), {}).endpoints[0]!.toleranceSeconds).toBe(345_600);
+    expect(parseConfig(paypalEp(345_600), {}).endpoints[0]!.toleranceSeconds).toBe(345_600);
+    expect(errorOf(paypalEp(345_601))).toMatch(/^endpoints\[0\]\.toleranceSeconds: /);
+  });
+
   it('applies documented defaults', () => {
     const c = parseConfig(withEndpoint(stripeEp()), {});
     expect(c.endpoints[0]).toMatchObject({ maxBodyBytes: 1048576, toleranceSeconds: 300, events: undefined, rateLimit: undefined });
