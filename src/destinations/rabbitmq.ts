@@ -12,19 +12,44 @@ export type RabbitMqDestinationConfig = Extract<DestinationConfig, { type: 'rabb
 const MAX_ROUTING_KEY_BYTES = 255;
 const CONNECT_GRACE_MS = 1000;
 
-interface Live {
+/** One AMQP connection, reused by every delivery until it closes. */
+interface Link {
   readonly conn: ChannelModel;
-  readonly ch: ConfirmChannel;
-  /** message ids the broker returned as unroutable and whose confirm has not been seen yet. */
-  readonly returned: Map<string, number>;
   /** performance.now() of the last confirm or return from the broker: a publish that times out with none since drops the connection. */
   heardAt: number;
   /** The broker has blocked publishing (a resource alarm): silence is expected, not a dead link. */
   blocked: boolean;
-  /** Why the broker closed the channel (e.g. `404 NOT_FOUND - no exchange`), once it has. */
-  closedBy: string | undefined;
   /** The reason the broker gave with connection.blocked (e.g. `low on memory`). */
   blockedReason: string;
+  /**
+   * The confirm channel deliveries publish on; null once it closed. A channel error (an unknown
+   * exchange, a publish the user may not make) closes the channel alone: the next delivery opens
+   * another on this connection, instead of a TCP and AMQP handshake for every batch.
+   */
+  publisher: Promise<Publisher> | null;
+}
+
+/** A confirm channel on a Link. */
+interface Publisher {
+  readonly ch: ConfirmChannel;
+  /** message ids the broker returned as unroutable and whose confirm has not been seen yet. */
+  readonly returned: Map<string, number>;
+  /** Our queue asserted and bound (when `queue` is set): publishes wait for it. */
+  declared: Promise<void>;
+  /** The error the broker closed the channel with (e.g. `404 NOT_FOUND - no exchange`), once it has. */
+  closedBy: unknown;
+}
+
+/**
+ * The reason for a channel error, by the broker's reply code. Both named ones are retried: an
+ * operator may yet declare the exchange or grant the permission.
+ */
+function channelReason(err: unknown): string {
+  const { code, message } = (err ?? {}) as { code?: unknown; message?: unknown };
+  if (code === 404 && typeof message === 'string' && message.includes('no exchange')) return 'exchange_not_found';
+  // No write permission on the exchange, or an internal exchange.
+  if (code === 403) return 'access_refused';
+  return 'rabbitmq_unavailable';
 }
 
 /**
@@ -33,23 +58,25 @@ interface Live {
  * nack is `rabbitmq_nack`, a message no queue accepted (basic.return, which the broker sends
  * before its ack) is `unroutable`.
  *
- * With `queue` set, a durable queue of that name is asserted on connect and bound to the
+ * With `queue` set, a durable queue of that name is asserted on each new channel and bound to the
  * exchange with the routing-key template's literal prefix + `#` (a topic pattern; a template
  * without placeholders is bound as is). On the default exchange (`exchange: ""`) no binding
  * exists: the routing key is the queue name, so it must equal `queue`.
  *
- * The connection is opened on first use and reused; when it or its channel closes, the next
- * delivery opens a new one.
+ * The connection is opened on first use and reused; when it closes, the next delivery opens a
+ * new one. When only its channel closes, the next delivery opens a new channel on it.
  */
 export class RabbitMqDestination implements Destination {
   readonly type = 'rabbitmq' as const;
   readonly id: string;
-  private live: Promise<Live> | null = null;
+  private link: Promise<Link> | null = null;
   private closed = false;
   private readonly binding: string | undefined;
+  private readonly where: string;
 
   constructor(private readonly config: RabbitMqDestinationConfig) {
     this.id = config.id;
+    this.where = `rabbitmq destination "${config.id}"`;
     // parseConfig has refused this already; a config built in code has not.
     const problem = rabbitMqConfigProblem(config.exchange, config.routingKey, config.queue);
     if (problem) throw new ConfigError(`destinations[id="${config.id}"].${problem.key}`, problem.message);
@@ -58,51 +85,53 @@ export class RabbitMqDestination implements Destination {
 
   async deliver(event: DeliveryEvent): Promise<void> {
     if (this.closed) throw closedError(this.type, this.id);
-    const where = `rabbitmq destination "${this.id}"`;
+    const { where } = this;
     const routingKey = expandTemplate(this.config.routingKey, event);
     if (Buffer.byteLength(routingKey) > MAX_ROUTING_KEY_BYTES) {
       throw new NeedsDecisionError('routing_key_too_long', `${where}: the routing key is longer than ${MAX_ROUTING_KEY_BYTES} bytes`);
     }
     const { timeoutMs } = this.config;
-    const live = await this.connection();
-    if (live.blocked) {
+    const link = await this.connection();
+    if (link.blocked) {
       // The broker has stopped reading from us (a resource alarm): a publish now would only wait in
       // this process's memory, one more copy per retry, to land as duplicates once it unblocks.
-      throw new RetryableError('rabbitmq_blocked', `${where}: the broker blocks publishers (${live.blockedReason}); nothing sent`);
+      throw new RetryableError('rabbitmq_blocked', `${where}: the broker blocks publishers (${link.blockedReason}); nothing sent`);
     }
+    const pub = await this.publisher(link);
     const sentAt = performance.now();
     const confirmed = new Promise<void>((resolve, reject) => {
       const settle = (err: unknown): void => {
-        live.heardAt = performance.now();
-        const n = live.returned.get(event.inboxId) ?? 0;
+        link.heardAt = performance.now();
+        const n = pub.returned.get(event.inboxId) ?? 0;
         if (n > 0) {
-          if (n === 1) live.returned.delete(event.inboxId);
-          else live.returned.set(event.inboxId, n - 1);
+          if (n === 1) pub.returned.delete(event.inboxId);
+          else pub.returned.set(event.inboxId, n - 1);
         }
         if (err) {
-          const msg = describe(err);
-          reject(msg === 'message nacked'
+          reject(describe(err) === 'message nacked'
             ? new RetryableError('rabbitmq_nack', `${where}: the broker nacked the message`)
-            : new RetryableError('rabbitmq_unavailable', `${where}: ${msg}${live.closedBy === undefined ? '' : ` (${live.closedBy})`}`, { cause: err }));
+            : this.channelFailure(pub.closedBy ?? err, err));
         } else if (n > 0) {
           // Our queue may have been deleted (an operator, an expiry policy): the next delivery opens
           // a new channel, which declares and binds it again.
-          if (this.config.queue !== undefined) this.drop(live);
+          if (this.config.queue !== undefined) this.drop(link);
           reject(new RetryableError('unroutable', `${where}: no queue is bound for routing key "${routingKey}" on exchange "${this.config.exchange}"`));
         } else {
           resolve();
         }
       };
       try {
-        live.ch.publish(this.config.exchange, routingKey, Buffer.from(brokerMessage(event)), {
+        pub.ch.publish(this.config.exchange, routingKey, Buffer.from(brokerMessage(event)), {
           messageId: event.inboxId,
           persistent: true,
           contentType: 'application/json',
           mandatory: true,
         }, settle);
       } catch (err) {
-        this.drop(live);
-        reject(new RetryableError('rabbitmq_unavailable', `${where}: ${describe(err)}`, { cause: err }));
+        // Mostly a channel the broker closed meanwhile (an earlier publish on it failed), already
+        // forgotten; one still open is given up, so the next delivery opens another.
+        if (pub.closedBy === undefined) pub.ch.close().catch(() => undefined);
+        reject(this.channelFailure(pub.closedBy ?? err, err));
       }
     });
     try {
@@ -114,8 +143,8 @@ export class RabbitMqDestination implements Destination {
         // blocks us: the link is most likely dead without a FIN (a NAT or firewall dropped it).
         // AMQP heartbeats would notice only after minutes, every delivery timing out meanwhile;
         // the next delivery opens a new connection instead (a resend is deduplicated by message_id).
-        const silent = !live.blocked && live.heardAt < sentAt;
-        if (silent) this.drop(live);
+        const silent = !link.blocked && link.heardAt < sentAt;
+        if (silent) this.drop(link);
         throw new RetryableError('timeout', `${where}: no publisher confirm within ${timeoutMs} ms${silent ? '; nothing heard on the connection since, so it is dropped' : ''}`, { cause: err });
       }
       if (this.closed) throw closedError(this.type, this.id);
@@ -123,19 +152,23 @@ export class RabbitMqDestination implements Destination {
     }
   }
 
-  private connection(): Promise<Live> {
-    this.live ??= this.open();
-    const pending = this.live;
+  /** A channel that failed (the broker closed it, or its connection went), with the broker's reason when it gave one. */
+  private channelFailure(why: unknown, cause: unknown): RetryableError {
+    return new RetryableError(channelReason(why), `${this.where}: ${describe(why)}`, { cause });
+  }
+
+  private connection(): Promise<Link> {
+    this.link ??= this.open();
+    const pending = this.link;
     // amqplib gives up on its own after timeoutMs (then the next delivery starts over); the grace
     // lets its error, which says why, win the race.
     return withTimeout(pending, this.config.timeoutMs + CONNECT_GRACE_MS, 'connecting').catch((err: unknown) => {
       if (err instanceof RetryableError) throw err;
-      throw new RetryableError('timeout', `rabbitmq destination "${this.id}": cannot connect within ${this.config.timeoutMs} ms`, { cause: err });
+      throw new RetryableError('timeout', `${this.where}: cannot connect within ${this.config.timeoutMs} ms`, { cause: err });
     });
   }
 
-  private async open(): Promise<Live> {
-    const where = `rabbitmq destination "${this.id}"`;
+  private async open(): Promise<Link> {
     let conn: ChannelModel | undefined;
     try {
       conn = await connect(this.config.url, {
@@ -146,67 +179,99 @@ export class RabbitMqDestination implements Destination {
       // An 'error' is always followed by 'close'; the listener keeps it from being thrown.
       c.on('error', () => undefined);
       c.on('close', () => this.forget(c));
-      // amqplib's socket timeout bounds the handshake only: a link that dies silently after it
-      // would leave this connection pending (every delivery waiting on it) until AMQP heartbeats
-      // gave up, minutes later. So the channel and queue setup get timeoutMs too.
-      const setup = this.setUp(c);
-      const ch = await withTimeout(setup, this.config.timeoutMs, 'setting up the channel').catch((err: unknown) => {
-        setup.then((late) => late.close(), () => undefined).catch(() => undefined);
-        throw err;
-      });
-      const live: Live = { conn: c, ch, returned: new Map(), heardAt: performance.now(), blocked: false, blockedReason: '', closedBy: undefined };
+      const link: Link = { conn: c, heardAt: performance.now(), blocked: false, blockedReason: '', publisher: null };
       c.on('blocked', (reason: unknown) => {
-        live.blocked = true;
-        live.blockedReason = typeof reason === 'string' && reason !== '' ? reason.replace(/\s+/g, ' ').slice(0, 100) : 'no reason given';
+        link.blocked = true;
+        link.blockedReason = typeof reason === 'string' && reason !== '' ? reason.replace(/\s+/g, ' ').slice(0, 100) : 'no reason given';
       });
-      c.on('unblocked', () => (live.blocked = false));
-      // amqplib fails the unconfirmed publishes with a bare "channel closed": keep the broker's reason.
-      ch.on('error', (e: unknown) => (live.closedBy = describe(e)));
-      // A channel error (e.g. unknown exchange) closes the channel: start over on the next delivery.
-      ch.on('close', () => this.drop(live));
-      ch.on('return', (msg: Message) => {
-        live.heardAt = performance.now();
-        const id = msg.properties.messageId as unknown;
-        if (typeof id === 'string') live.returned.set(id, (live.returned.get(id) ?? 0) + 1);
-      });
+      c.on('unblocked', () => (link.blocked = false));
       if (this.closed) throw closedError(this.type, this.id);
-      return live;
+      return link;
     } catch (err) {
-      this.live = null;
+      this.link = null;
       if (conn) await this.shutdown(conn);
       if (err instanceof RetryableError) throw err;
       const msg = describe(err);
       // amqplib's socket timeout also bounds the AMQP handshake ("connect ETIMEDOUT").
-      throw new RetryableError(err instanceof DeadlineExceeded || /ETIMEDOUT/.test(msg) ? 'timeout' : 'rabbitmq_unavailable', `${where}: cannot connect (${msg})`, { cause: err });
+      throw new RetryableError(/ETIMEDOUT/.test(msg) ? 'timeout' : 'rabbitmq_unavailable', `${this.where}: cannot connect (${msg})`, { cause: err });
     }
   }
 
-  /** The confirm channel, with our queue asserted and bound when `queue` is set. */
-  private async setUp(conn: ChannelModel): Promise<ConfirmChannel> {
-    const ch = await conn.createConfirmChannel();
-    // A channel error (e.g. the queue exists with other arguments) rejects the call below; the
-    // listener keeps it from being thrown as well.
-    ch.on('error', () => undefined);
-    if (this.config.queue !== undefined) {
-      await ch.assertQueue(this.config.queue, { durable: true });
-      if (this.binding !== undefined) await ch.bindQueue(this.config.queue, this.config.exchange, this.binding);
+  /**
+   * The link's confirm channel, ready to publish on: opened (our queue declared) on first use and
+   * after the last one closed. amqplib's socket timeout bounds the handshake only: a link that
+   * dies silently after it would leave the setup pending (every delivery waiting on it) until AMQP
+   * heartbeats gave up, minutes later. So the setup gets timeoutMs too, and the link is dropped.
+   */
+  private async publisher(link: Link): Promise<Publisher> {
+    const seen: { pub?: Publisher } = {};
+    const ready = (async () => {
+      const pub = seen.pub = await (link.publisher ??= this.openPublisher(link));
+      await pub.declared;
+      return pub;
+    })();
+    try {
+      return await withTimeout(ready, this.config.timeoutMs, 'setting up the channel');
+    } catch (err) {
+      if (err instanceof DeadlineExceeded) {
+        this.drop(link);
+        throw new RetryableError('timeout', `${this.where}: ${describe(err)}; the connection is dropped`, { cause: err });
+      }
+      if (this.closed) throw closedError(this.type, this.id);
+      // A declare the broker refused (e.g. the queue exists with other arguments, the exchange to
+      // bind to does not) closed the channel alone.
+      throw this.channelFailure(seen.pub?.closedBy ?? err, err);
     }
-    return ch;
+  }
+
+  private openPublisher(link: Link): Promise<Publisher> {
+    const opening = (async (): Promise<Publisher> => {
+      const ch = await link.conn.createConfirmChannel();
+      const pub: Publisher = { ch, returned: new Map(), declared: Promise.resolve(), closedBy: undefined };
+      // amqplib fails the unconfirmed publishes with a bare "channel closed": keep the broker's
+      // reason. The listener also keeps the error from being thrown.
+      ch.on('error', (e: unknown) => (pub.closedBy = e));
+      ch.on('close', () => {
+        if (link.publisher === opening) link.publisher = null;
+      });
+      ch.on('return', (msg: Message) => {
+        link.heardAt = performance.now();
+        const id = msg.properties.messageId as unknown;
+        if (typeof id === 'string') pub.returned.set(id, (pub.returned.get(id) ?? 0) + 1);
+      });
+      this.declare(pub);
+      return pub;
+    })();
+    opening.catch(() => {
+      if (link.publisher === opening) link.publisher = null;
+    });
+    return opening;
+  }
+
+  /** Asserts and binds our queue on `pub`'s channel, when `queue` is set; its next publishes wait for it. */
+  private declare(pub: Publisher): void {
+    const { queue } = this.config;
+    if (queue === undefined) return;
+    pub.declared = (async () => {
+      await pub.ch.assertQueue(queue, { durable: true });
+      if (this.binding !== undefined) await pub.ch.bindQueue(queue, this.config.exchange, this.binding);
+    })();
+    pub.declared.catch(() => undefined); // a refusal closes the channel; the deliveries waiting on it say why
   }
 
   /** Forgets `conn` if it is the current one. */
   private forget(conn: ChannelModel): void {
-    const current = this.live;
+    const current = this.link;
     if (!current) return;
     current.then((l) => {
-      if (l.conn === conn && this.live === current) this.live = null;
+      if (l.conn === conn && this.link === current) this.link = null;
     }, () => undefined);
   }
 
-  /** Abandons a connection whose channel is unusable. */
-  private drop(live: Live): void {
-    this.forget(live.conn);
-    void this.shutdown(live.conn);
+  /** Abandons a connection that is unusable. */
+  private drop(link: Link): void {
+    this.forget(link.conn);
+    void this.shutdown(link.conn);
   }
 
   /**
@@ -225,8 +290,8 @@ export class RabbitMqDestination implements Destination {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const pending = this.live;
-    this.live = null;
+    const pending = this.link;
+    this.link = null;
     if (!pending) return;
     let conn: ChannelModel;
     try {

@@ -20,6 +20,7 @@ let ch: Channel;
 const queues: string[] = [];
 const exchanges: string[] = [];
 const open: Destination[] = [];
+const proxies: TcpProxy[] = [];
 
 beforeAll(async () => {
   conn = await connect(AMQP_URL);
@@ -28,6 +29,7 @@ beforeAll(async () => {
 
 afterEach(async () => {
   await closeAll(open.splice(0));
+  for (const p of proxies.splice(0)) await p.stop();
 });
 
 afterAll(async () => {
@@ -40,6 +42,14 @@ function destination(over: Partial<RabbitConfig>): Destination {
   const d = createDestination({ id: 'rabbit', type: 'rabbitmq', url: AMQP_URL, exchange: '', routingKey: 'webhooks.{provider}.{type}', queue: undefined, timeoutMs: 3000, ...over });
   open.push(d);
   return d;
+}
+
+/** A destination through a TcpProxy, which counts its connections (stopped after the test). */
+async function proxied(over: Partial<RabbitConfig>): Promise<{ d: Destination; proxy: TcpProxy }> {
+  const proxy = new TcpProxy(5672);
+  proxies.push(proxy);
+  const port = await proxy.start();
+  return { d: destination({ url: `amqp://guest:guest@127.0.0.1:${port}`, ...over }), proxy };
 }
 
 /** A queue name the test owns (deleted after the file). */
@@ -144,28 +154,57 @@ describe('rabbitmq destination (real broker)', () => {
     expect(err.reason).toBe('rabbitmq_nack');
   });
 
-  it('a publish to a missing exchange (no queue set) fails saying why the broker closed the channel', async () => {
+  it('a missing exchange (no queue set): every delivery fails exchange_not_found saying so, on one connection; once it exists the next lands', async () => {
     const x = uniqueName('whi_test_x');
     exchanges.push(x);
-    const d = destination({ exchange: x, routingKey: 'late.{provider}' });
-    const err = await failureOf(d.deliver(deliveryEvent()));
-    expect(err.reason).toBe('rabbitmq_unavailable');
-    expect(err.message).toContain('404');
-    expect(err.message).toContain('no exchange');
+    const { d, proxy } = await proxied({ exchange: x, routingKey: 'late.{provider}' });
+    for (let batch = 0; batch < 3; batch++) {
+      for (const err of await Promise.all([1, 2, 3].map(() => failureOf(d.deliver(deliveryEvent()))))) {
+        expect(err).toBeInstanceOf(RetryableError);
+        expect(err.reason).toBe('exchange_not_found');
+        expect(err.message).toContain('404');
+        expect(err.message).toContain('no exchange');
+      }
+    }
+    await ch.assertExchange(x, 'topic', { durable: false });
+    const q = queueName();
+    await ch.assertQueue(q, { durable: false });
+    await ch.bindQueue(q, x, 'late.#');
+    const e = deliveryEvent();
+    await d.deliver(e);
+    expect((await take(q)).properties.messageId).toBe(e.inboxId);
+    // A channel error closes the channel, not the connection: no reconnect per batch.
+    expect(proxy.accepted).toBe(1);
   });
 
-  it('a missing exchange fails as retryable; the next delivery reconnects and succeeds once it exists', async () => {
+  it('a missing exchange to bind the queue to: exchange_not_found on one connection; once it exists the next delivery binds and lands', async () => {
     const x = uniqueName('whi_test_x');
     exchanges.push(x);
     const q = queueName();
-    const d = destination({ exchange: x, routingKey: 'late.{provider}', queue: q });
-    const err = await failureOf(d.deliver(deliveryEvent()));
-    expect(err.reason).toBe('rabbitmq_unavailable');
-    expect(err.message).toContain('404');
-
+    const { d, proxy } = await proxied({ exchange: x, routingKey: 'late.{provider}', queue: q });
+    for (let i = 0; i < 3; i++) {
+      const err = await failureOf(d.deliver(deliveryEvent()));
+      expect(err.reason).toBe('exchange_not_found');
+      expect(err.message).toContain('404');
+    }
     await ch.assertExchange(x, 'topic', { durable: false });
     await d.deliver(deliveryEvent());
     expect((await take(q)).fields.routingKey).toBe('late.stripe');
+    expect(proxy.accepted).toBe(1);
+  });
+
+  it('a publish the broker refuses (403, here an internal exchange): access_refused, on one connection', async () => {
+    const x = uniqueName('whi_test_x');
+    exchanges.push(x);
+    await ch.assertExchange(x, 'topic', { durable: false, internal: true });
+    const { d, proxy } = await proxied({ exchange: x, routingKey: 'refused.{provider}' });
+    for (let i = 0; i < 3; i++) {
+      const err = await failureOf(d.deliver(deliveryEvent()));
+      expect(err).toBeInstanceOf(RetryableError);
+      expect(err.reason).toBe('access_refused');
+      expect(err.message).toContain('403');
+    }
+    expect(proxy.accepted).toBe(1);
   });
 
   it('rides out a connection loss: fails as retryable, then reconnects on the next delivery', async () => {

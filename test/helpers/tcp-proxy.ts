@@ -23,12 +23,15 @@ export class TcpProxy {
   private held: { readonly out: Transform; readonly chunks: Buffer[] }[] = [];
   /** Connections cutAfterAnswer() has cut. */
   cuts = 0;
+  /** Connections accepted so far (a client that reconnects counts again). */
+  accepted = 0;
   port = 0;
 
   constructor(private readonly targetPort: number, private readonly targetHost = '127.0.0.1') {}
 
   async start(port = this.port): Promise<number> {
     this.server = createServer((client) => {
+      this.accepted++;
       const upstream = connect(this.targetPort, this.targetHost);
       const pair: [Socket, Socket] = [client, upstream];
       this.pairs.add(pair);
