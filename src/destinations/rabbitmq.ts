@@ -34,7 +34,7 @@ interface Publisher {
   readonly ch: ConfirmChannel;
   /** message ids the broker returned as unroutable and whose confirm has not been seen yet. */
   readonly returned: Map<string, number>;
-  /** Our queue asserted and bound (when `queue` is set): publishes wait for it. */
+  /** Our queue asserted and bound (when `queue` is set), done again after a return: publishes wait for it. */
   declared: Promise<void>;
   /** The error the broker closed the channel with (e.g. `404 NOT_FOUND - no exchange`), once it has. */
   closedBy: unknown;
@@ -112,9 +112,11 @@ export class RabbitMqDestination implements Destination {
             ? new RetryableError('rabbitmq_nack', `${where}: the broker nacked the message`)
             : this.channelFailure(pub.closedBy ?? err, err));
         } else if (n > 0) {
-          // Our queue may have been deleted (an operator, an expiry policy): the next delivery opens
-          // a new channel, which declares and binds it again.
-          if (this.config.queue !== undefined) this.drop(link);
+          // Our queue (when `queue` is set) may have been deleted (an operator, an expiry policy): it
+          // is declared and bound again before the next publish on this channel. The channel is
+          // kept: the confirms of the other messages on it are still coming (dropping it failed them
+          // too, and their rows, already queued, were published again).
+          this.declare(pub);
           reject(new RetryableError('unroutable', `${where}: no queue is bound for routing key "${routingKey}" on exchange "${this.config.exchange}"`));
         } else {
           resolve();

@@ -7,7 +7,7 @@ import { closeAll, createDestination } from '../../src/destinations/registry.js'
 import { RetryableError } from '../../src/engine/failure.js';
 import { ConfigError } from '../../src/errors.js';
 import { thrownBy } from '../helpers/adapter.js';
-import { closedPort, deliveryEvent, expectSilentLinkDropped, failureOf, uniqueName } from '../helpers/destinations.js';
+import { closedPort, deliveryEvent, drainQueue, expectSilentLinkDropped, failureOf, uniqueName } from '../helpers/destinations.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 
 // The real RabbitMQ that .ci/run starts on loopback.
@@ -143,6 +143,27 @@ describe('rabbitmq destination (real broker)', () => {
     const e = deliveryEvent();
     await d.deliver(e);
     expect((await take(q)).properties.messageId).toBe(e.inboxId);
+  });
+
+  it('with queue set, one unroutable message fails alone: the others published beside it are confirmed, each in the queue once', async () => {
+    // A direct exchange matches our "k.#" binding literally: only the key an operator bound routes.
+    const x = uniqueName('whi_test_x');
+    exchanges.push(x);
+    await ch.assertExchange(x, 'direct', { durable: false });
+    const q = queueName();
+    await ch.assertQueue(q, { durable: true });
+    await ch.bindQueue(q, x, 'k.bound');
+    const { d, proxy } = await proxied({ exchange: x, routingKey: 'k.{type}', queue: q });
+    await d.deliver(deliveryEvent({ eventType: 'bound' })); // connected, queue declared
+    await take(q);
+    const lost = deliveryEvent({ eventType: 'unbound' });
+    const healthy = Array.from({ length: 5 }, () => deliveryEvent({ eventType: 'bound' }));
+    // One relay batch, the unroutable message first: its return and ack come before the others' confirms.
+    const outcomes = await Promise.all([lost, ...healthy].map((e) => d.deliver(e).then(() => 'confirmed', (err: RetryableError) => err.reason)));
+    expect(outcomes).toEqual(['unroutable', ...healthy.map(() => 'confirmed')]);
+    // A healthy row failed beside it would be retried, and queued twice.
+    expect((await drainQueue(ch, q)).map((m) => m.id).sort()).toEqual(healthy.map((e) => e.inboxId).sort());
+    expect(proxy.accepted).toBe(1);
   });
 
   it('a broker nack is rabbitmq_nack', async () => {
