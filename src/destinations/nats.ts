@@ -5,24 +5,9 @@ import { NeedsDecisionError, RetryableError } from '../engine/failure.js';
 import { ConfigError } from '../errors.js';
 import { brokerMessage, expandTemplate, type DeliveryEvent, type Destination } from './contract.js';
 import { natsConfigProblem } from './broker-config.js';
-import { capturePattern, closedError, DeadlineExceeded, describe, withTimeout } from './util.js';
+import { answers, capturePattern, closedError, DeadlineExceeded, describe, withTimeout } from './util.js';
 
 export type NatsDestinationConfig = Extract<DestinationConfig, { type: 'nats' }>;
-
-/** How long a suspect connection gets to answer a PING before it is dropped. */
-const PING_GRACE_MS = 1000;
-
-/** Whether the server answers a PING (flush) within PING_GRACE_MS. */
-async function answersPing(nc: NatsConnection): Promise<boolean> {
-  const pong = nc.flush();
-  try {
-    await withTimeout(pong, PING_GRACE_MS, 'PING');
-    return true;
-  } catch {
-    pong.catch(() => undefined);
-    return false;
-  }
-}
 
 /**
  * The longest subject we send. The server reads a PUB/HPUB line (subject, reply inbox, sizes) of
@@ -116,7 +101,7 @@ export class NatsDestination implements Destination {
       // message), and no PONG to a PING either: the link is dead without a FIN. The client's own
       // pings would notice only after minutes, every delivery timing out meanwhile; the next
       // delivery opens a new connection instead (a resend is deduplicated by Nats-Msg-Id).
-      if (failure.reason === 'timeout' && live.nc.stats().inBytes === heardBytes && !(await answersPing(live.nc))) {
+      if (failure.reason === 'timeout' && live.nc.stats().inBytes === heardBytes && !(await answers(live.nc.flush()))) {
         this.abandon(pending, live);
         failure.message += '; the connection answers nothing, not even a PING, so it is dropped';
       }

@@ -4,7 +4,7 @@ import { NeedsDecisionError, RetryableError } from '../engine/failure.js';
 import { ConfigError } from '../errors.js';
 import { brokerMessage, expandTemplate, type DeliveryEvent, type Destination } from './contract.js';
 import { rabbitMqConfigProblem } from './broker-config.js';
-import { capturePattern, closedError, DeadlineExceeded, describe, withTimeout } from './util.js';
+import { answers, capturePattern, closedError, DeadlineExceeded, describe, withTimeout } from './util.js';
 
 export type RabbitMqDestinationConfig = Extract<DestinationConfig, { type: 'rabbitmq' }>;
 
@@ -15,7 +15,7 @@ const CONNECT_GRACE_MS = 1000;
 /** One AMQP connection, reused by every delivery until it closes. */
 interface Link {
   readonly conn: ChannelModel;
-  /** performance.now() of the last confirm or return from the broker: a publish that times out with none since drops the connection. */
+  /** performance.now() of the last confirm or return from the broker: a publish that times out with none since probes the connection. */
   heardAt: number;
   /** The broker has blocked publishing (a resource alarm): silence is expected, not a dead link. */
   blocked: boolean;
@@ -27,6 +27,8 @@ interface Link {
    * another on this connection, instead of a TCP and AMQP handshake for every batch.
    */
   publisher: Promise<Publisher> | null;
+  /** The probe under way after a confirm timeout with nothing heard: does the broker still answer? */
+  probe: Promise<boolean> | undefined;
 }
 
 /** A confirm channel on a Link. */
@@ -142,16 +144,30 @@ export class RabbitMqDestination implements Destination {
       if (err instanceof DeadlineExceeded) {
         confirmed.catch(() => undefined);
         // Not one confirm on this connection since we published, and the broker has not said it
-        // blocks us: the link is most likely dead without a FIN (a NAT or firewall dropped it).
-        // AMQP heartbeats would notice only after minutes, every delivery timing out meanwhile;
-        // the next delivery opens a new connection instead (a resend is deduplicated by message_id).
-        const silent = !link.blocked && link.heardAt < sentAt;
-        if (silent) this.drop(link);
-        throw new RetryableError('timeout', `${where}: no publisher confirm within ${timeoutMs} ms${silent ? '; nothing heard on the connection since, so it is dropped' : ''}`, { cause: err });
+        // blocks us: the link may be dead without a FIN (a NAT or firewall dropped it), which AMQP
+        // heartbeats notice only after minutes, every delivery timing out meanwhile. Or the broker
+        // is slow to confirm (a busy disk): dropping its connection would fail the other publishes
+        // in flight on it too, each retried as one more copy. A probe tells them apart.
+        const dead = !link.blocked && link.heardAt < sentAt && !(await this.answers(link));
+        if (dead) this.drop(link); // the next delivery reconnects (a resend is deduplicated by message_id)
+        throw new RetryableError('timeout', `${where}: no publisher confirm within ${timeoutMs} ms${dead ? '; the connection answers nothing, not even a channel open, so it is dropped' : ''}`, { cause: err });
       }
       if (this.closed) throw closedError(this.type, this.id);
       throw err;
     }
+  }
+
+  /**
+   * Whether the broker answers on `link`: a channel opened (and closed again) within the probe's
+   * grace. One probe at a time per link; the deliveries timing out meanwhile share its answer.
+   */
+  private answers(link: Link): Promise<boolean> {
+    link.probe ??= answers((async () => {
+      const ch = await link.conn.createChannel();
+      ch.on('error', () => undefined);
+      ch.close().catch(() => undefined);
+    })()).finally(() => (link.probe = undefined));
+    return link.probe;
   }
 
   /** A channel that failed (the broker closed it, or its connection went), with the broker's reason when it gave one. */
@@ -181,7 +197,7 @@ export class RabbitMqDestination implements Destination {
       // An 'error' is always followed by 'close'; the listener keeps it from being thrown.
       c.on('error', () => undefined);
       c.on('close', () => this.forget(c));
-      const link: Link = { conn: c, heardAt: performance.now(), blocked: false, blockedReason: '', publisher: null };
+      const link: Link = { conn: c, heardAt: performance.now(), blocked: false, blockedReason: '', publisher: null, probe: undefined };
       c.on('blocked', (reason: unknown) => {
         link.blocked = true;
         link.blockedReason = typeof reason === 'string' && reason !== '' ? reason.replace(/\s+/g, ' ').slice(0, 100) : 'no reason given';

@@ -14,6 +14,23 @@ export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise
   return withDeadline(p, ms, () => new DeadlineExceeded(`${what} took longer than ${ms} ms`));
 }
 
+/** How long a connection suspected dead (a timeout, nothing heard since) gets to answer a probe before it is dropped. */
+export const PROBE_GRACE_MS = 1000;
+
+/**
+ * Whether `probe`, a round trip to the server (a NATS PING, an AMQP channel.open), succeeds within
+ * PROBE_GRACE_MS: a slow but live server answers it, a link dead without a FIN does not.
+ */
+export async function answers(probe: Promise<unknown>): Promise<boolean> {
+  try {
+    await withTimeout(probe, PROBE_GRACE_MS, 'the probe');
+    return true;
+  } catch {
+    probe.catch(() => undefined);
+    return false;
+  }
+}
+
 /** The error message of `err` on one line, for an operator; never a payload. */
 export function describe(err: unknown): string {
   const e = err as { message?: unknown; code?: unknown };

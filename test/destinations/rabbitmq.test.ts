@@ -75,6 +75,14 @@ function amqpConnectionFrame(method: 60 | 61, reason?: string): Buffer {
   return Buffer.concat([Buffer.from([1, 0, 0]), size, payload, Buffer.from([0xce])]);
 }
 
+/** Whether a chunk from the broker holds a publisher confirm: a method frame of class 60 (basic), method 80 (ack). */
+function holdsConfirm(chunk: Buffer): boolean {
+  for (let at = 0; at + 11 <= chunk.length; at += 8 + chunk.readUInt32BE(at + 3)) {
+    if (chunk[at] === 1 && chunk.readUInt16BE(at + 7) === 60 && chunk.readUInt16BE(at + 9) === 80) return true;
+  }
+  return false;
+}
+
 /** The next message on `q`, waiting briefly for it to arrive. */
 async function take(q: string): Promise<GetMessage> {
   for (let i = 0; i < 50; i++) {
@@ -263,6 +271,31 @@ describe('rabbitmq destination (real broker)', () => {
     } finally {
       await proxy.stop();
     }
+  });
+
+  it('a broker slow to confirm but alive keeps its connection: the delivery that timed out fails alone, the one in flight beside it is confirmed', async () => {
+    const q = queueName();
+    const { d, proxy } = await proxied({ routingKey: q, queue: q, timeoutMs: 3000 });
+    await d.deliver(deliveryEvent());
+    await take(q);
+    // The broker's confirms come late (a busy disk); everything else it answers at once.
+    proxy.holdAnswers(holdsConfirm);
+    const slow = deliveryEvent();
+    const beside = deliveryEvent();
+    const first = failureOf(d.deliver(slow));
+    await new Promise((r) => setTimeout(r, 1500));
+    const second = d.deliver(beside); // still waiting for its confirm when the first times out
+    second.catch(() => undefined); // awaited below, after the first
+    const f = await first;
+    expect(f.reason).toBe('timeout');
+    expect(f.message).not.toContain('dropped');
+    proxy.releaseAnswers();
+    await second; // not failed with a dropped connection, to be published again by its retry
+    const after = deliveryEvent();
+    await d.deliver(after);
+    expect(proxy.accepted).toBe(1);
+    // The timed-out one is in the queue too: its retry will add a copy (docs/destinations.md, "A slow broker").
+    expect((await drainQueue(ch, q)).map((m) => m.id)).toEqual([slow.inboxId, beside.inboxId, after.inboxId]);
   });
 
   it('a broker that blocks publishers (connection.blocked, a resource alarm) is sent nothing: deliveries fail at once, and no copies pile up to land as duplicates', async () => {

@@ -21,6 +21,9 @@ export class TcpProxy {
   /** Set by hold(): what clients send is kept back (not forwarded) until release(). */
   private holding = false;
   private held: { readonly out: Transform; readonly chunks: Buffer[] }[] = [];
+  /** Set by holdAnswers(): what servers send that it matches is kept back until releaseAnswers(). */
+  private answerHold: ((serverChunk: Buffer) => boolean) | undefined;
+  private heldAnswers: { readonly out: Transform; readonly chunks: Buffer[] }[] = [];
   /** Connections cutAfterAnswer() has cut. */
   cuts = 0;
   /** Connections accepted so far (a client that reconnects counts again). */
@@ -118,9 +121,14 @@ export class TcpProxy {
   /** Passes the server's bytes on, but for cutAfterAnswer()'s hold-and-cut once the client has asked, and muteAnswersAfter(). */
   private answers(asked: () => boolean, muted: () => boolean, upstream: Socket): Transform {
     const held: Buffer[] = [];
+    const late = { out: undefined as unknown as Transform, chunks: [] as Buffer[] };
     const t = new Transform({
       transform: (chunk: Buffer, _encoding, done) => {
         if (muted()) return done();
+        if (this.answerHold?.(chunk)) {
+          late.chunks.push(chunk);
+          return done();
+        }
         const cut = this.cut;
         if (!cut || !asked()) return done(null, chunk);
         held.push(chunk);
@@ -132,7 +140,24 @@ export class TcpProxy {
         t.end();
       },
     });
+    late.out = t;
+    this.heldAnswers.push(late);
     return t;
+  }
+
+  /**
+   * From now on the chunks servers send that `match` are kept back (in order, per connection)
+   * until releaseAnswers(), and the rest pass: a server slow with some answers (RabbitMQ's
+   * publisher confirms behind a busy disk) that still answers others at once.
+   */
+  holdAnswers(match: (serverChunk: Buffer) => boolean): void {
+    this.answerHold = match;
+  }
+
+  /** Ends holdAnswers(): what was kept back reaches the clients, in order. */
+  releaseAnswers(): void {
+    this.answerHold = undefined;
+    for (const h of this.heldAnswers) for (const c of h.chunks.splice(0)) h.out.push(c);
   }
 
   /**
