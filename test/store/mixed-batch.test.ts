@@ -3,7 +3,7 @@ import { openStore } from '../../src/store/open.js';
 import { describeEachStore, freshDatabase } from '../helpers/stores.js';
 import { record } from '../helpers/records.js';
 
-/** One batch holding new events, in-batch copies, a copy of an earlier event and notices (PostgreSQL: notices in their own transactions). */
+/** One batch holding new events, in-batch copies, a copy of an earlier event and notices (PostgreSQL: notices and events in one transaction). */
 describeEachStore('a mixed accept batch', (kind) => {
   it('events, copies and notices in one batch', async () => {
     const db = await freshDatabase(kind);

@@ -7,8 +7,8 @@ import { record } from '../helpers/records.js';
 import { freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
 /**
- * PostgreSQL: an unsigned notice takes its key's advisory lock in a transaction of its own (store.ts
- * acceptNotice). Another process's notice for the same key, stalled with that lock held (a paused
+ * PostgreSQL: an unsigned notice takes its key's advisory lock in its batch's transaction (store.ts
+ * acceptWithNotices). Another process's notice for the same key, stalled with that lock held (a paused
  * `serve`), makes this one time out, and its group-commit batch is answered 503, every caller in
  * it. The events beside the notice must then not be stored: a 503 says "not stored, send it again",
  * and the copy sent again must be the one answered `duplicate: false`.

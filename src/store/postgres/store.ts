@@ -14,6 +14,7 @@ import type {
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
 import { checkIn, closedWithin, endBackendOf, guardCheckedOut } from './client-guard.js';
 import { PgListener } from './listener.js';
+import { inLockOrder } from './lock-order.js';
 import { Notifier } from './notifier.js';
 import * as SQL from './sql.js';
 import { TxSlots } from './tx-slots.js';
@@ -32,6 +33,9 @@ export interface PostgresOptions {
   /** How long the new-work listener waits, silent, before it checks its connection, and then for the answer (default LIVENESS_MS; tests shorten it). */
   readonly listenLivenessMs?: number;
 }
+
+/** The text a notice's advisory lock hashes (SQL.LOCK_NOTICE_KEY): notices are locked in its order. */
+const noticeLockKey = (r: AcceptRecord): string => `${r.provider}/${r.endpointId}/${r.coalesceKey}`;
 
 /** Inbox ids are UUIDs: anything else cannot name a row (and must not reach a uuid cast as an error). */
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -210,32 +214,26 @@ export class PostgresStore implements InboxStore {
         : 'nothing was applied (every pending migration runs in one transaction)';
       throw new MigrationError(`PostgreSQL: ${step} failed: ${failed.message}; ${outcome}`, { cause: err });
     } finally {
-      // Discarded after a failure, as in acceptNotice: closing it rolls the transaction back.
+      // Discarded after a failure, as in acceptWithNotices: closing it rolls the transaction back.
       checkIn(client, unguard, failed);
     }
   }
 
   acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]> {
-    return acceptUnique(records, async (unique) => {
-      if (unique.every((r) => r.coalesceKey === undefined)) return this.acceptEvents(unique);
-      // Notices (rare, rate-limited) take their own short transaction each; events the batch
-      // statement, last: a notice that fails (its key's lock held by another process's stalled
-      // notice) fails the whole batch, 503 to every caller, so the events must not be stored by
-      // then: a 503 says "send it again", and that copy must be the one answered duplicate: false.
-      const byId = new Map<string, AcceptResult>();
-      for (const r of unique) if (r.coalesceKey !== undefined) byId.set(r.inboxId, await this.acceptNotice(r));
-      const events = unique.filter((r) => r.coalesceKey === undefined);
-      const eventResults = events.length > 0 ? await this.acceptEvents(events) : [];
-      events.forEach((r, i) => byId.set(r.inboxId, eventResults[i]!));
-      return unique.map((r) => byId.get(r.inboxId)!);
-    });
+    return acceptUnique(records, (unique) => (unique.every((r) => r.coalesceKey === undefined) ? this.acceptEvents(unique) : this.acceptWithNotices(unique)));
   }
 
   /**
-   * One unsigned notice: under a per-key advisory lock (so two concurrent notices cannot both
-   * miss each other), a row with the same key still PENDING answers it; otherwise a new row.
+   * A batch holding notices (rare, rate-limited), in ONE transaction on one connection: each
+   * notice under its key's advisory lock (so two concurrent notices cannot both miss each other,
+   * a row with the same key still PENDING answering it; else a new row), then the events'
+   * statement. A batch that fails (a notice's lock held by another process's stalled notice) is
+   * answered 503 to every caller, and then none of its records may be stored: each notice in a
+   * transaction of its own had committed the ones before the failure, and their senders were told
+   * 503 for rows that were there. Locks are taken in key order, so batches cannot deadlock.
    */
-  private async acceptNotice(r: AcceptRecord): Promise<AcceptResult> {
+  private async acceptWithNotices(unique: AcceptRecord[]): Promise<AcceptResult[]> {
+    if (this.closed) throw new StorageUnavailableError('store is closed');
     let client: pg.PoolClient;
     try {
       client = await this.pool.connect();
@@ -246,32 +244,38 @@ export class PostgresStore implements InboxStore {
     let failed: Error | undefined;
     try {
       await client.query('BEGIN');
-      await client.query(SQL.LOCK_NOTICE_KEY, [r.provider, r.endpointId, r.coalesceKey]);
-      const pending = await client.query<{ inbox_id: string }>(SQL.PENDING_NOTICE, [r.provider, r.endpointId, r.coalesceKey]);
-      let result: AcceptResult;
-      if (pending.rows[0]) {
-        result = { inboxId: pending.rows[0].inbox_id, duplicate: true };
-      } else {
-        const inserted = await client.query<{ inbox_id: string }>(SQL.acceptStatement(1, COLS), acceptValues(r));
-        if (inserted.rows.length !== 1) throw new Error('a notice id was not unique');
-        await client.query(SQL.MARK_NOTICE, [r.inboxId, r.coalesceKey]);
-        result = { inboxId: r.inboxId, duplicate: false };
-      }
+      const byId = new Map<string, AcceptResult>();
+      const notices = unique.filter((r) => r.coalesceKey !== undefined);
+      for (const r of inLockOrder(notices, noticeLockKey)) byId.set(r.inboxId, await this.acceptNotice(client, r));
+      const events = unique.filter((r) => r.coalesceKey === undefined);
+      const accepted = events.length > 0 ? await insertUnique((config) => client.query(config), events) : { results: [], inserted: false };
+      events.forEach((r, i) => byId.set(r.inboxId, accepted.results[i]!));
       await client.query('COMMIT');
-      if (!result.duplicate) this.notifier.poke();
-      return result;
+      if (accepted.inserted || notices.some((r) => !byId.get(r.inboxId)!.duplicate)) this.notifier.poke();
+      return unique.map((r) => byId.get(r.inboxId)!);
     } catch (err) {
       failed = err as Error;
-      throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
+      throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`PostgreSQL: ${failed.message}`, { cause: err });
     } finally {
       // Never back to the pool after a failure, and no ROLLBACK sent: closing the connection rolls
       // the transaction back. A statement that timed out client-side is still running, and a
       // ROLLBACK queued behind it could time out too (a second wait before the 503), leaving the
       // connection in this transaction: the next accept on it returned rows that never committed.
       checkIn(client, unguard, failed);
-      // A link that died silently left the transaction, and the key's advisory lock, at the server.
+      // A link that died silently left the transaction, and its keys' advisory locks, at the server.
       if (failed) endBackendOf(this.pool, client);
     }
+  }
+
+  /** One notice, inside acceptWithNotices' transaction: a row with its key still PENDING answers it; otherwise a new row. */
+  private async acceptNotice(client: pg.PoolClient, r: AcceptRecord): Promise<AcceptResult> {
+    await client.query(SQL.LOCK_NOTICE_KEY, [r.provider, r.endpointId, r.coalesceKey]);
+    const pending = await client.query<{ inbox_id: string }>(SQL.PENDING_NOTICE, [r.provider, r.endpointId, r.coalesceKey]);
+    if (pending.rows[0]) return { inboxId: pending.rows[0].inbox_id, duplicate: true };
+    const inserted = await client.query<{ inbox_id: string }>(SQL.acceptStatement(1, COLS), acceptValues(r));
+    if (inserted.rows.length !== 1) throw new Error('a notice id was not unique');
+    await client.query(SQL.MARK_NOTICE, [r.inboxId, r.coalesceKey]);
+    return { inboxId: r.inboxId, duplicate: false };
   }
 
   /** Events with distinct keys, in one statement. */
