@@ -768,7 +768,8 @@ export class InboxWorker {
       await undoWrites();
       throw sealFailure;
     }
-    if (savepoint) await tx.query('RELEASE SAVEPOINT wi_handler');
+    // Its writes kept; its settings (a set_config the first-word refusal cannot see) end with it.
+    if (savepoint) await tx.releaseSavepoint('wi_handler');
     return effects;
   }
 

@@ -14,7 +14,9 @@ const CONTROL = new Set(['BEGIN', 'START', 'COMMIT', 'END', 'ROLLBACK', 'ABORT',
  * PostgreSQL settings (`SET search_path`, `SET LOCAL statement_timeout`, `SET ROLE`, `RESET`,
  * `DISCARD`) outlive the handler: a released savepoint keeps them for the batch's other events'
  * handlers and the engine's settle, and a session one for the pooled connection's later batches
- * (one tenant's search_path took other tenants' writes). Refused the same way.
+ * (one tenant's search_path took other tenants' writes). Refused the same way. What this word
+ * cannot see (`SELECT set_config(…)`, a function that sets something) is reset as the handler's
+ * savepoint is released (StoreTx.releaseSavepoint).
  */
 export const SETTINGS = new Set(['SET', 'RESET', 'DISCARD']);
 

@@ -99,6 +99,12 @@ export interface StoreTx {
   /** performance.now() once begun (after the wait), else undefined. */
   readonly begunAt: number | undefined;
   /**
+   * Releases savepoint `name` (a handler that succeeded: its writes kept) and undoes whatever
+   * session setting a statement since it made (PostgreSQL: RESET ALL), so a handler's settings
+   * end with it.
+   */
+  releaseSavepoint(name: string): Promise<void>;
+  /**
    * The batch protocol's first step: of these rows, the ones `owner` still leases, locked until
    * this transaction ends (PostgreSQL `FOR UPDATE`), so their settle at the end cannot be lost to
    * a takeover. SQLite begins its transactions lazily (sqlite/tx.ts): before a handler's first

@@ -103,3 +103,50 @@ describe('a handler that runs PRAGMA query_only [sqlite]', () => {
     expect(counts).toEqual({ a: 0, p: 11 });
   });
 });
+
+/**
+ * SET is refused by its first word, but a setting made another way — `SELECT set_config(…)`, or
+ * a function of the handler's that sets one — got past that refusal: it outlived the handler as
+ * SET did, into the batch's other events (is_local true or false) and the connection's later
+ * batches (false). Now what a handler set lasts until it returns: the engine resets the session's
+ * settings as it releases the handler's savepoint (a handler that throws has them rolled back with
+ * its writes).
+ */
+(await pgAvailable() ? describe : describe.skip)('a handler that sets search_path with set_config [postgres]', () => {
+  let app: TestApp | undefined;
+  afterEach(async () => { await app?.stop(); app = undefined; });
+
+  it.each([false, true])("is_local %s: its own writes follow it; no other event's write goes to its tenant's tables", async (isLocal) => {
+    app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
+    await app.store.transaction(async (tx) => {
+      await tx.query('CREATE SCHEMA tenant_a');
+      await tx.query('CREATE TABLE tenant_a.ledger (event_id text NOT NULL)');
+      await tx.query('CREATE TABLE public.ledger (event_id text NOT NULL)');
+    });
+    const ids = new Map<string, string>();
+    for (let i = 0; i < 12; i++) {
+      const body = stripeEvent(`evt_${i}`);
+      ids.set(`evt_${i}`, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string);
+    }
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (e, ctx) => {
+      if (e.providerEventId === 'evt_0') await ctx.tx.query('SELECT set_config($1, $2, $3)', ['search_path', 'tenant_a, public', isLocal]);
+      await ctx.tx.query('INSERT INTO ledger (event_id) VALUES ($1)', [e.providerEventId]);
+    });
+    // Small batches, so evt_0 shares its batch with others and later batches reuse its connection.
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 3, concurrency: 3 } }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      for (let i = 0; i < 12; i++) {
+        const final = await waitFor(async () => {
+          const e = await app!.store.getEvent(ids.get(`evt_${i}`)!);
+          return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+        }, 20_000, `evt_${i} terminal`);
+        expect(final, `evt_${i}`).toMatchObject({ status: 'PROCESSED' });
+      }
+    } finally {
+      await workers.stop();
+    }
+    const [counts] = await app.store.transaction((tx) => tx.query('SELECT (SELECT count(*) FROM tenant_a.ledger)::int AS a, (SELECT count(*) FROM public.ledger)::int AS p'));
+    expect(counts).toEqual({ a: 1, p: 11 });
+  });
+});

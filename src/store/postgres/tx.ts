@@ -71,13 +71,32 @@ export class PgTx implements StoreTx {
       // A connection lost mid-transaction: the next query on it fails, and that surfaces.
       this.unguard = guardCheckedOut(client, () => { this.broken = true; });
       this.client = client;
-      // The pool forces generic plans for the accept statement; the handler's own SQL gets
-      // PostgreSQL's usual choice back (one round trip: all go in one simple query).
-      const idle = this.idleLimitMs === undefined ? '' : `; SET LOCAL idle_in_transaction_session_timeout = ${Math.max(1, Math.ceil(this.idleLimitMs))}`;
-      await this.exec(client, `BEGIN; SET LOCAL plan_cache_mode = auto${idle}`);
+      await this.exec(client, `BEGIN; ${this.ownSettings}`);
       this.begunAt = performance.now();
       return client;
     })());
+  }
+
+  /**
+   * The transaction's own settings (one round trip with what they follow: one simple query). The
+   * pool forces generic plans for the accept statement; the handler's own SQL gets PostgreSQL's
+   * usual choice back. And the idle limit (TxOptions.idleLimitMs).
+   */
+  private get ownSettings(): string {
+    const idle = this.idleLimitMs === undefined ? '' : `; SET LOCAL idle_in_transaction_session_timeout = ${Math.max(1, Math.ceil(this.idleLimitMs))}`;
+    return `SET LOCAL plan_cache_mode = auto${idle}`;
+  }
+
+  /**
+   * Releases a handler's savepoint and resets every setting to the connection's own (RESET ALL
+   * keeps what it was opened with), then sets the transaction's own again, in the same round
+   * trip. SET is refused by its first word (engine/tx-control.ts), but `set_config()`, or a
+   * function that sets something, is not seen there: what it set outlived the handler, into the
+   * batch's other events and the engine's settle, and (not local) the connection's later
+   * batches. The role is no RESET ALL setting: reset on its own.
+   */
+  async releaseSavepoint(name: string): Promise<void> {
+    await this.run(`RELEASE SAVEPOINT ${name}; RESET ALL; RESET ROLE; ${this.ownSettings}`);
   }
 
   /** COMMIT (or ROLLBACK after `failure`) if the transaction was begun, and release the client. */

@@ -55,6 +55,11 @@ export class SqliteTx implements StoreTx {
     return (await this.inTx<R[]>('query', { sql, params })).map(withBuffers);
   }
 
+  /** A handler's savepoint released: SQLite has no session settings a statement could leave (PRAGMA is refused). */
+  async releaseSavepoint(name: string): Promise<void> {
+    await this.query(`RELEASE SAVEPOINT ${name}`);
+  }
+
   lockLeased(inboxIds: readonly string[], owner: string): Promise<string[]> {
     const arg = { ids: inboxIds, owner };
     return this.begun ? this.inTx('lockLeased', arg) : this.send('lockLeased', arg, false);
