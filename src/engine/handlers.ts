@@ -91,6 +91,9 @@ export interface EffectContext {
 
 export type EffectExecutor = (data: unknown, ctx: EffectContext) => Promise<void> | void;
 
+/** How a handler's processed-marker consumer begins (`handler:<name>`; a forward's: `destination:<id>`). */
+export const HANDLER_CONSUMER = 'handler:';
+
 /** In-process handlers and effect executors, registered by library users. */
 export class HandlerRegistry {
   private readonly handlers: RegisteredHandler[] = [];
@@ -113,7 +116,7 @@ export class HandlerRegistry {
       throw new HandlerError(`handler option provider: unknown provider ${JSON.stringify(opts.provider)}, so the handler would never run (known: ${Object.keys(PROVIDERS).join(', ')})`);
     }
     const name = opts.name ?? typePattern;
-    const consumer = `handler:${name}`;
+    const consumer = `${HANDLER_CONSUMER}${name}`;
     if (this.handlers.some((h) => h.consumer === consumer)) throw new HandlerError(`a handler named "${name}" is already registered; give it options.name`);
     const typeMatches = eventMatcher([typePattern]);
     this.handlers.push({

@@ -17,7 +17,7 @@ import { SettleWaves } from './settle-waves.js';
 import { whileStoreFails, type StoreRetryLimits, type StoreRetryWindow } from './store-retry.js';
 import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payloadKeyUnavailable, redact, RetryableError, SetupUnavailableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
-import type { HandlerRegistry, InboxEvent, RegisteredHandler } from './handlers.js';
+import { HANDLER_CONSUMER, type HandlerRegistry, type InboxEvent, type RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
 import { isSetting, transactionControl } from './tx-control.js';
 
@@ -534,15 +534,20 @@ export class InboxWorker {
     const live = plans.filter((p) => owned.has(p.row.inboxId));
     for (const p of plans) if (!owned.has(p.row.inboxId)) this.d.log.warn({ inboxId: p.row.inboxId }, 'lease lost before settling; another worker owns the event now');
     const withHandlers = live.filter((p) => !p.early && p.handlers.length > 0);
-    const done = withHandlers.length ? markerSet(await tx.processed(withHandlers.map((p) => p.key))) : new Set<string>();
+    const found = withHandlers.length ? await tx.processed(withHandlers.map((p) => p.key)) : [];
+    const done = markerSet(found);
+    // Events a handler finished before, under any name: only they can hold effects already.
+    const handled = new Set(found.filter((m) => m.consumer.startsWith(HANDLER_CONSUMER)).map((m) => logicalKey(m)));
     // One effect per name per event (its key is <inbox_id>:<name>, and a repeated key is not
     // inserted): the names its handlers hold already. Those of an earlier attempt (read only where
-    // some handlers are done and some are not; before any handler opens the transaction), and
-    // those recorded by this attempt's handlers as they succeed.
+    // a handler finished before and some are not done; before any handler opens the transaction),
+    // and those recorded by this attempt's handlers as they succeed. A handler finished under a
+    // name none has now (renamed or removed since) counts: counting only those done by their names
+    // now, the effect it recorded looked free, and another handler's of that name was dropped.
     const taken = new Map<string, Set<string>>();
     for (const p of withHandlers) {
       const finished = p.handlers.filter((h) => done.has(markerKey(p.key, h.consumer))).length;
-      const names = finished > 0 && finished < p.handlers.length ? (await this.d.store.listEffects(p.row.inboxId)).map((e) => e.name) : [];
+      const names = handled.has(logicalKey(p.key)) && finished < p.handlers.length ? (await this.d.store.listEffects(p.row.inboxId)).map((e) => e.name) : [];
       taken.set(p.row.inboxId, new Set(names));
     }
     const markers: NewMarker[] = [];
@@ -709,7 +714,7 @@ export class InboxWorker {
         if (effects.has(name)) throw new Error(`effect "${name}" recorded twice for one event`);
         // Another handler's: the insert would be skipped as a repeat, and this one never executed.
         if (taken.has(name)) {
-          throw new NeedsDecisionError('effect_name_taken', `effect "${name}" is already recorded for this event by another of its handlers: one effect per name per event (its idempotency key is <inbox_id>:<name>)`);
+          throw new NeedsDecisionError('effect_name_taken', `effect "${name}" is already recorded for this event by another of its handlers (or one renamed since): one effect per name per event (its idempotency key is <inbox_id>:<name>)`);
         }
         // Serialised here, so data that is not JSON fails the handler (its writes undone) at the
         // call, instead of a half-recorded event or a failed batch after the handler returned.
