@@ -172,35 +172,36 @@ function unseenUnder(counts: ReadonlyMap<string, number>, currentKeyId: string, 
     .filter((u) => u.n > 0);
 }
 
-/** The newest events whose payloads tell which key value the servers seal with. */
-const PROBE_EVENTS = 50;
+/** Rows of each kind the config's current key is tried on (one altered row does not decide). */
+const PROBE_ROWS = 5;
 
 /**
- * Whether this config's current key is the one the servers seal with: payloads they stored
- * lately under its id, and the effects their handlers recorded for those events under it, must
- * open with it. A config whose key has that id but another value (a typo, a stale secret file)
- * would reseal everything into payloads and effects no server can open, and the workers fail
- * those at once (payload_corrupt, effect_data_corrupt). The effects count too: events accepted
- * under the old key and processed once the new one is current have only their effects under it.
- * Returns why not to reseal, or null (also when nothing recent is under that id yet: nothing to
- * compare with).
+ * Whether this config's current key is the one the servers seal with: of the newest payloads
+ * stored under its id and the newest effects sealed under it, one must open with it. A config
+ * whose key has that id but another value (a typo, a stale secret file; a value changed in place
+ * is taken by the next restart) would reseal everything into payloads and effects no server can
+ * open, and the workers fail those at once (payload_corrupt, effect_data_corrupt). The effects
+ * count too: events accepted under the old key and processed once the new one is current have
+ * only their effects under it. The rows are found by key id: the newest 50 events, as before,
+ * may all be under another key (a server not yet restarted onto the new key goes on sealing under
+ * the old one), and then nothing was compared and a wrong key resealed everything. (An older key
+ * of another value only leaves its rows as they are, each named: not checked here, as a row
+ * altered in the database, which the run names too, would read as a wrong value.)
+ * Returns why not to reseal, or null (also when nothing is under that id yet: nothing to compare with).
  */
 async function currentKeyRefusal(store: InboxStore, cipher: PayloadCipher): Promise<string | null> {
-  const events = await store.listEvents({ limit: PROBE_EVENTS });
-  const recent = events.filter((e) => e.rawPayloadRef !== null);
-  const rows = new Map(recent.map((e) => [e.rawPayloadRef!, e]));
-  const sealedUnderCurrent = (await store.readPayloads([...rows.keys()], MAX_BYTES)).filter((p) => p.keyId === cipher.currentKeyId);
-  const prefix = sealedEffectPrefix(cipher.currentKeyId);
-  const effectsUnderCurrent: { data: string; idempotencyKey: string }[] = [];
-  for (const e of events) for (const f of await store.listEffects(e.inboxId)) if (f.data.startsWith(prefix)) effectsUnderCurrent.push(f);
-  const opens = sealedUnderCurrent.some((p) => authenticates(() => cipher.open(p, rows.get(p.payloadId)!)))
-    || effectsUnderCurrent.some((f) => authenticates(() => openEffectData(cipher, f.data, f.idempotencyKey)));
-  if (sealedUnderCurrent.length + effectsUnderCurrent.length === 0 || opens) return null;
+  const keyId = cipher.currentKeyId;
+  const { payloads, effects } = await store.newestSealedUnder(keyId, sealedEffectPrefix(keyId), PROBE_ROWS);
+  const bindings = new Map(payloads.map((r) => [r.payloadId, r]));
+  const stored = await store.readPayloads([...bindings.keys()], MAX_BYTES);
+  const opens = stored.some((p) => authenticates(() => cipher.open(p, bindings.get(p.payloadId)!)))
+    || effects.some((f) => authenticates(() => openEffectData(cipher, f.data, f.idempotencyKey)));
+  if (stored.length + effects.length === 0 || opens) return null;
   const what = [
-    ...(sealedUnderCurrent.length ? [`${sealedUnderCurrent.length} recent payload(s)`] : []),
-    ...(effectsUnderCurrent.length ? [`${effectsUnderCurrent.length} recent effect(s)`] : []),
+    ...(stored.length ? [`${stored.length} recent payload(s)`] : []),
+    ...(effects.length ? [`${effects.length} recent effect(s)`] : []),
   ].join(' and ');
-  return `the current payload key ${quotedKeyId(cipher.currentKeyId)} in this config does not open the ${what} stored under ${quotedKeyId(cipher.currentKeyId)}: ` +
+  return `the current payload key ${quotedKeyId(keyId)} in this config does not open the ${what} stored under ${quotedKeyId(keyId)}: ` +
     'its value differs from the one the servers seal with (run keys reseal with the config they run)';
 }
 

@@ -279,6 +279,12 @@ export interface ResealRef extends EventKey {
   readonly payloadId: string;
 }
 
+/** The newest rows sealed under one key (newestSealedUnder), newest first. */
+export interface SealedSamples {
+  readonly payloads: readonly ResealRef[];
+  readonly effects: readonly EffectToReseal[];
+}
+
 /** A new sealing for a payload, swapped in only while the row still holds `oldNonce`. */
 export interface Resealed {
   readonly payloadId: string;
@@ -373,6 +379,12 @@ export interface WorkStore {
    * are left out.
    */
   payloadsToReseal(keyId: string, afterPayloadId: string | null, limit: number): Promise<ResealRef[]>;
+  /**
+   * The newest `limit` payloads sealed under `keyId` that an event points at, and the newest
+   * `limit` effects whose data starts with `sealedPrefix` (that key's): what `keys reseal` tries
+   * each key's value on.
+   */
+  newestSealedUnder(keyId: string, sealedPrefix: string, limit: number): Promise<SealedSamples>;
   /**
    * Swaps in each new sealing (key id, nonce, ciphertext; the packing columns stay) where the
    * row still holds `oldNonce`, all in one transaction; returns how many rows changed. A row

@@ -359,3 +359,46 @@ describeEachStore('keys reseal with payloads stored under the old key while it r
     expect(await usage()).toEqual({ k2: 7 });
   });
 });
+
+/**
+ * The check that a config's key values are the servers' looked at the newest 50 events only. A
+ * server not yet restarted onto the new current key (k2) goes on sealing under k1: once 50 events
+ * were stored so after the first one under k2, the check found nothing under k2 to try the
+ * config's value on, and a config with a wrong k2 resealed every k1 payload into ones no server
+ * can open (exit 0). Now the current key's value is tried on the newest rows stored under its id.
+ */
+describeEachStore('keys reseal when the newest events are all under an older key', (kind) => {
+  let db: TestDatabase | undefined;
+  let dir: string;
+  let store: InboxStore;
+  const accepted = new Accepted(() => db!.url, () => store);
+  const { payloadOf } = accepted;
+  const late = Array.from({ length: 51 }, (_, i) => `evt_late_${i}`);
+  const wrong = Buffer.alloc(32, 3).toString('base64');
+
+  beforeAll(async () => {
+    db = await freshDatabase(kind);
+    dir = mkdtempSync(join(tmpdir(), 'wi-keys-probe-'));
+    await accepted.accept({ current: 'k2', keys: { k1: PAYLOAD_KEY, k2: K2 } }, [['evt_new1', stripeEvent('evt_new1')]]); // restarted onto k2
+    await accepted.accept({ current: 'k1', keys: { k1: PAYLOAD_KEY } }, late.map((e) => [e, stripeEvent(e)] as [string, Buffer])); // not yet
+    store = openStore(db.url);
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await db?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('a current key with another value than the servers\': refused (exit 1), nothing changed', async () => {
+    const file = join(dir, 'wrong.yaml');
+    writeFileSync(file, stringify(configDoc(db!.url, { payloadKeys: { current: 'k2', keys: { k1: PAYLOAD_KEY, k2: wrong } } })));
+    const events = ['evt_new1', late[0]!, late[50]!];
+    const before = await Promise.all(events.map(payloadOf));
+    const r = await cli(['keys', 'reseal', '--config', file, '--busy', '100']);
+    expect(r.code, r.err).toBe(1);
+    expect(r.err).toContain('the current payload key "k2" in this config does not open the 1 recent payload(s) stored under "k2"');
+    expect(r.err).toContain('nothing resealed');
+    expect(await Promise.all(events.map(payloadOf))).toEqual(before);
+  });
+});

@@ -9,7 +9,7 @@ import {
 } from '../rows.js';
 import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectKeyUsage, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
-  Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal, TxOptions,
+  Resealed, ResealedEffect, ResealRef, SealedSamples, StoreTx, EffectToReseal, TxOptions,
 } from '../work-port.js';
 import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
 import { checkIn, closedWithin, endBackendOf, guardCheckedOut } from './client-guard.js';
@@ -457,6 +457,11 @@ export class PostgresStore implements InboxStore {
   async payloadsToReseal(keyId: string, afterPayloadId: string | null, limit: number): Promise<ResealRef[]> {
     if (afterPayloadId !== null && !UUID_RE.test(afterPayloadId)) throw new Error(`not a payload id: ${afterPayloadId}`);
     return (await this.rows(W.PAYLOADS_TO_RESEAL, [keyId, afterPayloadId, limit])).map(toResealRef);
+  }
+
+  async newestSealedUnder(keyId: string, sealedPrefix: string, limit: number): Promise<SealedSamples> {
+    const [payloads, effects] = await Promise.all([this.rows(W.NEWEST_PAYLOAD_UNDER, [keyId, limit]), this.rows(W.NEWEST_EFFECT_UNDER, [sealedPrefix, limit])]);
+    return { payloads: payloads.map(toResealRef), effects: effects.map(toEffectToReseal) };
   }
 
   async resealPayloads(items: readonly Resealed[]): Promise<number> {

@@ -10,7 +10,7 @@ import {
 } from '../rows.js';
 import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectKeyUsage, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
-  Resealed, ResealedEffect, ResealRef, StoreTx, EffectToReseal,
+  Resealed, ResealedEffect, ResealRef, SealedSamples, StoreTx, EffectToReseal,
 } from '../work-port.js';
 import { LeaseLostError } from '../work-port.js';
 import { SqliteTx } from './tx.js';
@@ -244,6 +244,11 @@ export class SqliteStore implements InboxStore {
 
   async payloadsToReseal(keyId: string, afterPayloadId: string | null, limit: number): Promise<ResealRef[]> {
     return (await this.call<RawRow[]>('payloadsToReseal', { keyId, after: afterPayloadId, limit })).map(toResealRef);
+  }
+
+  async newestSealedUnder(keyId: string, sealedPrefix: string, limit: number): Promise<SealedSamples> {
+    const r = await this.call<{ payloads: RawRow[]; effects: RawRow[] }>('newestSealedUnder', { keyId, prefix: sealedPrefix, limit });
+    return { payloads: r.payloads.map(toResealRef), effects: r.effects.map(toEffectToReseal) };
   }
 
   async resealPayloads(items: readonly Resealed[]): Promise<number> {

@@ -139,6 +139,10 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     backlog: () => st(W.BACKLOG).all(),
     payloadKeyUsage: () => st(W.PAYLOAD_KEY_USAGE).all(),
     payloadsToReseal: (a: { keyId: string; after: string | null; limit: number }) => st(W.PAYLOADS_TO_RESEAL).all(a),
+    newestSealedUnder: (a: { keyId: string; prefix: string; limit: number }) => ({
+      payloads: st(W.NEWEST_PAYLOAD_UNDER).all({ keyId: a.keyId, limit: a.limit }),
+      effects: st(W.NEWEST_EFFECT_UNDER).all({ prefix: a.prefix, limit: a.limit }),
+    }),
     resealPayloads: (items: ResealArg[]) => resealPayloads.immediate(items),
     effectKeyUsage: () => st(W.EFFECT_KEY_USAGE).all(),
     effectsToReseal: (a: { prefix: string; after: string | null; limit: number }) => st(W.EFFECTS_TO_RESEAL).all(a),

@@ -257,6 +257,15 @@ export const PAYLOAD_KEY_USAGE = `
  * starts where the last ended). `> coalesce(@after, '')`, not `@after IS NULL OR …`: SQLite plans
  * the OR as a scan of the key from its start, every page (test/store/sqlite-plans.test.ts).
  */
+/** The newest payloads an event points at under a key, and the newest effects sealed under it (postgres/work-sql.ts NEWEST_PAYLOAD_UNDER). */
+export const NEWEST_PAYLOAD_UNDER = `
+  SELECT p.payload_id, i.provider, i.endpoint_id, i.provider_event_id
+  FROM webhook_payload p JOIN webhook_inbox i ON i.raw_payload_ref = p.payload_id
+  WHERE p.key_id = @keyId ORDER BY p.payload_id DESC LIMIT @limit`;
+export const NEWEST_EFFECT_UNDER = `
+  SELECT effect_id, idempotency_key, data FROM webhook_effects
+  WHERE substr(data, 1, length(@prefix)) = @prefix ORDER BY effect_id DESC LIMIT @limit`;
+
 export const PAYLOADS_TO_RESEAL = `
   SELECT p.payload_id, i.provider, i.endpoint_id, i.provider_event_id
   FROM webhook_payload p JOIN webhook_inbox i ON i.raw_payload_ref = p.payload_id
