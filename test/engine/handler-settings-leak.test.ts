@@ -66,22 +66,28 @@ describe('a handler that runs PRAGMA query_only [sqlite]', () => {
   });
 });
 
+/** A tenant schema and a public one, each with a ledger, and 12 accepted events (evt_0…evt_11): their inbox ids by event id. */
+async function tenantTablesAndTwelveEvents(app: TestApp): Promise<Map<string, string>> {
+  await app.store.transaction(async (tx) => {
+    await tx.query('CREATE SCHEMA tenant_a');
+    await tx.query('CREATE TABLE tenant_a.ledger (event_id text NOT NULL)');
+    await tx.query('CREATE TABLE public.ledger (event_id text NOT NULL)');
+  });
+  const ids = new Map<string, string>();
+  for (let i = 0; i < 12; i++) {
+    const body = stripeEvent(`evt_${i}`);
+    ids.set(`evt_${i}`, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string);
+  }
+  return ids;
+}
+
 (await pgAvailable() ? describe : describe.skip)('a handler that SETs search_path [postgres]', () => {
   let app: TestApp | undefined;
   afterEach(async () => { await app?.stop(); app = undefined; });
 
   it("fails alone; no other event's write goes to its tenant's tables", async () => {
     app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
-    await app.store.transaction(async (tx) => {
-      await tx.query('CREATE SCHEMA tenant_a');
-      await tx.query('CREATE TABLE tenant_a.ledger (event_id text NOT NULL)');
-      await tx.query('CREATE TABLE public.ledger (event_id text NOT NULL)');
-    });
-    const ids = new Map<string, string>();
-    for (let i = 0; i < 12; i++) {
-      const body = stripeEvent(`evt_${i}`);
-      ids.set(`evt_${i}`, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string);
-    }
+    const ids = await tenantTablesAndTwelveEvents(app);
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (e, ctx) => {
       if (e.providerEventId === 'evt_0') await ctx.tx.query('SET search_path TO tenant_a, public');
       await ctx.tx.query('INSERT INTO ledger (event_id) VALUES ($1)', [e.providerEventId]);
@@ -118,16 +124,7 @@ describe('a handler that runs PRAGMA query_only [sqlite]', () => {
 
   it.each([false, true])("is_local %s: its own writes follow it; no other event's write goes to its tenant's tables", async (isLocal) => {
     app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
-    await app.store.transaction(async (tx) => {
-      await tx.query('CREATE SCHEMA tenant_a');
-      await tx.query('CREATE TABLE tenant_a.ledger (event_id text NOT NULL)');
-      await tx.query('CREATE TABLE public.ledger (event_id text NOT NULL)');
-    });
-    const ids = new Map<string, string>();
-    for (let i = 0; i < 12; i++) {
-      const body = stripeEvent(`evt_${i}`);
-      ids.set(`evt_${i}`, (await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string);
-    }
+    const ids = await tenantTablesAndTwelveEvents(app);
     const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (e, ctx) => {
       if (e.providerEventId === 'evt_0') await ctx.tx.query('SELECT set_config($1, $2, $3)', ['search_path', 'tenant_a, public', isLocal]);
       await ctx.tx.query('INSERT INTO ledger (event_id) VALUES ($1)', [e.providerEventId]);
