@@ -743,8 +743,7 @@ export class InboxWorker {
     const undoWrites = async () => {
       if (!savepoint) return;
       await savepoint.catch(() => undefined);
-      await tx.query('ROLLBACK TO SAVEPOINT wi_handler');
-      await tx.query('RELEASE SAVEPOINT wi_handler');
+      await tx.releaseSavepoint('wi_handler', { rollback: true });
     };
     try {
       await Promise.race([Promise.resolve().then(() => h.fn(event, ctx)), deadline.expired]);
@@ -773,7 +772,7 @@ export class InboxWorker {
       await undoWrites();
       throw sealFailure;
     }
-    // Its writes kept; its settings (a set_config the first-word refusal cannot see) end with it.
+    // Its writes kept; its session state (a set_config the first-word refusal cannot see, a lock) ends with it.
     if (savepoint) await tx.releaseSavepoint('wi_handler');
     return effects;
   }

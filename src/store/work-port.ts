@@ -99,11 +99,11 @@ export interface StoreTx {
   /** performance.now() once begun (after the wait), else undefined. */
   readonly begunAt: number | undefined;
   /**
-   * Releases savepoint `name` (a handler that succeeded: its writes kept) and undoes whatever
-   * session setting a statement since it made (PostgreSQL: RESET ALL), so a handler's settings
-   * end with it.
+   * Ends savepoint `name`: a handler's, its writes kept, or undone first when `rollback` (it
+   * failed). Either way whatever session state a statement since it left behind ends with it
+   * (PostgreSQL: settings, role, session advisory locks, temporary tables, LISTENs).
    */
-  releaseSavepoint(name: string): Promise<void>;
+  releaseSavepoint(name: string, opts?: { rollback?: boolean }): Promise<void>;
   /**
    * The batch protocol's first step: of these rows, the ones `owner` still leases, locked until
    * this transaction ends (PostgreSQL `FOR UPDATE`), so their settle at the end cannot be lost to

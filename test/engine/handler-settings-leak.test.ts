@@ -1,6 +1,7 @@
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
+import { NeedsDecisionError } from '../../src/engine/failure.js';
 import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { transactionControl } from '../../src/engine/tx-control.js';
 import type { InboxDetail } from '../../src/store/work-port.js';
@@ -145,5 +146,48 @@ async function tenantTablesAndTwelveEvents(app: TestApp): Promise<Map<string, st
     }
     const [counts] = await app.store.transaction((tx) => tx.query('SELECT (SELECT count(*) FROM tenant_a.ledger)::int AS a, (SELECT count(*) FROM public.ledger)::int AS p'));
     expect(counts).toEqual({ a: 1, p: 11 });
+  });
+});
+
+/**
+ * Session state that is no setting outlived a handler the same way, on the pooled connection the
+ * next batches get: a session advisory lock (`pg_advisory_lock`, easily taken for the transaction
+ * one) stayed held by the engine for good, even when the handler that took it failed (a rollback
+ * to its savepoint does not release it), so every other process's handler waiting on it hung; a
+ * temporary table stayed, and the next handler creating it failed "already exists". Now they end
+ * with the handler as its settings do.
+ */
+(await pgAvailable() ? describe : describe.skip)('a handler that leaves session state behind [postgres]', () => {
+  let app: TestApp | undefined;
+  afterEach(async () => { await app?.stop(); app = undefined; });
+
+  it('its session advisory lock is released as it ends, whether it succeeded or failed; a temporary table it made is gone for the next handler', async () => {
+    app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const body = stripeEvent(`evt_${i}`);
+      ids.push((await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string);
+    }
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (e, ctx) => {
+      await ctx.tx.query('CREATE TEMP TABLE scratch AS SELECT $1::text AS event_id', [e.providerEventId]);
+      await ctx.tx.query('SELECT pg_advisory_lock(4711)');
+      if (e.providerEventId === 'evt_5') throw new NeedsDecisionError('test_refused', 'refused after taking the lock');
+    });
+    // One connection, batches of three: every handler after the first runs where the others ran.
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 3, concurrency: 1 } }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      const final = (id: string) => waitFor(async () => {
+        const e = await app!.store.getEvent(id);
+        return e?.status === 'PROCESSED' || e?.status === 'FAILED' ? e : null;
+      }, 20_000, `${id} terminal`) as Promise<InboxDetail>;
+      for (let i = 0; i < 5; i++) expect(await final(ids[i]!), `evt_${i}`).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+      expect(await final(ids[5]!)).toMatchObject({ status: 'FAILED', failureReason: 'test_refused' });
+      // Another session can take the lock: no handler's is held by the engine's connection.
+      const [got] = await app.store.transaction((tx) => tx.query<{ ok: boolean }>('SELECT pg_try_advisory_lock(4711) AS ok'));
+      expect(got).toEqual({ ok: true });
+    } finally {
+      await workers.stop();
+    }
   });
 });

@@ -5,6 +5,9 @@ import { checkIn, endBackendOf, guardCheckedOut } from './client-guard.js';
 import type { TxSlots } from './tx-slots.js';
 import * as W from './work-sql.js';
 
+/** What a handler may leave on its session besides its writes (releaseSavepoint): settings, role, session advisory locks, temporary tables, LISTENs. */
+const SESSION_RESET = 'RESET ALL; RESET ROLE; SELECT pg_advisory_unlock_all(); DISCARD TEMP; UNLISTEN *';
+
 /**
  * A server-reported SQL error (it carries a SQLSTATE) propagates as is, so the engine can tell
  * a deadlock (40P01) or a serialization failure (40001) from a constraint violation. Anything
@@ -88,15 +91,20 @@ export class PgTx implements StoreTx {
   }
 
   /**
-   * Releases a handler's savepoint and resets every setting to the connection's own (RESET ALL
-   * keeps what it was opened with), then sets the transaction's own again, in the same round
-   * trip. SET is refused by its first word (engine/tx-control.ts), but `set_config()`, or a
-   * function that sets something, is not seen there: what it set outlived the handler, into the
-   * batch's other events and the engine's settle, and (not local) the connection's later
-   * batches. The role is no RESET ALL setting: reset on its own.
+   * Ends a handler's savepoint (rolled back first when `rollback`: a handler that failed) and the
+   * session state it may have left on this pooled connection, in one round trip, then sets the
+   * transaction's own settings again. SET is refused by its first word (engine/tx-control.ts), but
+   * `set_config()`, or a function that sets something, is not seen there: what it set outlived the
+   * handler, into the batch's other events and the engine's settle, and (not local) the
+   * connection's later batches. RESET ALL keeps what the connection was opened with; the role is
+   * no RESET ALL setting. A session advisory lock survives even a rollback to the savepoint (it
+   * stayed with the engine's connection for good, every other holder-to-be waiting on it), and a
+   * temporary table or a LISTEN outlived the handler too (the next handler creating the table
+   * failed). Prepared statements are left alone: the driver's own are among them.
    */
-  async releaseSavepoint(name: string): Promise<void> {
-    await this.run(`RELEASE SAVEPOINT ${name}; RESET ALL; RESET ROLE; ${this.ownSettings}`);
+  async releaseSavepoint(name: string, opts: { rollback?: boolean } = {}): Promise<void> {
+    const undo = opts.rollback ? `ROLLBACK TO SAVEPOINT ${name}; ` : '';
+    await this.run(`${undo}RELEASE SAVEPOINT ${name}; ${SESSION_RESET}; ${this.ownSettings}`);
   }
 
   /** COMMIT (or ROLLBACK after `failure`) if the transaction was begun, and release the client. */

@@ -55,8 +55,9 @@ export class SqliteTx implements StoreTx {
     return (await this.inTx<R[]>('query', { sql, params })).map(withBuffers);
   }
 
-  /** A handler's savepoint released: SQLite has no session settings a statement could leave (PRAGMA is refused). */
-  async releaseSavepoint(name: string): Promise<void> {
+  /** A handler's savepoint ended (rolled back first when `rollback`): SQLite has no session settings a statement could leave (PRAGMA is refused). */
+  async releaseSavepoint(name: string, opts: { rollback?: boolean } = {}): Promise<void> {
+    if (opts.rollback) await this.query(`ROLLBACK TO SAVEPOINT ${name}`);
     await this.query(`RELEASE SAVEPOINT ${name}`);
   }
 
