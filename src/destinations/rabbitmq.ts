@@ -210,8 +210,11 @@ export class RabbitMqDestination implements Destination {
       if (conn) await this.shutdown(conn);
       if (err instanceof RetryableError) throw err;
       const msg = describe(err);
-      // amqplib's socket timeout also bounds the AMQP handshake ("connect ETIMEDOUT").
-      throw new RetryableError(/ETIMEDOUT/.test(msg) ? 'timeout' : 'rabbitmq_unavailable', `${this.where}: cannot connect (${msg})`, { cause: err });
+      // amqplib's socket timeout also bounds the AMQP handshake ("connect ETIMEDOUT"). A login the
+      // broker refuses (a wrong password, a user not allowed in) says 403 ACCESS-REFUSED: named as
+      // the channel-level refusal is, since what fixes it is the same, a permission.
+      const reason = /ETIMEDOUT/.test(msg) ? 'timeout' : /ACCESS[-_]REFUSED/.test(msg) ? 'access_refused' : 'rabbitmq_unavailable';
+      throw new RetryableError(reason, `${this.where}: cannot connect (${msg})`, { cause: err });
     }
   }
 

@@ -236,6 +236,15 @@ describe('rabbitmq destination (real broker)', () => {
     expect(proxy.accepted).toBe(1);
   });
 
+  it('a login the broker refuses (a wrong password): access_refused, naming the 403, and retried', async () => {
+    const d = destination({ url: 'amqp://guest:not-the-password@127.0.0.1:5672' });
+    const err = await failureOf(d.deliver(deliveryEvent()));
+    expect(err).toBeInstanceOf(RetryableError);
+    expect(err.reason).toBe('access_refused');
+    expect(err.message).toContain('403');
+    expect(err.message).not.toContain('not-the-password');
+  });
+
   it('rides out a connection loss: fails as retryable, then reconnects on the next delivery', async () => {
     const proxy = new TcpProxy(5672);
     const port = await proxy.start();
