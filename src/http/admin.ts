@@ -1,4 +1,5 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { afterRefusal } from './linger.js';
 import { sendJson } from './respond.js';
 
@@ -104,6 +105,18 @@ export function createAdminServer(admin: AdminHandlers): Server {
   const server = createServer({ headersTimeout: 10_000, requestTimeout: 10_000, keepAliveTimeout: 5_000, connectionsCheckingInterval: 1_000 });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     if (!serveAdmin(pathOf(req), req, res, admin)) sendJson(res, 404, '{"error":"not_found"}');
+  });
+  // HTTP that never became a request gets what the webhook port gives it (a status and a JSON
+  // reason, then the close), not Node's bare 400; a connection that sent nothing is just closed.
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+    if (!socket.writable || err.code === 'ECONNRESET' || (timeout && (socket as Duplex & { bytesRead?: number }).bytesRead === 0)) return socket.destroy();
+    const [status, reason] = err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'headers_too_large'] : timeout ? [408, 'request_timeout'] : [400, 'bad_request'];
+    const body = `{"error":"${reason}"}`;
+    // A client that never closes its side does not hold the connection.
+    const cut = setTimeout(() => socket.destroy(), 5_000);
+    socket.once('close', () => clearTimeout(cut));
+    socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
   });
   return server;
 }

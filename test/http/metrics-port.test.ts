@@ -88,6 +88,17 @@ describeEachStore('serve with a metrics port of its own', (kind) => {
     }
   });
 
+  it('the metrics port answers malformed HTTP as the webhook port does: a status with a JSON reason, then the connection closes', async () => {
+    const metricsPort = Number(new URL(app.metricsUrl!).port);
+    const bad = await rawExchange(metricsPort, 'GET /metrics HTTP/1.1\r\nhost: x\r\nbad header line\r\n\r\n');
+    expect(statusOf(bad.text)).toBe(400);
+    expect(bad.text).toContain('{"error":"bad_request"}');
+    expect(bad.closed).toBe(true);
+    const big = await rawExchange(metricsPort, `GET /metrics HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(70_000)}\r\n\r\n`);
+    expect(statusOf(big.text)).toBe(431);
+    expect(big.text).toContain('{"error":"headers_too_large"}');
+  });
+
   it('once close() has begun, /readyz on the metrics port says not ready: the webhook port no longer takes connections', async () => {
     const webhookPort = Number(new URL(app.url).port);
     // A sender stalled mid-body keeps the webhook server's close waiting (up to its grace period).
