@@ -191,3 +191,44 @@ async function tenantTablesAndTwelveEvents(app: TestApp): Promise<Map<string, st
     }
   });
 });
+
+/**
+ * The end of the handler's savepoint drops its temporary tables (DISCARD TEMP), but PostgreSQL
+ * refuses to drop one a cursor still reads ("being used by active queries in this session"): a
+ * handler that left a cursor open over its temp table, and returned, failed the engine's own
+ * statement, and with it the transaction: the event, and its batch's others, were retried (each
+ * time the same) though every handler succeeded. Its cursors now end with it too.
+ */
+(await pgAvailable() ? describe : describe.skip)('a handler that leaves a cursor open over its temporary table [postgres]', () => {
+  let app: TestApp | undefined;
+  afterEach(async () => { await app?.stop(); app = undefined; });
+
+  it('is processed once, as are the other events of its batch', async () => {
+    app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: false });
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const body = stripeEvent(`evt_${i}`);
+      ids.push((await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body))).json().inbox_id as string);
+    }
+    const handlers = new HandlerRegistry().on('payment_intent.succeeded', async (e, ctx) => {
+      if (e.providerEventId !== 'evt_1') return void (await ctx.tx.query('SELECT 1'));
+      await ctx.tx.query('CREATE TEMP TABLE scratch AS SELECT $1::text AS event_id', [e.providerEventId]);
+      await ctx.tx.query('DECLARE scan CURSOR FOR SELECT event_id FROM scratch');
+      await ctx.tx.query('FETCH 1 FROM scan');
+    });
+    const config = parseConfig(configDoc(app.db.url, { ...FAST_WORKERS, workers: { ...FAST_WORKERS.workers, batchSize: 3, concurrency: 1 } }));
+    const workers = await startWorkers(config, { handlers, logger: pino({ level: 'silent' }), migrate: false });
+    try {
+      for (const [i, id] of ids.entries()) {
+        // Settled, or attempted again: either ends the wait.
+        const seen = await waitFor(async () => {
+          const e = await app!.store.getEvent(id);
+          return e && (e.status === 'PROCESSED' || e.status === 'FAILED' || e.attemptCount > 1) ? e : null;
+        }, 20_000, `evt_${i} settled`);
+        expect(seen, `evt_${i}`).toMatchObject({ status: 'PROCESSED', attemptCount: 1 });
+      }
+    } finally {
+      await workers.stop();
+    }
+  });
+});

@@ -5,8 +5,12 @@ import { checkIn, endBackendOf, guardCheckedOut } from './client-guard.js';
 import type { TxSlots } from './tx-slots.js';
 import * as W from './work-sql.js';
 
-/** What a handler may leave on its session besides its writes (releaseSavepoint): settings, role, session advisory locks, temporary tables, LISTENs. */
-const SESSION_RESET = 'RESET ALL; RESET ROLE; SELECT pg_advisory_unlock_all(); DISCARD TEMP; UNLISTEN *';
+/**
+ * What a handler may leave on its session besides its writes (releaseSavepoint): settings, role,
+ * session advisory locks, cursors, temporary tables, LISTENs. Its cursors are closed before its
+ * temporary tables go: DISCARD TEMP fails on a table a cursor still reads, and with it the batch.
+ */
+const SESSION_RESET = 'RESET ALL; RESET ROLE; SELECT pg_advisory_unlock_all(); CLOSE ALL; DISCARD TEMP; UNLISTEN *';
 
 /**
  * A server-reported SQL error (it carries a SQLSTATE) propagates as is, so the engine can tell
@@ -100,7 +104,7 @@ export class PgTx implements StoreTx {
    * no RESET ALL setting. A session advisory lock survives even a rollback to the savepoint (it
    * stayed with the engine's connection for good, every other holder-to-be waiting on it), and a
    * temporary table or a LISTEN outlived the handler too (the next handler creating the table
-   * failed). Prepared statements are left alone: the driver's own are among them.
+   * failed); a cursor ends with it as well. Prepared statements are left alone: the driver's own are among them.
    */
   async releaseSavepoint(name: string, opts: { rollback?: boolean } = {}): Promise<void> {
     const undo = opts.rollback ? `ROLLBACK TO SAVEPOINT ${name}; ` : '';
