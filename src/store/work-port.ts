@@ -101,7 +101,7 @@ export interface StoreTx {
   /**
    * Ends savepoint `name`: a handler's, its writes kept, or undone first when `rollback` (it
    * failed). Either way whatever session state a statement since it left behind ends with it
-   * (PostgreSQL: settings, role, session advisory locks, cursors, temporary tables, LISTENs).
+   * (PostgreSQL: settings, role, session advisory locks, cursors, LISTENs).
    */
   releaseSavepoint(name: string, opts?: { rollback?: boolean }): Promise<void>;
   /**

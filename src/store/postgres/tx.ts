@@ -7,10 +7,11 @@ import * as W from './work-sql.js';
 
 /**
  * What a handler may leave on its session besides its writes (releaseSavepoint): settings, role,
- * session advisory locks, cursors, temporary tables, LISTENs. Its cursors are closed before its
- * temporary tables go: DISCARD TEMP fails on a table a cursor still reads, and with it the batch.
+ * session advisory locks, cursors, LISTENs. Not its temporary tables: DISCARD TEMP fails on a
+ * table with deferred trigger events pending (a deferred foreign key), and with it the batch; a
+ * handler's temp table is its own to drop (README: ON COMMIT DROP).
  */
-const SESSION_RESET = 'RESET ALL; RESET ROLE; SELECT pg_advisory_unlock_all(); CLOSE ALL; DISCARD TEMP; UNLISTEN *';
+const SESSION_RESET = 'RESET ALL; RESET ROLE; SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *';
 
 /**
  * A server-reported SQL error (it carries a SQLSTATE) propagates as is, so the engine can tell

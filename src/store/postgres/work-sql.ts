@@ -354,7 +354,6 @@ export const RESEAL_EFFECTS = named('reseal_effects', `
   FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(effect_id, old_data, data)
   WHERE e.effect_id = u.effect_id AND e.data = u.old_data`);
 
-/** Payloads under another key than $1, after $2 in id order (the primary key: each page starts where the last ended). */
 /**
  * The newest $2 payloads sealed under key $1 that an event points at, and the newest $2 effects
  * whose data starts with $1 (a key's sealed prefix): `keys reseal` tries the config's value of each key on them. A
@@ -369,6 +368,7 @@ export const NEWEST_EFFECT_UNDER = named('newest_effect_under', `
   SELECT e.effect_id::text AS effect_id, e.idempotency_key, e.data FROM webhook_effects e
   WHERE left(e.data, length($1::text)) = $1::text ORDER BY e.effect_id DESC LIMIT $2`);
 
+/** Payloads under another key than $1, after $2 in id order (the primary key: each page starts where the last ended). */
 export const PAYLOADS_TO_RESEAL = named('payloads_to_reseal', `
   SELECT p.payload_id::text AS payload_id, i.provider, i.endpoint_id, i.provider_event_id
   FROM webhook_payload p JOIN webhook_inbox i ON i.raw_payload_ref = p.payload_id

@@ -252,11 +252,6 @@ export const QUEUE_STATS = `
 export const PAYLOAD_KEY_USAGE = `
   SELECT key_id, count(*) AS payloads FROM webhook_payload GROUP BY key_id ORDER BY key_id`;
 
-/**
- * Payloads under another key than @keyId, after @after in id order (the primary key: each page
- * starts where the last ended). `> coalesce(@after, '')`, not `@after IS NULL OR …`: SQLite plans
- * the OR as a scan of the key from its start, every page (test/store/sqlite-plans.test.ts).
- */
 /** The newest payloads an event points at under a key, and the newest effects sealed under it (postgres/work-sql.ts NEWEST_PAYLOAD_UNDER). */
 export const NEWEST_PAYLOAD_UNDER = `
   SELECT p.payload_id, i.provider, i.endpoint_id, i.provider_event_id
@@ -266,6 +261,11 @@ export const NEWEST_EFFECT_UNDER = `
   SELECT effect_id, idempotency_key, data FROM webhook_effects
   WHERE substr(data, 1, length(@prefix)) = @prefix ORDER BY effect_id DESC LIMIT @limit`;
 
+/**
+ * Payloads under another key than @keyId, after @after in id order (the primary key: each page
+ * starts where the last ended). `> coalesce(@after, '')`, not `@after IS NULL OR …`: SQLite plans
+ * the OR as a scan of the key from its start, every page (test/store/sqlite-plans.test.ts).
+ */
 export const PAYLOADS_TO_RESEAL = `
   SELECT p.payload_id, i.provider, i.endpoint_id, i.provider_event_id
   FROM webhook_payload p JOIN webhook_inbox i ON i.raw_payload_ref = p.payload_id
