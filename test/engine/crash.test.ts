@@ -96,11 +96,15 @@ describeEachStore('worker crash recovery', (kind) => {
     expect(await exited(crashing)).toBe('SIGKILL');
     const committed = await Promise.all(inboxIds.map((id) => store.getEvent(id)));
     expect(committed.some((e) => e?.status === 'PROCESSED')).toBe(true);
-    // Killed before any effect ran: none executed, and a committed event's effect is still owed.
+    // Killed before any effect ran: none executed, and a committed event's effect is still owed:
+    // PENDING, or PROCESSING when the effects runner's claim, already at the server, took it in
+    // the moment between the commit and the kill (its executor never called: the log is empty).
     expect(readFileSync(effectLog, 'utf8'), 'an effect ran before the kill').toBe('');
     for (const [i, e] of committed.entries()) {
       if (e?.status !== 'PROCESSED') continue;
-      expect((await store.listEffects(inboxIds[i]!)).map((f) => [f.name, f.status]), ids[i]).toEqual([['notify', 'PENDING']]);
+      const effects = await store.listEffects(inboxIds[i]!);
+      expect(effects.map((f) => f.name), ids[i]).toEqual(['notify']);
+      expect(['PENDING', 'PROCESSING'], ids[i]).toContain(effects[0]!.status);
     }
 
     await runUntilTerminal(inboxIds, effectLog);
