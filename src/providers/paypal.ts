@@ -77,8 +77,13 @@ const MAX_UNPROVEN_FETCHES = 4;
 const MAX_PROVEN_URLS = 16;
 /** Default freshness window: PayPal retries for 3 days with the first transmission's time, plus a day of slack. */
 export const RETRY_WINDOW_SECONDS = 4 * DAY;
-/** Transmission ids remembered per endpoint for the one-body-per-transmission rule. */
-export const MAX_REMEMBERED_TRANSMISSIONS = 20_000;
+/**
+ * Transmission ids remembered per endpoint for the one-body-per-transmission rule. A retry repeats
+ * its transmission for up to 3 days (RETRY_WINDOW_SECONDS), so this many cover ~25,000 deliveries a
+ * day per endpoint. Only transmissions whose signature verified are recorded (a forger cannot fill
+ * it), at ~120 bytes each: 12 MiB for an endpoint that busy, little for a quiet one.
+ */
+export const MAX_REMEMBERED_TRANSMISSIONS = 100_000;
 
 const H_ID = 'paypal-transmission-id';
 const H_TIME = 'paypal-transmission-time';
@@ -313,16 +318,25 @@ export class CertificateCache {
   }
 }
 
-/** transmission id → SHA-256 (base64) of the one body it verified; FIFO, bounded. */
-class TransmissionLedger {
+/** The first 16 bytes of SHA-256, base64: a fresh 24-character string (~40 bytes on the heap). */
+const digest16 = (bytes: Buffer): string => sha256(bytes).subarray(0, 16).toString('base64');
+
+/**
+ * transmission id → the one body it verified, both as digest16 (a forgery must match the body's
+ * CRC-32 and these 128 bits: out of reach). The id is kept as its digest too: a header's string
+ * can hold far more memory than its length (measured: ~120 bytes an entry this way, ~550 with a
+ * UUID string as the key). FIFO, bounded. Exported for its tests.
+ */
+export class TransmissionLedger {
   private readonly seen = new Map<string, string>();
   /** True when this transmission id is new or was seen with these same bytes. */
   admit(transmissionId: string, body: Buffer): boolean {
-    const digest = sha256(body).toString('base64');
-    const prior = this.seen.get(transmissionId);
+    const id = digest16(Buffer.from(transmissionId, 'utf8'));
+    const digest = digest16(body);
+    const prior = this.seen.get(id);
     if (prior !== undefined) return prior === digest;
     if (this.seen.size >= MAX_REMEMBERED_TRANSMISSIONS) this.seen.delete(this.seen.keys().next().value!);
-    this.seen.set(transmissionId, digest);
+    this.seen.set(id, digest);
     return true;
   }
 }

@@ -7,7 +7,7 @@ import { ConfigError, IngressError } from '../../src/errors.js';
 import type { ProviderAdapter } from '../../src/providers/contract.js';
 import {
   CERT_FAILURE_TTL_MS, CERT_FETCH_TIMEOUT_MS, CERT_TTL_MS, checkCertUrl, createCertFetcher, DEFAULT_CERT_HOSTS, MAX_CERT_BYTES,
-  parseSigningCert, parseTransmissionTime, type CertFetcher,
+  MAX_REMEMBERED_TRANSMISSIONS, parseSigningCert, parseTransmissionTime, TransmissionLedger, type CertFetcher,
 } from '../../src/providers/paypal.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
 import { expectedFirst, reasonOf, thrownBy, trustedKeys, verifyWithAsync, view } from '../helpers/adapter.js';
@@ -608,6 +608,17 @@ describe('paypal: CRC-32 is not a hash — one transmission verifies one body', 
     expect(e.reason).toBe('invalid_signature');
     expect(e.detail).toMatch(/already received/);
     expect(await check(a, d)).toBe('v1');
+  });
+
+  it('a transmission is remembered through 3 days of retries at 25,000 deliveries a day: its id with other bytes is refused after 75,000 later ones, and the oldest goes only past the bound', () => {
+    const ledger = new TransmissionLedger();
+    const first = randomUUID();
+    expect(ledger.admit(first, original)).toBe(true);
+    for (let i = 0; i < 75_000; i++) ledger.admit(randomUUID(), Buffer.from(String(i)));
+    expect(ledger.admit(first, forged)).toBe(false);
+    expect(ledger.admit(first, original)).toBe(true);
+    for (let i = 75_000; i < MAX_REMEMBERED_TRANSMISSIONS; i++) ledger.admit(randomUUID(), Buffer.from(String(i)));
+    expect(ledger.admit(first, forged)).toBe(true); // bounded: the oldest is forgotten past MAX_REMEMBERED_TRANSMISSIONS
   });
 
   it('a failed signature does not record the transmission (no poisoning by forgers)', async () => {
