@@ -1,5 +1,6 @@
-import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { clientErrorReason, endWithRefusal, sentNothing } from './client-error.js';
 import { afterRefusal } from './linger.js';
 import { sendJson } from './respond.js';
 
@@ -109,14 +110,8 @@ export function createAdminServer(admin: AdminHandlers): Server {
   // HTTP that never became a request gets what the webhook port gives it (a status and a JSON
   // reason, then the close), not Node's bare 400; a connection that sent nothing is just closed.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-    const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
-    if (!socket.writable || err.code === 'ECONNRESET' || (timeout && (socket as Duplex & { bytesRead?: number }).bytesRead === 0)) return socket.destroy();
-    const [status, reason] = err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'headers_too_large'] : timeout ? [408, 'request_timeout'] : [400, 'bad_request'];
-    const body = `{"error":"${reason}"}`;
-    // A client that never closes its side does not hold the connection.
-    const cut = setTimeout(() => socket.destroy(), 5_000);
-    socket.once('close', () => clearTimeout(cut));
-    socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+    if (!socket.writable || err.code === 'ECONNRESET' || sentNothing(err, socket)) return socket.destroy();
+    endWithRefusal(socket, clientErrorReason(err));
   });
   return server;
 }

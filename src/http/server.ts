@@ -1,9 +1,10 @@
-import { createServer, ServerResponse, STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
+import { createServer, ServerResponse, type IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Config } from '../config/schema.js';
-import { IngressError, REASONS } from '../errors.js';
+import { IngressError } from '../errors.js';
 import { pathOf, serveAdmin, type AdminHandlers, type AdminRoutes } from './admin.js';
+import { clientErrorReason, endWithRefusal, sentNothing } from './client-error.js';
 import type { Ingress } from './ingress.js';
 import { afterRefusal, closeAfterAnswer, ignoreOnClosing, isClosing, LINGER } from './linger.js';
 import { markAnsweredRaw, markAwaitingContinue, sendError, sendJson } from './respond.js';
@@ -168,19 +169,8 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
     if (err.code === 'HPE_CLOSED_CONNECTION') return;
     if (erred.has(socket)) return;
     erred.add(socket);
-    const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
-    // A connection that sent nothing at all is no request: an idle pre-opened connection, a TCP
-    // health check, a port scan. It is closed without an answer, a count or a log line: counted,
-    // it showed as malformed requests, and a pooling client could read an unasked 408 as the
-    // answer to the request it sends next.
-    if (timeout && (socket as Duplex & { bytesRead?: number }).bytesRead === 0) return socket.destroy();
-    const reason = err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large'
-      // The HTTP/2 connection preface (`PRI * HTTP/2.0`, a client with prior knowledge): a request
-      // line naming HTTP/2.0, answered as framingRefusal answers one the parser lets through.
-      : err.code === 'HPE_PAUSED_H2_UPGRADE' ? 'http_version_not_supported'
-      : timeout ? 'request_timeout' : 'bad_request';
-    const status = `${REASONS[reason].status} ${STATUS_CODES[REASONS[reason].status]}`;
-    const body = `{"error":"${reason}"}`;
+    if (sentNothing(err, socket)) return socket.destroy();
+    const reason = clientErrorReason(err);
     // A request the ingress is reading logs itself, with this answer (markAnsweredRaw): it is what
     // the sender got. HTTP that never became a request is logged here.
     const reading = answers.reading(socket);
@@ -190,13 +180,9 @@ export function createHttpServer(config: Config, ingress: Ingress, admin: AdminH
       // Marked only when sent: one deferred behind earlier answers may be overtaken by the
       // request's own handler (its body too slow), whose answer then stands.
       if (reading) markAnsweredRaw(reading, reason);
-      // The client has LINGER.maxMs to close its side: one that never does held the connection for
-      // good, and with it the body budget of a request timed out mid-body (released at its close).
-      const cut = setTimeout(() => socket.destroy(), LINGER.maxMs);
-      socket.once('close', () => clearTimeout(cut));
-      socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+      endWithRefusal(socket, reason);
     };
-    if (err.code?.startsWith('HPE_') || timeout) answers.afterPending(socket, answer);
+    if (err.code?.startsWith('HPE_') || err.code === 'ERR_HTTP_REQUEST_TIMEOUT') answers.afterPending(socket, answer);
     else answer();
   });
 
