@@ -9,7 +9,7 @@ import { sha256 } from '../crypto/payload-cipher.js';
 import { IngressError, OUTCOMES, StorageUnavailableError, type Outcome, type Reason } from '../errors.js';
 import type { IngressMetrics } from '../metrics/registry.js';
 import type { GroupCommitter } from '../store/group-commit.js';
-import type { AcceptRecord, AcceptResult } from '../store/port.js';
+import type { AcceptRecord, AcceptResult, InboxStore } from '../store/port.js';
 import type { AcceptedEvent, Envelope } from '../providers/contract.js';
 import { storableEnvelope } from '../providers/storable.js';
 import type { PayloadCipher } from '../crypto/payload-cipher.js';
@@ -25,6 +25,8 @@ import { isAwaitingContinue, rawAnswerOf, sendError, sendJson, sendReply } from 
 export interface IngressDeps {
   readonly keyring: KeyRing;
   readonly committer: GroupCommitter<AcceptRecord, AcceptResult>;
+  /** Where a weakly signed transmission's one body is bound (SignatureMetadata.transmissionId). */
+  readonly transmissions: Pick<InboxStore, 'bindTransmission'>;
   readonly metrics: IngressMetrics;
   readonly log: Logger;
   readonly budget: BodyBudget;
@@ -211,6 +213,12 @@ export class Ingress {
       // 6. Signed freshness, both directions (a future timestamp is as suspect as an old one).
       if (meta.timestamp !== null && config.toleranceSeconds !== null && !isFresh(meta.timestamp, nowMs, config.toleranceSeconds)) {
         throw new IngressError('stale_timestamp', `signed timestamp is outside ±${config.toleranceSeconds} s`);
+      }
+      // A transmission whose signature binds the body weakly (PayPal's CRC-32) carries one body:
+      // other bytes under an id already bound are a captured request's forgery. Before any parse.
+      if (meta.transmissionId !== undefined) {
+        const binding = { provider: config.provider, endpointId: config.id, transmissionId: meta.transmissionId, payloadHash: sha256(body), receivedAtMs: nowMs };
+        if (!(await this.deps.transmissions.bindTransmission(binding))) throw new IngressError('invalid_signature', 'this transmission was already received with other bytes');
       }
       this.deps.metrics.secretMatches.inc([config.id, matched.version]);
       // A verified protocol handshake (Slack url_verification) is answered without an inbox row.

@@ -99,6 +99,14 @@ export interface SampleEvent {
 export interface SignatureMetadata {
   /** Signed attempt time in Unix seconds, checked against the tolerance; null when none is signed. */
   readonly timestamp: number | null;
+  /**
+   * A signed id of this one transmission, set only by a provider whose signature binds the body
+   * weakly (PayPal signs a CRC-32 of it, which anyone can match with other bytes). After
+   * verification and freshness the pipeline binds it to the SHA-256 of the bytes in the store
+   * (webhook_transmission, per provider); other bytes under an id already bound are refused (401
+   * invalid_signature), across restarts and server processes.
+   */
+  readonly transmissionId?: string;
 }
 
 export interface SignOptions {

@@ -1,4 +1,3 @@
-import { sha256 } from '../crypto/payload-cipher.js';
 import { DAY } from './contract.js';
 import { X509Certificate, createPrivateKey, randomUUID, sign as rsaSign, verify as rsaVerify, type KeyObject } from 'node:crypto';
 import type { Dispatcher } from 'undici';
@@ -77,14 +76,6 @@ const MAX_UNPROVEN_FETCHES = 4;
 const MAX_PROVEN_URLS = 16;
 /** Default freshness window: PayPal retries for 3 days with the first transmission's time, plus a day of slack. */
 export const RETRY_WINDOW_SECONDS = 4 * DAY;
-/**
- * Transmission ids remembered per endpoint for the one-body-per-transmission rule. A retry repeats
- * its transmission for up to 3 days (RETRY_WINDOW_SECONDS), so this many cover ~25,000 deliveries a
- * day per endpoint. Only transmissions whose signature verified are recorded (a forger cannot fill
- * it), at ~120 bytes each: 12 MiB for an endpoint that busy, little for a quiet one.
- */
-export const MAX_REMEMBERED_TRANSMISSIONS = 100_000;
-
 const H_ID = 'paypal-transmission-id';
 const H_TIME = 'paypal-transmission-time';
 const H_SIG = 'paypal-transmission-sig';
@@ -98,6 +89,7 @@ const WEBHOOK_ID_RE = /^[A-Za-z0-9_]{1,50}$/;
 
 interface PaypalSignature extends SignatureMetadata {
   readonly timestamp: number;
+  /** Signed (in `head`), so it names this transmission: its one body is bound to it (SignatureMetadata.transmissionId). */
   readonly transmissionId: string;
   /** `${transmissionId}|${transmissionTime}|` — the signed prefix, header text verbatim. */
   readonly head: Buffer;
@@ -318,29 +310,6 @@ export class CertificateCache {
   }
 }
 
-/** The first 16 bytes of SHA-256, base64: a fresh 24-character string (~40 bytes on the heap). */
-const digest16 = (bytes: Buffer): string => sha256(bytes).subarray(0, 16).toString('base64');
-
-/**
- * transmission id → the one body it verified, both as digest16 (a forgery must match the body's
- * CRC-32 and these 128 bits: out of reach). The id is kept as its digest too: a header's string
- * can hold far more memory than its length (measured: ~120 bytes an entry this way, ~550 with a
- * UUID string as the key). FIFO, bounded. Exported for its tests.
- */
-export class TransmissionLedger {
-  private readonly seen = new Map<string, string>();
-  /** True when this transmission id is new or was seen with these same bytes. */
-  admit(transmissionId: string, body: Buffer): boolean {
-    const id = digest16(Buffer.from(transmissionId, 'utf8'));
-    const digest = digest16(body);
-    const prior = this.seen.get(id);
-    if (prior !== undefined) return prior === digest;
-    if (this.seen.size >= MAX_REMEMBERED_TRANSMISSIONS) this.seen.delete(this.seen.keys().next().value!);
-    this.seen.set(id, digest);
-    return true;
-  }
-}
-
 function signedBytes(head: Buffer | string, webhookId: Buffer, body: Buffer): Buffer {
   return Buffer.concat([typeof head === 'string' ? Buffer.from(head, 'utf8') : head, webhookId, Buffer.from(`|${crc32(body)}`, 'ascii')]);
 }
@@ -401,7 +370,6 @@ function parseOptions(options: Record<string, unknown> | undefined, path: string
 export const createPaypal: AdapterFactory = (options, path) => {
   const { fetcher, hosts, signer } = parseOptions(options, path);
   const certs = new CertificateCache(fetcher);
-  const ledger = new TransmissionLedger();
 
   const adapter: ProviderAdapter = {
     name: 'paypal',
@@ -431,7 +399,8 @@ export const createPaypal: AdapterFactory = (options, path) => {
       }
       if (!matched) return null;
       certs.prove(m.certUrl);
-      if (!ledger.admit(m.transmissionId, body)) throw new IngressError('invalid_signature', 'this transmission was already received with other bytes');
+      // The CRC-32 lets a captured transmission verify other bytes: the ingress binds
+      // m.transmissionId to these bytes in the store and refuses other bytes under it.
       return matched;
     },
     envelope: jsonEnvelope({ id: 'id', type: 'event_type', objectId: 'resource.id', objectVersion: 'resource.update_time', createdAt: 'create_time' }),

@@ -303,6 +303,40 @@ export const MIGRATIONS: readonly Migration[] = [
       -- nothing to do on PostgreSQL (see the SQLite side)
     `,
   },
+  {
+    version: 10,
+    name: 'transmissions: one body per signed transmission id',
+    // PayPal signs a CRC-32 of the body, not a hash: anyone holding one captured request can make
+    // other bytes (another event id, another amount) with the same CRC-32, and the signature then
+    // verifies them for its whole freshness window (4 days). The defence is that a transmission
+    // carries one body: the first verified request binds its transmission id to the SHA-256 of its
+    // bytes, and other bytes under that id are refused, across restarts and server processes (an
+    // in-memory record was neither). A table of its own, not an inbox column: a transmission is
+    // bound whatever becomes of its event (a duplicate of an event another transmission carried,
+    // a type the endpoint ignores), and adding it reads no existing table. Keyed per provider, not
+    // per endpoint: a provider's transmission ids are its own global ids, and a captured request
+    // replayed with other bytes to a second endpoint that trusts the same secret is refused too.
+    sqlite: `
+      CREATE TABLE webhook_transmission (
+        provider        TEXT NOT NULL,
+        endpoint_id     TEXT NOT NULL,
+        transmission_id TEXT NOT NULL,
+        payload_hash    BLOB NOT NULL,      -- SHA-256 of the one body this transmission verified
+        received_at     INTEGER NOT NULL,   -- Unix ms of the first request that bound it (at endpoint_id)
+        PRIMARY KEY (provider, transmission_id)
+      ) STRICT, WITHOUT ROWID;
+    `,
+    postgres: `
+      CREATE TABLE webhook_transmission (
+        provider        text NOT NULL,
+        endpoint_id     text NOT NULL,
+        transmission_id text NOT NULL,
+        payload_hash    bytea NOT NULL,     -- SHA-256 of the one body this transmission verified
+        received_at     timestamptz NOT NULL,
+        PRIMARY KEY (provider, transmission_id)
+      );
+    `,
+  },
 ];
 
 /** The schema version this build needs. */

@@ -36,6 +36,18 @@ export interface AcceptRecord extends EventFields {
   readonly coalesceKey?: string;
 }
 
+/**
+ * A verified request's signed transmission id and the SHA-256 of its bytes, for a provider whose
+ * signature binds the body only weakly (SignatureMetadata.transmissionId).
+ */
+export interface TransmissionBinding {
+  readonly provider: string;
+  readonly endpointId: string;
+  readonly transmissionId: string;
+  readonly payloadHash: Buffer;
+  readonly receivedAtMs: number;
+}
+
 export interface AcceptResult {
   /** The row that holds this logical event: ours if we inserted it, the earlier winner otherwise. */
   readonly inboxId: string;
@@ -79,6 +91,13 @@ export interface InboxStore extends WorkStore {
   migrate(): Promise<number[]>;
   /** Results in input order. Rejects (StorageUnavailableError) if the batch did not commit. */
   acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]>;
+  /**
+   * Binds a transmission id (per provider: its ids are global; endpointId is recorded) to the one body it verified: true when
+   * the id is new (bound now, committed durably before this resolves) or already bound to these
+   * same bytes (a retry); false when other bytes hold it. Rejects (StorageUnavailableError) when
+   * it cannot tell.
+   */
+  bindTransmission(t: TransmissionBinding): Promise<boolean>;
   /**
    * Optional start-up work, before the first request: opens connections and prepares statements
    * for batches up to `maxBatch` (PostgreSQL). A failure leaves that work to the first batches.

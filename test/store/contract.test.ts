@@ -1,8 +1,8 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MIGRATIONS } from '../../src/store/migrations.js';
 import { openStore } from '../../src/store/open.js';
-import type { InboxStore } from '../../src/store/port.js';
+import type { InboxStore, TransmissionBinding } from '../../src/store/port.js';
 import { cipher, record } from '../helpers/records.js';
 import { describeEachStore, freshDatabase, type TestDatabase } from '../helpers/stores.js';
 
@@ -134,6 +134,32 @@ function contract(kind: 'sqlite' | 'postgres'): void {
     };
     expect(await check('evt_inline_6k', 6000)).toBe(0);
     expect(await check('evt_toast_20k', 20000)).toBeGreaterThan(0);
+  });
+
+  it('binds a transmission id to one body: the same bytes again are fine (a retry), other bytes are refused, per provider (not per endpoint), from any store instance', async () => {
+    const binding = (transmissionId: string, body: string, over: Partial<TransmissionBinding> = {}): TransmissionBinding => ({
+      provider: 'paypal', endpointId: 'ep', transmissionId, payloadHash: createHash('sha256').update(body).digest(), receivedAtMs: Date.now(), ...over,
+    });
+    const t = `tx-${randomUUID()}`;
+    expect(await store.bindTransmission(binding(t, 'original'))).toBe(true);
+    expect(await store.bindTransmission(binding(t, 'original'))).toBe(true);
+    expect(await store.bindTransmission(binding(t, 'forged'))).toBe(false);
+    expect(await store.bindTransmission(binding(t, 'forged', { endpointId: 'ep2' }))).toBe(false);
+    expect(await store.bindTransmission(binding(t, 'forged', { provider: 'other' }))).toBe(true); // another provider's ids are its own
+    const other = openStore(db.url);
+    try {
+      expect(await other.bindTransmission(binding(t, 'forged'))).toBe(false);
+      expect(await other.bindTransmission(binding(t, 'original'))).toBe(true);
+      // Racing binds of a new id from two instances: exactly one body wins, and every answer agrees with it.
+      const u = `tx-${randomUUID()}`;
+      const tries = Array.from({ length: 40 }, (_, i) => ({ body: i % 2 === 0 ? 'a' : 'b', on: i % 4 < 2 ? store : other }));
+      const answers = await Promise.all(tries.map((x) => x.on.bindTransmission(binding(u, x.body))));
+      const winners = new Set(tries.filter((_, i) => answers[i]).map((x) => x.body));
+      expect(winners.size).toBe(1);
+      expect(answers.filter(Boolean)).toHaveLength(20);
+    } finally {
+      await other.close();
+    }
   });
 
   it('a second store instance on the same database sees the same rows (and the unique key across processes)', async () => {

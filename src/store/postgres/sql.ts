@@ -112,6 +112,25 @@ export const SELECT_WINNERS = `
     LIMIT 1
   ) w`;
 
+/**
+ * A transmission's binding (InboxStore.bindTransmission): the first request's bytes win. DO
+ * NOTHING waits for a concurrent insert of the same id to end, so READ_TRANSMISSION, a statement
+ * of its own, then sees the winner.
+ */
+export const BIND_TRANSMISSION = {
+  name: 'wi_bind_transmission',
+  text: `
+  INSERT INTO webhook_transmission (provider, endpoint_id, transmission_id, payload_hash, received_at)
+  VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0))
+  ON CONFLICT (provider, transmission_id) DO NOTHING
+  RETURNING true AS bound`,
+};
+export const READ_TRANSMISSION = {
+  name: 'wi_read_transmission',
+  text: `
+  SELECT payload_hash = $3 AS same FROM webhook_transmission WHERE provider = $1 AND transmission_id = $2`,
+};
+
 /** A timestamptz as Unix ms (float8: keeps sub-ms digits, arrives as a JS number). */
 export const epochMs = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;
 

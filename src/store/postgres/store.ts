@@ -2,7 +2,7 @@ import pg from 'pg';
 import { MigrationError, StorageUnavailableError } from '../../errors.js';
 import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent, migrationStep, MIGRATIONS } from '../migrations.js';
-import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
+import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload, TransmissionBinding } from '../port.js';
 import {
   eventListLimit, toBacklogStat, toClaimedInbox, toEffectKeyUsage, toEffectRow, toEffectToReseal, toInboxDetail, toInboxRow,
   toFailedEffect, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
@@ -284,6 +284,17 @@ export class PostgresStore implements InboxStore {
     const { results, inserted } = await insertUnique((config) => this.query(config), records);
     if (inserted) this.notifier.poke();
     return results;
+  }
+
+  async bindTransmission(t: TransmissionBinding): Promise<boolean> {
+    if (this.closed) throw new StorageUnavailableError('store is closed');
+    const values = [t.provider, t.endpointId, t.transmissionId, t.payloadHash, t.receivedAtMs];
+    const bound = await this.query<{ bound: boolean }>({ ...SQL.BIND_TRANSMISSION, values });
+    if (bound.rows.length === 1) return true;
+    const held = await this.query<{ same: boolean }>({ ...SQL.READ_TRANSMISSION, values: [t.provider, t.transmissionId, t.payloadHash] });
+    // Nothing deletes a binding, so one that conflicted is there to read.
+    if (held.rows.length !== 1) throw new StorageUnavailableError('a transmission binding conflicted but cannot be read');
+    return held.rows[0]!.same;
   }
 
   /**

@@ -19,6 +19,12 @@ export const INSERT_OUTBOX = `
 export const SELECT_WINNER = `
   SELECT inbox_id FROM webhook_inbox WHERE provider = ? AND endpoint_id = ? AND provider_event_id = ?`;
 
+/** A transmission's binding (InboxStore.bindTransmission); the one writer makes look-then-insert exact. */
+export const READ_TRANSMISSION = `
+  SELECT payload_hash FROM webhook_transmission WHERE provider = ? AND transmission_id = ?`;
+export const INSERT_TRANSMISSION = `
+  INSERT INTO webhook_transmission (provider, endpoint_id, transmission_id, payload_hash, received_at) VALUES (?, ?, ?, ?, ?)`;
+
 /** Notices (unsigned, coalescing): a row with the same key still PENDING answers the new notice. */
 export const PENDING_NOTICE = `
   SELECT inbox_id FROM webhook_inbox

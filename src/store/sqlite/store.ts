@@ -4,7 +4,7 @@ import { MigrationError, StorageUnavailableError } from '../../errors.js';
 import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
 import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent } from '../migrations.js';
-import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload } from '../port.js';
+import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload, TransmissionBinding } from '../port.js';
 import {
   toBacklogStat, toClaimedInbox, toEffectKeyUsage, toEffectRow, toEffectToReseal, toFailedEffect, toInboxDetail, toInboxRow, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
@@ -103,6 +103,12 @@ export class SqliteStore implements InboxStore {
     });
     if (results.some((r) => !r.duplicate)) this.notifyNewWork();
     return results;
+  }
+
+  async bindTransmission(t: TransmissionBinding): Promise<boolean> {
+    return this.call<boolean>('bindTransmission', t).catch((err) => {
+      throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite: ${(err as Error).message}`, { cause: err });
+    });
   }
 
   /** Listeners run before the accepting caller resumes; one that throws does not stop the others. */

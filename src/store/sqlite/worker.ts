@@ -3,7 +3,7 @@ import { dirname } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { migrationStep, MIGRATIONS } from '../migrations.js';
-import type { AcceptRecord, AcceptResult } from '../port.js';
+import type { AcceptRecord, AcceptResult, TransmissionBinding } from '../port.js';
 import { bytes, exitOnUnreadableRequest } from '../../threads.js';
 import * as SQL from './schema-sql.js';
 import { TxGate, type Msg } from './tx-gate.js';
@@ -132,6 +132,8 @@ function prepare() {
     payload: db.prepare(SQL.INSERT_PAYLOAD),
     outbox: db.prepare(SQL.INSERT_OUTBOX),
     winner: db.prepare(SQL.SELECT_WINNER).pluck(),
+    readTransmission: db.prepare(SQL.READ_TRANSMISSION).pluck(),
+    insertTransmission: db.prepare(SQL.INSERT_TRANSMISSION),
     pendingNotice: db.prepare(SQL.PENDING_NOTICE).pluck(),
     markNotice: db.prepare(SQL.MARK_NOTICE),
     selectInbox: db.prepare(SQL.SELECT_INBOX),
@@ -164,8 +166,19 @@ const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
   });
 });
 
+// Its own transaction, committed with FULL as accepts are: a 2xx may follow it (an ignored type) with no other commit.
+const bindTx = db.transaction((t: TransmissionBinding): boolean => {
+  const s = st();
+  const hash = bytes(t.payloadHash);
+  const held = s.readTransmission.get(t.provider, t.transmissionId) as Buffer | undefined;
+  if (held !== undefined) return held.equals(hash);
+  s.insertTransmission.run(t.provider, t.endpointId, t.transmissionId, hash, t.receivedAtMs);
+  return true;
+});
+
 const ops: Ops = {
   migrate,
+  bindTransmission: (t: TransmissionBinding) => bindTx.immediate(t),
   accept: (records: AcceptRecord[]) => {
     const results = acceptTx.immediate(records);
     assertFilesInPlace(); // after the commit: a file deleted before it, or during it, lost the batch
