@@ -95,6 +95,8 @@ interface ResealTally {
   missing: Map<string, number>;
   /** Payloads (and the key they are sealed under) that did not authenticate under their key and binding. */
   unauthentic: { payloadId: string; keyId: string }[];
+  /** key id → payloads and effects under it that opened this run: tells a wrong key value from altered rows. */
+  opened: Map<string, number>;
   /** Wall time of the whole run, and the part of it spent waiting to keep the pace. */
   elapsedMs: number;
   pausedMs: number;
@@ -120,11 +122,13 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     console.error(`resealed ${tally.resealed} payload(s) and ${tally.resealedEffects} effect(s) under ${quotedKeyId(cipher.currentKeyId)} in ${(tally.elapsedMs / 1000).toFixed(1)} s, busy ${busyShare} % of it`);
     for (const [id, n] of tally.missing) console.error(`left ${n} payload(s) sealed under ${quotedKeyId(id)}, which is not configured or not readable: add it to payloadKeys.keys and run again`);
     for (const [id, n] of tally.effectsMissing) console.error(`left ${n} effect(s) sealed under ${quotedKeyId(id)}, which is not configured or not readable: add it to payloadKeys.keys and run again`);
-    if (tally.unauthentic.length > 0) {
-      console.error(`left ${tally.unauthentic.length} payload(s) that do not authenticate (altered or moved rows): ${shownIds(tally.unauthentic.map((u) => u.payloadId))}`);
+    for (const [keyId, left] of byKey(tally.unauthentic)) {
+      console.error(`left ${left.length} payload(s) under ${quotedKeyId(keyId)} that do not authenticate (${whyUnauthentic(tally, keyId)}): ${shownIds(left.map((u) => u.payloadId))}`);
     }
-    if (tally.effectsUnauthentic.length > 0) {
-      console.error(`left ${tally.effectsUnauthentic.length} effect(s) whose data does not authenticate (altered or moved rows): ${shownIds(tally.effectsUnauthentic.map((u) => u.effectId))}`);
+    for (const [keyId, left] of byKey(tally.effectsUnauthentic)) {
+      const under = keyId === null ? 'not in the sealed form' : `under ${quotedKeyId(keyId)}`;
+      const why = keyId === null ? 'altered rows' : whyUnauthentic(tally, keyId);
+      console.error(`left ${left.length} effect(s) ${under} whose data does not authenticate (${why}): ${shownIds(left.map((u) => u.effectId))}`);
     }
     const usage = await usageOf(store);
     // What the pass did not see: payloads stored under an older key after it went by (a process
@@ -144,6 +148,24 @@ export function runKeysReseal(configFile: string, opts: ResealOptions = {}): Pro
     const effectsLeft = tally.effectsMissing.size > 0 || tally.effectsUnauthentic.length > 0 || unseenEffects.length > 0;
     return tally.missing.size === 0 && tally.unauthentic.length === 0 && unseen.length === 0 && !effectsLeft ? 0 : 1;
   });
+}
+
+/** Rows grouped by the key id they name, in first-seen order. */
+function byKey<T extends { keyId: string | null }>(rows: readonly T[]): Map<T['keyId'], T[]> {
+  const groups = new Map<T['keyId'], T[]>();
+  for (const r of rows) groups.set(r.keyId, [...(groups.get(r.keyId) ?? []), r]);
+  return groups;
+}
+
+/**
+ * Why rows under `keyId` did not open. When others under it opened this run, its configured value
+ * is right and these rows were changed; when none did, a wrong value for that (older) key reads
+ * exactly like altered rows, and only the operator can tell.
+ */
+function whyUnauthentic(tally: Pick<ResealTally, 'opened'>, keyId: string): string {
+  return (tally.opened.get(keyId) ?? 0) > 0
+    ? `altered or moved rows: others under ${quotedKeyId(keyId)} opened`
+    : `none under ${quotedKeyId(keyId)} opened this run: its value in payloadKeys.keys may not be the one that sealed them, or the rows were altered or moved`;
 }
 
 /** Whether `open` opens what it was given (a wrong key, or an altered value, throws). */
@@ -231,7 +253,7 @@ const EFFECTS_PAGE = 50;
  * changed meanwhile (its nonce is not the one read) is left to the next run.
  */
 export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: ResealOptions = {}): Promise<ResealTally> {
-  const tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'> = { resealed: 0, missing: new Map(), unauthentic: [], resealedEffects: 0, effectsMissing: new Map(), effectsUnauthentic: [] };
+  const tally: Omit<ResealTally, 'elapsedMs' | 'pausedMs'> = { resealed: 0, missing: new Map(), unauthentic: [], opened: new Map(), resealedEffects: 0, effectsMissing: new Map(), effectsUnauthentic: [] };
   const pacer = new Pacer(opts);
   // Paced, a slice is small (50 ms of the rate, or PACED_SLICE): many small transactions spread
   // the work evenly, where one 4 MiB UPDATE then a pause made a running server's latency jump
@@ -259,6 +281,7 @@ export async function resealAll(store: InboxStore, cipher: PayloadCipher, opts: 
       for (const p of read) {
         try {
           updates.push({ payloadId: p.payloadId, oldNonce: p.nonce, sealed: cipher.reseal(p, byId.get(p.payloadId)!) });
+          tally.opened.set(p.keyId, (tally.opened.get(p.keyId) ?? 0) + 1);
         } catch (err) {
           if (err instanceof PayloadKeyMissingError) tally.missing.set(err.keyId, (tally.missing.get(err.keyId) ?? 0) + 1);
           else tally.unauthentic.push({ payloadId: p.payloadId, keyId: p.keyId });
@@ -292,6 +315,8 @@ async function resealEffectsAll(store: InboxStore, cipher: PayloadCipher, tally:
     for (const e of page) {
       try {
         updates.push({ effectId: e.effectId, oldData: e.data, data: resealEffectData(cipher, e.data, e.idempotencyKey) });
+        const keyId = safeKeyId(e.data);
+        if (keyId !== null) tally.opened.set(keyId, (tally.opened.get(keyId) ?? 0) + 1);
       } catch (err) {
         if (err instanceof PayloadKeyMissingError) tally.effectsMissing.set(err.keyId, (tally.effectsMissing.get(err.keyId) ?? 0) + 1);
         else tally.effectsUnauthentic.push({ effectId: e.effectId, keyId: safeKeyId(e.data) });

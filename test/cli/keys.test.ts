@@ -153,7 +153,7 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     expect(r.err).toContain('resealed 3 payload(s) and 0 effect(s) under "k2"');
     expect(busyShare(r.err)).toBeLessThanOrEqual(25); // paced by default: it runs beside a live server
     expect(r.err).toContain('left 1 payload(s) sealed under "k0", which is not configured or not readable');
-    expect(r.err).toContain(`left 1 payload(s) that do not authenticate (altered or moved rows): ${tampered}`);
+    expect(r.err).toContain(`left 1 payload(s) under "k1" that do not authenticate (altered or moved rows: others under "k1" opened): ${tampered}`);
     expect(r.err).not.toContain('other payload(s)'); // what it named is all that is left
     expect(usageTable(r.out)).toEqual({
       k0: [1, 'NOT CONFIGURED: what it sealed cannot be opened'],
@@ -181,7 +181,24 @@ describeEachStore('payload key rotation: keys list, keys reseal', (kind) => {
     const r = await cli(['keys', 'reseal', '--config', rotated]);
     expect(r.code).toBe(1);
     expect(r.err).toContain('resealed 0 payload(s) and 0 effect(s) under "k2"');
-    expect(r.err).toContain(`that do not authenticate (altered or moved rows): ${tampered}`);
+    // Nothing under k1 opened this run, so its configured value is not proven right: both causes are named.
+    expect(r.err).toContain(`left 1 payload(s) under "k1" that do not authenticate (none under "k1" opened this run: its value in payloadKeys.keys may not be the one that sealed them, or the rows were altered or moved): ${tampered}`);
+  });
+
+  it('keys reseal with a wrong value for the OLDER key: every payload under it is left, and the message names the key value as a cause, not only altered rows', async () => {
+    await accept({ current: 'k1', keys: { k1: PAYLOAD_KEY } }, [['evt_w1', stripeEvent('evt_w1')], ['evt_w2', stripeEvent('evt_w2')]]);
+    const wrong = join(dir, 'wrong-old-key.yaml');
+    writeFileSync(wrong, stringify(configDoc(db!.url, { payloadKeys: { current: 'k2', keys: { k1: K0, k2: K2 } } })));
+    const before = await Promise.all(['evt_w1', 'evt_w2'].map((e) => payloadOf(e)));
+    const r = await cli(['keys', 'reseal', '--config', wrong]);
+    expect(r.code, r.out + r.err).toBe(1);
+    expect(r.err).toMatch(/left 3 payload\(s\) under "k1" that do not authenticate \(none under "k1" opened this run: its value in payloadKeys\.keys may not be the one that sealed them/);
+    expect(r.err).not.toContain('others under "k1" opened');
+    expect(await Promise.all(['evt_w1', 'evt_w2'].map((e) => payloadOf(e)))).toEqual(before);
+    // With the right value they reseal; the altered one stays.
+    const right = await cli(['keys', 'reseal', '--config', rotated]);
+    expect(right.err).toContain('resealed 2 payload(s)');
+    expect(right.err).toContain(`left 1 payload(s) under "k1" that do not authenticate (altered or moved rows: others under "k1" opened): ${tampered}`);
   });
 
   it('a row changed since it was read is left alone (the swap is guarded by the nonce read)', async () => {
