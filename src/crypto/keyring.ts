@@ -5,7 +5,7 @@ import { resolveSecret, SECRET_RETRY_MS, SecretUnavailableError, type FileRead, 
 import type { TrustedKey } from './hmac.js';
 import { decodeBase64, isRetired } from './hmac.js';
 import { PayloadCipher } from './payload-cipher.js';
-import { standardSecretAt } from '../providers/standard-webhooks.js';
+import { signingKeyAt } from '../destinations/signing-key.js';
 
 /**
  * The resolved secrets of a running server: trusted verification keys per endpoint, the
@@ -129,7 +129,7 @@ export class KeyRing {
     for (const d of this.config.destinations) {
       if (d.type !== 'http') continue;
       try {
-        destinationKeys.set(d.id, standardSecretAt(resolveSecret(d.secret, this.env, files), d.secret.path));
+        destinationKeys.set(d.id, signingKeyAt(resolveSecret(d.secret, this.env, files), d.secret.path));
       } catch (err) {
         problems.push((err as Error).message);
       }

@@ -1,7 +1,7 @@
 import type { DestinationConfig } from '../config/engine.js';
 import { resolveSecret } from '../config/secrets.js';
 import { SetupUnavailableError } from '../engine/failure.js';
-import { standardSecretAt } from '../providers/standard-webhooks.js';
+import { signingKeyAt } from './signing-key.js';
 import type { Destination } from './contract.js';
 import { HttpDestination, type CircuitListener } from './http.js';
 import { NatsDestination } from './nats.js';
@@ -31,7 +31,7 @@ export function createDestination(config: DestinationConfig, env: NodeJS.Process
       if (keys) {
         return new HttpDestination(config, () => keys(config.id) ?? unloadedKey(config.id, config.secret.path), hooks.onCircuit);
       }
-      const key = standardSecretAt(resolveSecret(config.secret, env), config.secret.path);
+      const key = signingKeyAt(resolveSecret(config.secret, env), config.secret.path);
       return new HttpDestination(config, () => key, hooks.onCircuit);
     }
     case 'nats':

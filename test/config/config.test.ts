@@ -492,6 +492,22 @@ describe('secret references', () => {
     expect(errorOf({ ...base(), payloadKeys: { current: 'k1', keys: { k1: PAYLOAD_KEY, [PAYLOAD_KEY]: '${ENV:K2}' } } })).toBe('payloadKeys.keys.(a 44-character key id): is not a valid reference: write exactly ${env:NAME} or ${file:PATH} (lower-case, no spaces inside, nothing around it); an inline value cannot contain "${"');
   });
 
+  // Standard Webhooks 1.0: a signing secret is "Random. At least 24 bytes (192 bits)". A short
+  // one (a word, a 16-byte hex string read as base64) signed every forward, and the receiver's
+  // library verified it: forgeable by anyone who could guess or brute-force it.
+  it('an HTTP destination signing secret under 24 bytes is refused, naming its path and never its value', () => {
+    const ring = (secret: string, env: NodeJS.ProcessEnv = {}) => new KeyRing(parseConfig({ ...base(), destinations: [{ id: 'api', type: 'http', url: 'http://127.0.0.1:9000/h', secret }] }, env), env);
+    const short = `whsec_${Buffer.from('SHORTSECRET-16by').toString('base64')}`;
+    for (const r of [ring(short), ring('${env:FWD_SECRET}', { FWD_SECRET: short })]) {
+      expect(r.problems).toEqual(['destinations[0].secret: is 16 bytes: a signing secret is at least 24 random bytes (Standard Webhooks); generate one: echo "whsec_$(openssl rand -base64 32)"']);
+      expect(r.destinationKey('api')).toBeUndefined();
+    }
+    expect(ring('whsec_abc').problems).toEqual([expect.stringMatching(/^destinations\[0\]\.secret: is 2 bytes: /)]);
+    // 24 bytes, the spec's minimum (Svix issues such secrets: the spec's own test vector), and 32 load.
+    expect(ring('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw').problems).toEqual([]);
+    expect(ring(`whsec_${Buffer.alloc(32, 1).toString('base64')}`).destinationKey('api')).toHaveLength(32);
+  });
+
   it('a payload key that is not 32 bytes of base64 is refused', () => {
     const ring = new KeyRing(parseConfig({ ...base(), payloadKeys: { current: 'k1', keys: { k1: 'c2hvcnQ=' } } }, {}), {});
     expect(ring.problems).toEqual(['payloadKeys.keys.k1: must be 32 bytes, base64-encoded (openssl rand -base64 32)']);

@@ -416,6 +416,12 @@ describe('http destination', () => {
     expect(err).toBeInstanceOf(ConfigError);
     expect(err.message).toContain('destinations[0].secret');
     expect(err.message).not.toContain('SUPERSECRET');
+
+    // Too short to sign with (Standard Webhooks: at least 24 random bytes), refused the same way.
+    const short = `whsec_${Buffer.from('SUPERSECRET-16by').toString('base64')}`;
+    const weak = thrownBy(() => destination({ secret: parseSecretRef(short, 'destinations[0].secret') }), ConfigError);
+    expect(weak.message).toMatch(/^destinations\[0\]\.secret: is 16 bytes: a signing secret is at least 24 random bytes/);
+    expect(weak.message).not.toContain(short.slice('whsec_'.length));
   });
 });
 
