@@ -145,12 +145,23 @@ export class HttpDestination implements Destination {
 
   /** Why an exchange ended without a complete answer (`status`: the one it began with, if any). */
   private failure(err: unknown, timedOut: boolean, status: number | undefined): RetryableError {
-    if (timedOut) return new RetryableError('timeout', `http destination "${this.id}": no complete answer within ${this.timeoutMs} ms`, { cause: err });
+    if (timedOut) return this.timeout(err, status);
     if (this.closed || err instanceof undiciErrors.ClientClosedError || err instanceof undiciErrors.ClientDestroyedError) {
       return closedError(this.type, this.id);
     }
     const cut = status === undefined ? '' : `answered HTTP ${status}, but the answer was cut short: `;
     return new RetryableError('connection', `http destination "${this.id}": ${cut}${describe(err)}`, { cause: err });
+  }
+
+  /**
+   * A receiver whose own log shows an answer in milliseconds (a Content-Length larger than what it
+   * wrote, a stream it never ended) must be told apart from one that never answered.
+   */
+  private timeout(err: unknown, status: number | undefined): RetryableError {
+    const what = status === undefined
+      ? `: no answer within ${this.timeoutMs} ms`
+      : ` answered HTTP ${status}, but its answer did not end within ${this.timeoutMs} ms${isSuccess(status) ? ': not delivered' : ''}`;
+    return new RetryableError('timeout', `http destination "${this.id}"${what}`, { cause: err });
   }
 
   async close(): Promise<void> {

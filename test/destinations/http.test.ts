@@ -205,6 +205,7 @@ describe('http destination', () => {
     const err = await failureOf(d.deliver(event()));
     const elapsed = Date.now() - t0;
     expect(err.reason).toBe('timeout');
+    expect(err.message).toBe('http destination "fwd": no answer within 400 ms');
     expect(elapsed).toBeGreaterThanOrEqual(350);
     expect(elapsed).toBeLessThan(1500);
   });
@@ -338,7 +339,7 @@ describe('http destination', () => {
     });
   });
 
-  it('the deadline covers the answer body too', async () => {
+  it('the deadline covers the answer body too, and the error says the receiver had answered', async () => {
     const d = destination({ timeoutMs: 400 });
     handler = (_req, res) => {
       res.writeHead(200, { 'content-length': '100' });
@@ -348,6 +349,9 @@ describe('http destination', () => {
     const err = await failureOf(d.deliver(event()));
     expect(err.reason).toBe('timeout');
     expect(Date.now() - t0).toBeLessThan(1500);
+    // The receiver's own log shows a 200 within milliseconds (a wrong Content-Length, a stream
+    // never ended): the operator must read why that 200 is retried, not "no answer".
+    expect(err.message).toBe('http destination "fwd" answered HTTP 200, but its answer did not end within 400 ms: not delivered');
   });
 
   it('a 2xx whose answer is cut short (the connection reset mid-body) is not delivered: a connection failure, retried', async () => {
