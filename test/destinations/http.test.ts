@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -12,6 +13,7 @@ import { NeedsDecisionError, RetryableError } from '../../src/engine/failure.js'
 import { ConfigError } from '../../src/errors.js';
 import { thrownBy } from '../helpers/adapter.js';
 import { closedPort, failureOf } from '../helpers/destinations.js';
+import { makeCert } from '../helpers/paypal.js';
 
 const SECRET = 'whsec_' + Buffer.alloc(32, 7).toString('base64');
 const BODY = Buffer.from('{"id":"evt_1",  "type":"invoice.paid", "note":"caf\u00e9 \u2603"}\n');
@@ -386,6 +388,26 @@ describe('http destination', () => {
     await d.deliver(event('id-next'));
     expect(received.map((r) => r.headers['idempotency-key'])).toEqual(['id-big', 'id-next']);
     expect(new Set(received.map((r) => r.socket)).size).toBe(2);
+  });
+
+  it('TLS is verified: a receiver whose certificate is not trusted gets no request, a connection failure that names why', async () => {
+    const tls = makeCert({ cn: 'localhost', extraArgs: ['-addext', 'subjectAltName=DNS:localhost'] });
+    let requests = 0;
+    const untrusted = createHttpsServer({ key: tls.privateKeyPem, cert: tls.certPem }, (req, res) => {
+      requests++;
+      req.resume().on('end', () => res.end('ok'));
+    });
+    await new Promise<void>((r) => untrusted.listen(0, '127.0.0.1', r));
+    try {
+      const d = destination({ url: `https://localhost:${(untrusted.address() as AddressInfo).port}/hooks` });
+      const err = await failureOf(d.deliver(event()));
+      expect(err.reason).toBe('connection');
+      expect(err.message).toContain('self-signed certificate');
+      expect(requests).toBe(0);
+    } finally {
+      untrusted.closeAllConnections();
+      await new Promise<void>((r) => untrusted.close(() => r()));
+    }
   });
 
   it('a closed port is a connection failure', async () => {
