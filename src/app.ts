@@ -110,7 +110,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes, config.limits.minBodyBytesPerSecond);
   const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
   const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes, env) : undefined;
-  const ingress = new Ingress(config.endpoints, { keyring, committer, transmissions: store, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
+  const ingress = new Ingress(config.endpoints, { keyring, committer, transmissions: store, bindTimeoutMs: config.groupCommit.commitTimeoutMs, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
   // What this start has made, released when it fails before listening (with the store, by abandon).
   const release = async (): Promise<void> => {
     metrics.stop();

@@ -9,7 +9,8 @@ import { sha256 } from '../crypto/payload-cipher.js';
 import { IngressError, OUTCOMES, StorageUnavailableError, type Outcome, type Reason } from '../errors.js';
 import type { IngressMetrics } from '../metrics/registry.js';
 import type { GroupCommitter } from '../store/group-commit.js';
-import type { AcceptRecord, AcceptResult, InboxStore } from '../store/port.js';
+import type { AcceptRecord, AcceptResult, InboxStore, TransmissionBinding } from '../store/port.js';
+import { withDeadline } from '../deadline.js';
 import type { AcceptedEvent, Envelope } from '../providers/contract.js';
 import { storableEnvelope } from '../providers/storable.js';
 import type { PayloadCipher } from '../crypto/payload-cipher.js';
@@ -27,6 +28,8 @@ export interface IngressDeps {
   readonly committer: GroupCommitter<AcceptRecord, AcceptResult>;
   /** Where a weakly signed transmission's one body is bound (SignatureMetadata.transmissionId). */
   readonly transmissions: Pick<InboxStore, 'bindTransmission'>;
+  /** How long a binding may take before the request gets 503, as an accept's commit (groupCommit.commitTimeoutMs). */
+  readonly bindTimeoutMs: number;
   readonly metrics: IngressMetrics;
   readonly log: Logger;
   readonly budget: BodyBudget;
@@ -218,7 +221,7 @@ export class Ingress {
       // other bytes under an id already bound are a captured request's forgery. Before any parse.
       if (meta.transmissionId !== undefined) {
         const binding = { provider: config.provider, endpointId: config.id, transmissionId: meta.transmissionId, payloadHash: sha256(body), receivedAtMs: nowMs };
-        if (!(await this.deps.transmissions.bindTransmission(binding))) throw new IngressError('invalid_signature', 'this transmission was already received with other bytes');
+        if (!(await this.bindTransmission(binding))) throw new IngressError('invalid_signature', 'this transmission was already received with other bytes');
       }
       this.deps.metrics.secretMatches.inc([config.id, matched.version]);
       // A verified protocol handshake (Slack url_verification) is answered without an inbox row.
@@ -279,6 +282,17 @@ export class Ingress {
     } finally {
       this.deps.budget.release(reserved);
     }
+  }
+
+  /**
+   * Bounded as an accept's commit is: the store's own waits (SQLite's writer behind a handler
+   * transaction or another process's lock, PostgreSQL's two statements each under the query
+   * timeout) held a PayPal request far past commitTimeoutMs, and a hung writer for ever. A late
+   * binding is harmless: it holds these same verified bytes, which the retry carries.
+   */
+  private bindTransmission(binding: TransmissionBinding): Promise<boolean> {
+    const ms = this.deps.bindTimeoutMs;
+    return withDeadline(this.deps.transmissions.bindTransmission(binding), ms, () => new StorageUnavailableError(`transmission binding did not finish within ${ms} ms; outcome unknown`));
   }
 
   /** The row(s) to write for one verified event: its own ids, its exact bytes sealed under its key. */

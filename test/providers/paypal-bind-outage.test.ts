@@ -1,0 +1,143 @@
+import { randomUUID } from 'node:crypto';
+import { crc32 as zlibCrc32 } from 'node:zlib';
+import Database from 'better-sqlite3';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startApp, type RunningApp } from '../../src/app.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { configDoc, startTestApp } from '../helpers/app.js';
+import { post, type HttpResponse } from '../helpers/http.js';
+import { captureLog } from '../helpers/log.js';
+import { certId, forgeSameCrc, isoSeconds, makeCert, paypalHeaders, startFakePaypal, type FakePaypal } from '../helpers/paypal.js';
+import { pgAvailable } from '../helpers/pg.js';
+import { proxiedPostgres } from '../helpers/tcp-proxy.js';
+
+/*
+ * PayPal's transmission binding (store.bindTransmission, before any parse) when the store cannot
+ * answer it: the request must fail closed and retryable — 503 storage_unavailable with Retry-After
+ * — never 401 (PayPal would not retry a refusal of its own genuine delivery as a 5xx), never 2xx
+ * (the binding the forgery defence rests on was not made), and within the commit deadline as an
+ * accept would be. Once the store is back the genuine bytes bind and a CRC-32 forgery is refused.
+ */
+
+const SIGNING = makeCert();
+const WEBHOOK_ID = '4JH86294D6297924G';
+const CERT_PATH = `/v1/notifications/certs/${certId('CERT-bind-outage')}`;
+const CERT_URL = `https://api.sandbox.paypal.com${CERT_PATH}`;
+
+let fake: FakePaypal;
+beforeAll(async () => {
+  fake = await startFakePaypal();
+  fake.routes.set(CERT_PATH, { pem: SIGNING.certPem });
+});
+afterAll(async () => {
+  await fake?.close();
+});
+
+const endpoints = () => [{ id: 'paypal', provider: 'paypal', secrets: [{ version: 'v1', value: WEBHOOK_ID }], options: { certFetcher: fake.fetcher } }];
+
+interface Delivery { readonly body: Buffer; readonly headers: Record<string, string> }
+function delivery(): Delivery {
+  const body = Buffer.from(`{"id":"WH-${randomUUID()}","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"CAPTURE1","amount":{"value":"1.00"}}}`);
+  const headers = paypalHeaders(SIGNING.privateKey, CERT_URL, { transmissionId: randomUUID(), time: isoSeconds(Date.now()), webhookId: WEBHOOK_ID, body });
+  return { body, headers };
+}
+/** Other bytes with the captured delivery's CRC-32: its signature verifies them too. */
+const forgeryOf = (d: Delivery): Delivery => ({
+  body: forgeSameCrc(zlibCrc32(d.body), `{"id":"WH-FORGED-${randomUUID()}","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"EVIL"},"pad":"`, '"}'),
+  headers: d.headers,
+});
+const send = (url: string, d: Delivery) => post(`${url}/webhooks/paypal`, d.body, d.headers);
+
+function expectUnavailable(r: HttpResponse): void {
+  expect(r.status, r.text).toBe(503);
+  expect(r.json().error).toBe('storage_unavailable');
+  expect(r.headers['retry-after']).toBe('5');
+}
+
+/** Back up: the genuine bytes are accepted (nothing was stored before), and a forgery of them is refused. */
+async function genuineWinsAfterwards(url: string, d: Delivery): Promise<void> {
+  const ok = await send(url, d);
+  expect(ok.status, ok.text).toBe(200);
+  expect(ok.json().duplicate).toBe(false);
+  const forged = await send(url, forgeryOf(d));
+  expect(forged.status, forged.text).toBe(401);
+  expect(forged.json().error).toBe('invalid_signature');
+}
+
+describe('paypal transmission binding, storage unavailable [sqlite]', () => {
+  it('another process holds the write lock past busyTimeoutMs: 503 with Retry-After, no transmission id logged; afterwards the genuine bytes bind', async () => {
+    const lines: string[] = [];
+    const app = await startTestApp('sqlite', { endpoints: endpoints() }, {}, { urlSuffix: '?busyTimeoutMs=200', logger: captureLog(lines) });
+    const blocker = new Database(app.db.url.slice('sqlite:'.length));
+    try {
+      const d = delivery();
+      blocker.exec('BEGIN IMMEDIATE');
+      expectUnavailable(await send(app.url, d));
+      blocker.exec('ROLLBACK');
+      await genuineWinsAfterwards(app.url, d);
+      const secrets = [d.headers['paypal-transmission-id']!, d.headers['paypal-transmission-sig']!, 'CAPTURE1', 'EVIL'];
+      for (const line of lines) for (const s of secrets) expect(line).not.toContain(s);
+    } finally {
+      blocker.close();
+      await app.stop();
+    }
+  });
+
+  it('the writer is held by a handler transaction past commitTimeoutMs: 503 while it is still held (as an accept gets), not a wait for the transaction to end', async () => {
+    const app = await startTestApp('sqlite', { endpoints: endpoints(), groupCommit: { commitTimeoutMs: 300 } }, {}, { urlSuffix: '?txTimeoutMs=20000' });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let begun!: () => void;
+    const isBegun = new Promise<void>((resolve) => (begun = resolve));
+    const tx = app.store.transaction(async (t) => {
+      await t.begin();
+      begun();
+      await held;
+    });
+    try {
+      await isBegun;
+      const d = delivery();
+      // Answered (or not) while the transaction is still open: the race's other side is the transaction's own end.
+      const r = await Promise.race([send(app.url, d), tx.then(() => 'the handler transaction ended first')]);
+      expect(typeof r === 'string' ? r : r.status).toBe(503);
+      expectUnavailable(r as HttpResponse);
+      release();
+      await tx;
+      await genuineWinsAfterwards(app.url, d);
+    } finally {
+      release();
+      await tx.catch(() => undefined);
+      await app.stop();
+    }
+  }, 90_000);
+});
+
+describe.runIf(await pgAvailable())('paypal transmission binding, storage unavailable [postgres]', () => {
+  const cleanups: (() => Promise<void>)[] = [];
+  afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
+
+  async function appBehindProxy(commitTimeoutMs: number): Promise<{ app: RunningApp; proxy: Awaited<ReturnType<typeof proxiedPostgres>>['proxy'] }> {
+    const { proxy, url } = await proxiedPostgres(cleanups);
+    const config = parseConfig(configDoc(url, { endpoints: endpoints(), groupCommit: { commitTimeoutMs } }), {});
+    const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: false });
+    cleanups.push(() => app.close());
+    return { app, proxy };
+  }
+
+  it('unreachable: 503 with Retry-After; once it is back the genuine bytes bind and a forgery is refused', async () => {
+    const { app, proxy } = await appBehindProxy(3000);
+    const d = delivery();
+    await proxy.stop();
+    expectUnavailable(await send(app.url, d));
+    await proxy.start();
+    await genuineWinsAfterwards(app.url, d);
+  });
+
+  it('hung (its connections silent): 503 with Retry-After, not a request left waiting', async () => {
+    const { app, proxy } = await appBehindProxy(500);
+    expect((await send(app.url, delivery())).status).toBe(200);
+    proxy.hang();
+    expectUnavailable(await send(app.url, delivery()));
+  });
+});
