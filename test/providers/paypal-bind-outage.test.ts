@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { crc32 as zlibCrc32 } from 'node:zlib';
 import Database from 'better-sqlite3';
 import pino from 'pino';
@@ -80,6 +81,21 @@ describe('paypal transmission binding, storage unavailable [sqlite]', () => {
       for (const line of lines) for (const s of secrets) expect(line).not.toContain(s);
     } finally {
       blocker.close();
+      await app.stop();
+    }
+  });
+
+  // SQLite goes on committing to a file deleted under it; a binding made there is gone at the next start.
+  it.each([['database file', ''], ['WAL file', '-wal']])('the %s deleted under it: 503 for a transmission whose event the endpoint ignores too (its binding is its only write)', async (_what, suffix) => {
+    const ignoring = [{ ...endpoints()[0]!, events: ['CUSTOMER.*'] }];
+    const app = await startTestApp('sqlite', { endpoints: ignoring });
+    try {
+      const before = await send(app.url, delivery());
+      expect(before.status, before.text).toBe(200);
+      expect(before.json().ignored).toBe('unsupported_event_type');
+      rmSync(`${app.db.url.slice('sqlite:'.length)}${suffix}`);
+      expectUnavailable(await send(app.url, delivery()));
+    } finally {
       await app.stop();
     }
   });

@@ -81,6 +81,12 @@ function assertFilesInPlace(): void {
   }
 }
 
+/** A commit's result, once the files it went to are still this database's: one deleted before or during it lost the commit. */
+function committedInPlace<T>(result: T): T {
+  assertFilesInPlace();
+  return result;
+}
+
 /** Runs `fn`; a failure names `step` in its message (its code kept, e.g. SQLITE_BUSY). */
 function during<T>(step: string, fn: () => T): T {
   try {
@@ -178,12 +184,8 @@ const bindTx = db.transaction((t: TransmissionBinding): boolean => {
 
 const ops: Ops = {
   migrate,
-  bindTransmission: (t: TransmissionBinding) => bindTx.immediate(t),
-  accept: (records: AcceptRecord[]) => {
-    const results = acceptTx.immediate(records);
-    assertFilesInPlace(); // after the commit: a file deleted before it, or during it, lost the batch
-    return results;
-  },
+  bindTransmission: (t: TransmissionBinding) => committedInPlace(bindTx.immediate(t)),
+  accept: (records: AcceptRecord[]) => committedInPlace(acceptTx.immediate(records)),
   // The schema's version (null: never migrated), which also proves the file readable and in place.
   ping: () => (assertFilesInPlace(), db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get()
     ? (db.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number | null }).v
