@@ -31,8 +31,8 @@ import { CommandError } from '../cli/usage-error.js';
  *   the rule of PayPal's Java SDK), with an RSA key of ≥ 2048 bits.
  * - The body is covered only through CRC-32, which is not collision resistant: anyone who sees one
  *   delivery can make other bytes with the same CRC. So one transmission id verifies one body only
- *   (the recent transmissions of this endpoint are remembered in memory); a replay of the same bytes
- *   is fine (it is a duplicate by event id).
+ *   (the ingress binds it to the bytes' SHA-256 in the database, webhook_transmission, via
+ *   SignatureMetadata.transmissionId); a replay of the same bytes is fine (a duplicate by event id).
  * - Unreachable certificate (network, non-2xx, too large, timeout, not PEM) → `503
  *   verification_unavailable`: PayPal retries, nothing is accepted unverified.
  * - An automatic retry repeats the first transmission: same PAYPAL-TRANSMISSION-ID, same signed
