@@ -212,9 +212,10 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
           });
           closeIdle();
           setTimeout(() => {
-            // A request still waiting on a commit (a hung database) is answered 503 first, with
+            // A request still waiting on a commit or a transmission binding (a hung database) is answered 503 first, with
             // Retry-After, so its sender retries instead of reading a reset; then everything is cut.
             committer.abandon('shutting down');
+            ingress.abandonBindings('shutting down');
             setTimeout(() => server.closeAllConnections(), ABANDONED_ANSWERS_MS).unref();
           }, opts.shutdownGraceMs ?? 5000).unref();
         });

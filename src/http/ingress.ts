@@ -79,6 +79,8 @@ const hasOtherTransferCoding = (value: string): boolean => value.split(',').some
  * Provider specifics live only in the adapter it calls.
  */
 export class Ingress {
+  /** Transmission bindings not yet answered: how to give each up (abandonBindings). */
+  private readonly bindsWaiting = new Set<(err: StorageUnavailableError) => void>();
   private readonly endpoints = new Map<string, EndpointRuntime>();
 
   constructor(endpoints: readonly EndpointConfig[], private readonly deps: IngressDeps) {
@@ -292,7 +294,20 @@ export class Ingress {
    */
   private bindTransmission(binding: TransmissionBinding): Promise<boolean> {
     const ms = this.deps.bindTimeoutMs;
-    return withDeadline(this.deps.transmissions.bindTransmission(binding), ms, () => new StorageUnavailableError(`transmission binding did not finish within ${ms} ms; outcome unknown`));
+    let giveUp!: (err: StorageUnavailableError) => void;
+    const abandoned = new Promise<never>((_, reject) => (giveUp = reject));
+    this.bindsWaiting.add(giveUp);
+    const bound = Promise.race([this.deps.transmissions.bindTransmission(binding), abandoned]);
+    return withDeadline(bound, ms, () => new StorageUnavailableError(`transmission binding did not finish within ${ms} ms; outcome unknown`))
+      .finally(() => this.bindsWaiting.delete(giveUp));
+  }
+
+  /**
+   * At the close's grace end, as GroupCommitter.abandon for commits: a request still waiting on its
+   * binding (a hung database) is answered 503 with Retry-After before the connections are cut.
+   */
+  abandonBindings(why: string): void {
+    for (const giveUp of this.bindsWaiting) giveUp(new StorageUnavailableError(`${why}: the transmission binding had not finished; outcome unknown`));
   }
 
   /** The row(s) to write for one verified event: its own ids, its exact bytes sealed under its key. */

@@ -156,4 +156,17 @@ describe.runIf(await pgAvailable())('paypal transmission binding, storage unavai
     proxy.hang();
     expectUnavailable(await send(app.url, delivery()));
   });
+
+  it('hung, and the server is closed: a request waiting on its binding gets 503 with Retry-After when the grace ends (as one waiting on a commit does), not a reset', async () => {
+    // The commit timeout outlasts the grace (200 ms): the grace's end must answer the request.
+    const { app, proxy } = await appBehindProxy(30_000);
+    expect((await send(app.url, delivery())).status).toBe(200);
+    proxy.hang();
+    const answer = send(app.url, delivery()).then((r) => r, (err: Error) => err);
+    await new Promise((r) => setTimeout(r, 300)); // its binding has been sent and is waiting
+    await app.close();
+    const r = await answer;
+    expect(r instanceof Error ? `no answer: ${r.message}` : r.status).toBe(503);
+    expectUnavailable(r as HttpResponse);
+  }, 60_000);
 });
