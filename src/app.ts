@@ -15,7 +15,7 @@ import { ingressMetrics, type IngressMetrics } from './metrics/registry.js';
 import { GroupCommitter } from './store/group-commit.js';
 import { warnIfSchemaNewer } from './store/migrations.js';
 import { openStore } from './store/open.js';
-import type { AcceptRecord, AcceptResult, InboxStore } from './store/port.js';
+import type { AcceptRecord, AcceptResult, InboxStore, TransmissionBinding } from './store/port.js';
 import { Engine } from './engine/engine.js';
 import { HandlerRegistry } from './engine/handlers.js';
 
@@ -89,7 +89,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   // write (locked by another process, disk full), and then /readyz must not say ready.
   // Its time is monotonic (performance.now()): on the wall clock, a clock stepped back after a
   // failure kept /readyz not ready for the step, and a gateway not ready gets no webhooks to commit.
-  let lastCommitFailure: { atMs: number; error: string } | undefined;
+  // A transmission binding (PayPal) is such a write too: it comes first, and where it fails no accept is tried.
+  let lastCommitFailure: { atMs: number; what: 'commit' | 'transmission binding'; error: string } | undefined;
   const committer = new GroupCommitter<AcceptRecord, AcceptResult>(
     (items) => store.acceptBatch(items),
     {
@@ -101,16 +102,25 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       metrics.commitLatency.observe(s.commitMs / 1000);
       metrics.batchSize.observe(s.size);
       if (!s.ok) metrics.commitFailures.inc();
-      lastCommitFailure = s.ok ? undefined : { atMs: performance.now(), error: s.error ?? 'unknown' };
+      lastCommitFailure = s.ok ? undefined : { atMs: performance.now(), what: 'commit', error: s.error ?? 'unknown' };
     },
     (r) => r.payload.ciphertext.length,
   );
+  const transmissions = {
+    bindTransmission: (t: TransmissionBinding) => store.bindTransmission(t).then((held) => {
+      lastCommitFailure = undefined;
+      return held;
+    }, (err: unknown) => {
+      lastCommitFailure = { atMs: performance.now(), what: 'transmission binding', error: err instanceof Error ? err.message : String(err) };
+      throw err;
+    }),
+  };
   const workersRun = opts.workers ?? config.workers.enabled;
   const engine = new Engine({ config, store, keyring, handlers, registry: metrics.registry, log, env, freshBodies: workersRun });
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes, config.limits.minBodyBytesPerSecond);
   const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
   const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes, env) : undefined;
-  const ingress = new Ingress(config.endpoints, { keyring, committer, transmissions: store, bindTimeoutMs: config.groupCommit.commitTimeoutMs, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
+  const ingress = new Ingress(config.endpoints, { keyring, committer, transmissions, bindTimeoutMs: config.groupCommit.commitTimeoutMs, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
   // What this start has made, released when it fails before listening (with the store, by abandon).
   const release = async (): Promise<void> => {
     metrics.stop();
@@ -137,7 +147,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
         // Recent only: with no traffic there is no commit to clear it, and the ping above still speaks.
         const f = lastCommitFailure;
         const agoMs = f === undefined ? Infinity : performance.now() - f.atMs;
-        if (f && agoMs < COMMIT_FAILURE_MEMORY_MS) problems.push(`accepts: the latest commit failed ${Math.round(agoMs / 1000)} s ago: ${f.error}`);
+        if (f && agoMs < COMMIT_FAILURE_MEMORY_MS) problems.push(`accepts: the latest ${f.what} failed ${Math.round(agoMs / 1000)} s ago: ${f.error}`);
         return problems.length ? problems : null;
       },
       failed: (path, err) => log.error({ err, path }, 'operational endpoint failed'),

@@ -67,7 +67,7 @@ async function genuineWinsAfterwards(url: string, d: Delivery): Promise<void> {
 }
 
 describe('paypal transmission binding, storage unavailable [sqlite]', () => {
-  it('another process holds the write lock past busyTimeoutMs: 503 with Retry-After, no transmission id logged; afterwards the genuine bytes bind', async () => {
+  it('another process holds the write lock past busyTimeoutMs: 503 with Retry-After, /readyz not ready, no transmission id logged; afterwards the genuine bytes bind', async () => {
     const lines: string[] = [];
     const app = await startTestApp('sqlite', { endpoints: endpoints() }, {}, { urlSuffix: '?busyTimeoutMs=200', logger: captureLog(lines) });
     const blocker = new Database(app.db.url.slice('sqlite:'.length));
@@ -75,8 +75,13 @@ describe('paypal transmission binding, storage unavailable [sqlite]', () => {
       const d = delivery();
       blocker.exec('BEGIN IMMEDIATE');
       expectUnavailable(await send(app.url, d));
+      // The database answers a ping (a read) but refuses writes: /readyz must not say ready, as after a failed accept commit.
+      const ready = await post(`${app.url}/readyz`, '', {}, 'GET');
+      expect(ready.status, ready.text).toBe(503);
+      expect(ready.text).toMatch(/transmission binding failed/);
       blocker.exec('ROLLBACK');
       await genuineWinsAfterwards(app.url, d);
+      expect((await post(`${app.url}/readyz`, '', {}, 'GET')).status).toBe(200);
       const secrets = [d.headers['paypal-transmission-id']!, d.headers['paypal-transmission-sig']!, 'CAPTURE1', 'EVIL'];
       for (const line of lines) for (const s of secrets) expect(line).not.toContain(s);
     } finally {
