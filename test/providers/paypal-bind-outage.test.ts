@@ -162,6 +162,21 @@ describe.runIf(await pgAvailable())('paypal transmission binding, storage unavai
     expectUnavailable(await send(app.url, delivery()));
   });
 
+  it('the binding reaches the database but its answer is lost: 503; the row it left binds the same verified bytes, so the retry is accepted and a forgery refused', async () => {
+    const { db, proxy, url, direct } = await proxiedPostgres(cleanups);
+    // Before the app connects: the connection that sends the binding's INSERT hears nothing after it.
+    proxy.muteAnswersAfter((chunk) => chunk.includes('INSERT INTO webhook_transmission'));
+    const config = parseConfig(configDoc(url, { endpoints: endpoints(), groupCommit: { commitTimeoutMs: 500 } }), {});
+    const app = await startApp(config, { logger: pino({ level: 'silent' }), env: {}, shutdownGraceMs: 200, workers: false });
+    cleanups.push(() => app.close());
+    const d = delivery();
+    expectUnavailable(await send(app.url, d));
+    const bound = await direct.query('SELECT count(*)::int AS n FROM webhook_transmission WHERE transmission_id = $1', [d.headers['paypal-transmission-id']]);
+    expect(bound.rows[0].n, db.url).toBe(1); // committed though the request was answered 503
+    proxy.muteAnswersAfter(() => false);
+    await genuineWinsAfterwards(app.url, d);
+  });
+
   it('hung, and the server is closed: a request waiting on its binding gets 503 with Retry-After when the grace ends (as one waiting on a commit does), not a reset', async () => {
     // The commit timeout outlasts the grace (200 ms): the grace's end must answer the request.
     const { app, proxy } = await appBehindProxy(30_000);
