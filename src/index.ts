@@ -4,7 +4,7 @@ export { startWorkers, type RunningWorkers, type WorkersOptions } from './worker
 export { loadConfigFile } from './config/load.js';
 export { parseConfig, type Config, type EndpointConfig } from './config/schema.js';
 export { openStore } from './store/open.js';
-export type { InboxStore, InboxRow, AcceptRecord, AcceptResult } from './store/port.js';
+export type { InboxStore, InboxRow, AcceptRecord, AcceptResult, TransmissionBinding } from './store/port.js';
 export { PayloadCipher } from './crypto/payload-cipher.js';
 export { PROVIDERS } from './providers/registry.js';
 export type { ProviderAdapter, Envelope, RequestView } from './providers/contract.js';
