@@ -91,13 +91,14 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   // failure kept /readyz not ready for the step, and a gateway not ready gets no webhooks to commit.
   // A transmission binding (PayPal) is such a write too: it comes first, and where it fails no accept is tried.
   let lastCommitFailure: { atMs: number; what: 'commit' | 'transmission binding'; error: string } | undefined;
+  const commitOptions = {
+    ...config.groupCommit,
+    maxInFlight: config.groupCommit.maxInFlight ?? store.groupCommitDefaults.maxInFlight,
+    maxWaitMs: config.groupCommit.maxWaitMs ?? store.groupCommitDefaults.maxWaitMs,
+  };
   const committer = new GroupCommitter<AcceptRecord, AcceptResult>(
     (items) => store.acceptBatch(items),
-    {
-      ...config.groupCommit,
-      maxInFlight: config.groupCommit.maxInFlight ?? store.groupCommitDefaults.maxInFlight,
-      maxWaitMs: config.groupCommit.maxWaitMs ?? store.groupCommitDefaults.maxWaitMs,
-    },
+    commitOptions,
     (s) => {
       metrics.commitLatency.observe(s.commitMs / 1000);
       metrics.batchSize.observe(s.size);
@@ -106,21 +107,21 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     },
     (r) => r.payload.ciphertext.length,
   );
-  const transmissions = {
-    bindTransmission: (t: TransmissionBinding) => store.bindTransmission(t).then((held) => {
-      lastCommitFailure = undefined;
-      return held;
-    }, (err: unknown) => {
-      lastCommitFailure = { atMs: performance.now(), what: 'transmission binding', error: err instanceof Error ? err.message : String(err) };
-      throw err;
-    }),
-  };
+  // PayPal's transmission bindings, group-committed as accepts are (one transaction, one fsync, for
+  // many): each is a committed write of its own before its event is even parsed.
+  const binder = new GroupCommitter<TransmissionBinding, boolean>(
+    (items) => store.bindTransmissions(items),
+    { ...commitOptions, maxBatchBytes: undefined },
+    (s) => {
+      lastCommitFailure = s.ok ? undefined : { atMs: performance.now(), what: 'transmission binding', error: s.error ?? 'unknown' };
+    },
+  );
   const workersRun = opts.workers ?? config.workers.enabled;
   const engine = new Engine({ config, store, keyring, handlers, registry: metrics.registry, log, env, freshBodies: workersRun });
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes, config.limits.minBodyBytesPerSecond);
   const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
   const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes, env) : undefined;
-  const ingress = new Ingress(config.endpoints, { keyring, committer, transmissions, bindTimeoutMs: config.groupCommit.commitTimeoutMs, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
+  const ingress = new Ingress(config.endpoints, { keyring, committer, binder, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
   // What this start has made, released when it fails before listening (with the store, by abandon).
   const release = async (): Promise<void> => {
     metrics.stop();
@@ -225,7 +226,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
             // A request still waiting on a commit or a transmission binding (a hung database) is answered 503 first, with
             // Retry-After, so its sender retries instead of reading a reset; then everything is cut.
             committer.abandon('shutting down');
-            ingress.abandonBindings('shutting down');
+            binder.abandon('shutting down');
             setTimeout(() => server.closeAllConnections(), ABANDONED_ANSWERS_MS).unref();
           }, opts.shutdownGraceMs ?? 5000).unref();
         });

@@ -9,8 +9,7 @@ import { sha256 } from '../crypto/payload-cipher.js';
 import { IngressError, OUTCOMES, StorageUnavailableError, type Outcome, type Reason } from '../errors.js';
 import type { IngressMetrics } from '../metrics/registry.js';
 import type { GroupCommitter } from '../store/group-commit.js';
-import type { AcceptRecord, AcceptResult, InboxStore, TransmissionBinding } from '../store/port.js';
-import { withDeadline } from '../deadline.js';
+import type { AcceptRecord, AcceptResult, TransmissionBinding } from '../store/port.js';
 import type { AcceptedEvent, Envelope } from '../providers/contract.js';
 import { storableEnvelope } from '../providers/storable.js';
 import type { PayloadCipher } from '../crypto/payload-cipher.js';
@@ -26,10 +25,8 @@ import { isAwaitingContinue, rawAnswerOf, sendError, sendJson, sendReply } from 
 export interface IngressDeps {
   readonly keyring: KeyRing;
   readonly committer: GroupCommitter<AcceptRecord, AcceptResult>;
-  /** Where a weakly signed transmission's one body is bound (SignatureMetadata.transmissionId). */
-  readonly transmissions: Pick<InboxStore, 'bindTransmission'>;
-  /** How long a binding may take before the request gets 503, as an accept's commit (groupCommit.commitTimeoutMs). */
-  readonly bindTimeoutMs: number;
+  /** Binds a weakly signed transmission's one body (SignatureMetadata.transmissionId): store.bindTransmissions, group-committed. */
+  readonly binder: GroupCommitter<TransmissionBinding, boolean>;
   readonly metrics: IngressMetrics;
   readonly log: Logger;
   readonly budget: BodyBudget;
@@ -79,8 +76,6 @@ const hasOtherTransferCoding = (value: string): boolean => value.split(',').some
  * Provider specifics live only in the adapter it calls.
  */
 export class Ingress {
-  /** Transmission bindings not yet answered: how to give each up (abandonBindings). */
-  private readonly bindsWaiting = new Set<(err: StorageUnavailableError) => void>();
   private readonly endpoints = new Map<string, EndpointRuntime>();
 
   constructor(endpoints: readonly EndpointConfig[], private readonly deps: IngressDeps) {
@@ -223,7 +218,7 @@ export class Ingress {
       // other bytes under an id already bound are a captured request's forgery. Before any parse.
       if (meta.transmissionId !== undefined) {
         const binding = { provider: config.provider, endpointId: config.id, transmissionId: meta.transmissionId, payloadHash: sha256(body), receivedAtMs: nowMs };
-        if (!(await this.bindTransmission(binding))) throw new IngressError('invalid_signature', 'this transmission was already received with other bytes');
+        if (!(await this.deps.binder.submit(binding))) throw new IngressError('invalid_signature', 'this transmission was already received with other bytes');
       }
       this.deps.metrics.secretMatches.inc([config.id, matched.version]);
       // A verified protocol handshake (Slack url_verification) is answered without an inbox row.
@@ -284,30 +279,6 @@ export class Ingress {
     } finally {
       this.deps.budget.release(reserved);
     }
-  }
-
-  /**
-   * Bounded as an accept's commit is: the store's own waits (SQLite's writer behind a handler
-   * transaction or another process's lock, PostgreSQL's two statements each under the query
-   * timeout) held a PayPal request far past commitTimeoutMs, and a hung writer for ever. A late
-   * binding is harmless: it holds these same verified bytes, which the retry carries.
-   */
-  private bindTransmission(binding: TransmissionBinding): Promise<boolean> {
-    const ms = this.deps.bindTimeoutMs;
-    let giveUp!: (err: StorageUnavailableError) => void;
-    const abandoned = new Promise<never>((_, reject) => (giveUp = reject));
-    this.bindsWaiting.add(giveUp);
-    const bound = Promise.race([this.deps.transmissions.bindTransmission(binding), abandoned]);
-    return withDeadline(bound, ms, () => new StorageUnavailableError(`transmission binding did not finish within ${ms} ms; outcome unknown`))
-      .finally(() => this.bindsWaiting.delete(giveUp));
-  }
-
-  /**
-   * At the close's grace end, as GroupCommitter.abandon for commits: a request still waiting on its
-   * binding (a hung database) is answered 503 with Retry-After before the connections are cut.
-   */
-  abandonBindings(why: string): void {
-    for (const giveUp of this.bindsWaiting) giveUp(new StorageUnavailableError(`${why}: the transmission binding had not finished; outcome unknown`));
   }
 
   /** The row(s) to write for one verified event: its own ids, its exact bytes sealed under its key. */

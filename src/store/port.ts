@@ -92,12 +92,13 @@ export interface InboxStore extends WorkStore {
   /** Results in input order. Rejects (StorageUnavailableError) if the batch did not commit. */
   acceptBatch(records: readonly AcceptRecord[]): Promise<AcceptResult[]>;
   /**
-   * Binds a transmission id (per provider: its ids are global; endpointId is recorded) to the one body it verified: true when
-   * the id is new (bound now, committed durably before this resolves) or already bound to these
-   * same bytes (a retry); false when other bytes hold it. Rejects (StorageUnavailableError) when
-   * it cannot tell.
+   * Binds each transmission id (per provider: its ids are global; endpointId is recorded) to the
+   * one body it verified, in ONE transaction (group-committed, as accepts are): per binding, in
+   * input order, true when the id is new (bound now, committed durably before this resolves) or
+   * already bound to these same bytes (a retry); false when other bytes hold it. Of two bindings
+   * of one new id in a call, the first wins. Rejects (StorageUnavailableError) when it cannot tell.
    */
-  bindTransmission(t: TransmissionBinding): Promise<boolean>;
+  bindTransmissions(ts: readonly TransmissionBinding[]): Promise<boolean[]>;
   /**
    * Optional start-up work, before the first request: opens connections and prepares statements
    * for batches up to `maxBatch` (PostgreSQL). A failure leaves that work to the first batches.

@@ -140,23 +140,29 @@ function contract(kind: 'sqlite' | 'postgres'): void {
     const binding = (transmissionId: string, body: string, over: Partial<TransmissionBinding> = {}): TransmissionBinding => ({
       provider: 'paypal', endpointId: 'ep', transmissionId, payloadHash: createHash('sha256').update(body).digest(), receivedAtMs: Date.now(), ...over,
     });
+    const bind = async (on: InboxStore, b: TransmissionBinding) => (await on.bindTransmissions([b]))[0];
     const t = `tx-${randomUUID()}`;
-    expect(await store.bindTransmission(binding(t, 'original'))).toBe(true);
-    expect(await store.bindTransmission(binding(t, 'original'))).toBe(true);
-    expect(await store.bindTransmission(binding(t, 'forged'))).toBe(false);
-    expect(await store.bindTransmission(binding(t, 'forged', { endpointId: 'ep2' }))).toBe(false);
-    expect(await store.bindTransmission(binding(t, 'forged', { provider: 'other' }))).toBe(true); // another provider's ids are its own
+    expect(await bind(store, binding(t, 'original'))).toBe(true);
+    expect(await bind(store, binding(t, 'original'))).toBe(true);
+    expect(await bind(store, binding(t, 'forged'))).toBe(false);
+    expect(await bind(store, binding(t, 'forged', { endpointId: 'ep2' }))).toBe(false);
+    expect(await bind(store, binding(t, 'forged', { provider: 'other' }))).toBe(true); // another provider's ids are its own
     const other = openStore(db.url);
     try {
-      expect(await other.bindTransmission(binding(t, 'forged'))).toBe(false);
-      expect(await other.bindTransmission(binding(t, 'original'))).toBe(true);
+      expect(await bind(other, binding(t, 'forged'))).toBe(false);
+      expect(await bind(other, binding(t, 'original'))).toBe(true);
       // Racing binds of a new id from two instances: exactly one body wins, and every answer agrees with it.
       const u = `tx-${randomUUID()}`;
       const tries = Array.from({ length: 40 }, (_, i) => ({ body: i % 2 === 0 ? 'a' : 'b', on: i % 4 < 2 ? store : other }));
-      const answers = await Promise.all(tries.map((x) => x.on.bindTransmission(binding(u, x.body))));
+      const answers = await Promise.all(tries.map((x) => bind(x.on, binding(u, x.body))));
       const winners = new Set(tries.filter((_, i) => answers[i]).map((x) => x.body));
       expect(winners.size).toBe(1);
       expect(answers.filter(Boolean)).toHaveLength(20);
+      // One call (one transaction): answers in input order; of two bindings of one new id, the first wins.
+      const v = `tx-${randomUUID()}`, w = `tx-${randomUUID()}`;
+      expect(await store.bindTransmissions([binding(v, 'first'), binding(t, 'forged'), binding(v, 'second'), binding(t, 'original'), binding(w, 'x'), binding(v, 'first')]))
+        .toEqual([true, false, false, true, true, true]);
+      expect(await other.bindTransmissions([binding(w, 'y'), binding(v, 'first')])).toEqual([false, true]);
     } finally {
       await other.close();
     }

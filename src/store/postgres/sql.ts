@@ -113,22 +113,28 @@ export const SELECT_WINNERS = `
   ) w`;
 
 /**
- * A transmission's binding (InboxStore.bindTransmission): the first request's bytes win. DO
- * NOTHING waits for a concurrent insert of the same id to end, so READ_TRANSMISSION, a statement
- * of its own, then sees the winner.
+ * Transmission bindings (InboxStore.bindTransmissions), first bytes win: the new ids' rows are
+ * returned. DO NOTHING waits for a concurrent insert of the same id to end, and skips a second
+ * row of one id in this statement, so READ_TRANSMISSIONS, a statement of its own, then sees
+ * every winner.
  */
-export const BIND_TRANSMISSION = {
-  name: 'wi_bind_transmission',
+export const BIND_TRANSMISSIONS = {
+  name: 'wi_bind_transmissions',
   text: `
   INSERT INTO webhook_transmission (provider, endpoint_id, transmission_id, payload_hash, received_at)
-  VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0))
+  SELECT provider, endpoint_id, transmission_id, payload_hash, to_timestamp(received_ms / 1000.0)
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[])
+    WITH ORDINALITY AS t(provider, endpoint_id, transmission_id, payload_hash, received_ms, n)
+  ORDER BY n
   ON CONFLICT (provider, transmission_id) DO NOTHING
-  RETURNING true AS bound`,
+  RETURNING provider, transmission_id, payload_hash`,
 };
-export const READ_TRANSMISSION = {
-  name: 'wi_read_transmission',
+export const READ_TRANSMISSIONS = {
+  name: 'wi_read_transmissions',
   text: `
-  SELECT payload_hash = $3 AS same FROM webhook_transmission WHERE provider = $1 AND transmission_id = $2`,
+  SELECT w.provider, w.transmission_id, w.payload_hash
+  FROM unnest($1::text[], $2::text[]) AS k(provider, transmission_id)
+  JOIN webhook_transmission w ON w.provider = k.provider AND w.transmission_id = k.transmission_id`,
 };
 
 /** A timestamptz as Unix ms (float8: keeps sub-ms digits, arrives as a JS number). */

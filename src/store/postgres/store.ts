@@ -286,15 +286,28 @@ export class PostgresStore implements InboxStore {
     return results;
   }
 
-  async bindTransmission(t: TransmissionBinding): Promise<boolean> {
+  async bindTransmissions(ts: readonly TransmissionBinding[]): Promise<boolean[]> {
     if (this.closed) throw new StorageUnavailableError('store is closed');
-    const values = [t.provider, t.endpointId, t.transmissionId, t.payloadHash, t.receivedAtMs];
-    const bound = await this.query<{ bound: boolean }>({ ...SQL.BIND_TRANSMISSION, values });
-    if (bound.rows.length === 1) return true;
-    const held = await this.query<{ same: boolean }>({ ...SQL.READ_TRANSMISSION, values: [t.provider, t.transmissionId, t.payloadHash] });
-    // Nothing deletes a binding, so one that conflicted is there to read.
-    if (held.rows.length !== 1) throw new StorageUnavailableError('a transmission binding conflicted but cannot be read');
-    return held.rows[0]!.same;
+    const key = (provider: string, transmissionId: string) => JSON.stringify([provider, transmissionId]);
+    const held = new Map<string, Buffer>();
+    const inserted = await this.query<{ provider: string; transmission_id: string; payload_hash: Buffer }>({
+      ...SQL.BIND_TRANSMISSIONS,
+      values: [ts.map((t) => t.provider), ts.map((t) => t.endpointId), ts.map((t) => t.transmissionId), ts.map((t) => t.payloadHash), ts.map((t) => t.receivedAtMs)],
+    });
+    for (const r of inserted.rows) held.set(key(r.provider, r.transmission_id), r.payload_hash);
+    const unseen = ts.filter((t) => !held.has(key(t.provider, t.transmissionId)));
+    if (unseen.length > 0) {
+      const { rows } = await this.query<{ provider: string; transmission_id: string; payload_hash: Buffer }>({
+        ...SQL.READ_TRANSMISSIONS, values: [unseen.map((t) => t.provider), unseen.map((t) => t.transmissionId)],
+      });
+      for (const r of rows) held.set(key(r.provider, r.transmission_id), r.payload_hash);
+    }
+    return ts.map((t) => {
+      const bytes = held.get(key(t.provider, t.transmissionId));
+      // Nothing deletes a binding, so one that conflicted is there to read.
+      if (bytes === undefined) throw new StorageUnavailableError('a transmission binding conflicted but cannot be read');
+      return bytes.equals(t.payloadHash);
+    });
   }
 
   /**

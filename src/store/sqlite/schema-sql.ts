@@ -19,7 +19,7 @@ export const INSERT_OUTBOX = `
 export const SELECT_WINNER = `
   SELECT inbox_id FROM webhook_inbox WHERE provider = ? AND endpoint_id = ? AND provider_event_id = ?`;
 
-/** A transmission's binding (InboxStore.bindTransmission); the one writer makes look-then-insert exact. */
+/** A transmission's binding (InboxStore.bindTransmissions); the one writer makes look-then-insert exact. */
 export const READ_TRANSMISSION = `
   SELECT payload_hash FROM webhook_transmission WHERE provider = ? AND transmission_id = ?`;
 export const INSERT_TRANSMISSION = `

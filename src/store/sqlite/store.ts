@@ -105,8 +105,8 @@ export class SqliteStore implements InboxStore {
     return results;
   }
 
-  async bindTransmission(t: TransmissionBinding): Promise<boolean> {
-    return this.call<boolean>('bindTransmission', t).catch((err) => {
+  async bindTransmissions(ts: readonly TransmissionBinding[]): Promise<boolean[]> {
+    return this.call<boolean[]>('bindTransmissions', ts).catch((err) => {
       throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite: ${(err as Error).message}`, { cause: err });
     });
   }

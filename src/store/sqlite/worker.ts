@@ -173,18 +173,20 @@ const acceptTx = db.transaction((records: AcceptRecord[]): AcceptResult[] => {
 });
 
 // Its own transaction, committed with FULL as accepts are: a 2xx may follow it (an ignored type) with no other commit.
-const bindTx = db.transaction((t: TransmissionBinding): boolean => {
+const bindTx = db.transaction((ts: TransmissionBinding[]): boolean[] => {
   const s = st();
-  const hash = bytes(t.payloadHash);
-  const held = s.readTransmission.get(t.provider, t.transmissionId) as Buffer | undefined;
-  if (held !== undefined) return held.equals(hash);
-  s.insertTransmission.run(t.provider, t.endpointId, t.transmissionId, hash, t.receivedAtMs);
-  return true;
+  return ts.map((t) => {
+    const hash = bytes(t.payloadHash);
+    const held = s.readTransmission.get(t.provider, t.transmissionId) as Buffer | undefined;
+    if (held !== undefined) return held.equals(hash);
+    s.insertTransmission.run(t.provider, t.endpointId, t.transmissionId, hash, t.receivedAtMs);
+    return true;
+  });
 });
 
 const ops: Ops = {
   migrate,
-  bindTransmission: (t: TransmissionBinding) => committedInPlace(bindTx.immediate(t)),
+  bindTransmissions: (ts: TransmissionBinding[]) => committedInPlace(bindTx.immediate(ts)),
   accept: (records: AcceptRecord[]) => committedInPlace(acceptTx.immediate(records)),
   // The schema's version (null: never migrated), which also proves the file readable and in place.
   ping: () => (assertFilesInPlace(), db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get()
