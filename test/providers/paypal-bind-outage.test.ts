@@ -14,7 +14,7 @@ import { pgAvailable } from '../helpers/pg.js';
 import { proxiedPostgres } from '../helpers/tcp-proxy.js';
 
 /*
- * PayPal's transmission binding (store.bindTransmission, before any parse) when the store cannot
+ * PayPal's transmission binding (store.bindTransmissions, group-committed, before any parse) when the store cannot
  * answer it: the request must fail closed and retryable — 503 storage_unavailable with Retry-After
  * — never 401 (PayPal would not retry a refusal of its own genuine delivery as a 5xx), never 2xx
  * (the binding the forgery defence rests on was not made), and within the commit deadline as an
