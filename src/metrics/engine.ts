@@ -79,17 +79,15 @@ export type EngineMetrics = ReturnType<typeof engineMetrics>;
 export async function refreshQueueGauges(m: EngineMetrics, store: WorkStore): Promise<void> {
   const [backlog, queues] = await Promise.all([store.backlog(), store.queueStats()]);
   // PROCESSED rows are not counted (that would scan the whole history on every scrape); their
-  // rate is webhook_worker_attempts_total{result="success"}.
-  const byStatus: Record<string, number> = { PENDING: 0, PROCESSING: 0, FAILED: 0 };
+  // rate is webhook_worker_attempts_total{result="success"}. FAILED ones are one count (queueStats).
+  const byStatus: Record<string, number> = { PENDING: 0, PROCESSING: 0, FAILED: queues.inboxFailed };
   // Oldest receipt by endpoint, then by event type.
   const firsts = new Map<string, Map<string, number>>();
   for (const b of backlog as BacklogStat[]) {
     byStatus[b.status] = (byStatus[b.status] ?? 0) + b.count;
-    if (b.status === 'PENDING' || b.status === 'PROCESSING') {
-      let types = firsts.get(b.endpointId);
-      if (!types) firsts.set(b.endpointId, (types = new Map()));
-      types.set(b.eventType, Math.min(b.oldestReceivedAtMs, types.get(b.eventType) ?? Infinity));
-    }
+    let types = firsts.get(b.endpointId);
+    if (!types) firsts.set(b.endpointId, (types = new Map()));
+    types.set(b.eventType, Math.min(b.oldestReceivedAtMs, types.get(b.eventType) ?? Infinity));
   }
   const unprocessed = new Map<string, { labels: string[]; atMs: number }>();
   const keep = (labels: string[], atMs: number) => {

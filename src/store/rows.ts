@@ -147,14 +147,17 @@ export function toBacklogStat(r: RawRow): BacklogStat {
   };
 }
 
-/** Rows of `kind` ('outbox', 'outbox_parked' or an effect status), `count`, `oldest` (outbox created_at ms) → queue stats. */
+/** Rows of `kind` ('inbox_failed', 'outbox', 'outbox_parked' or an effect status), `count`, `oldest` (outbox created_at ms) → queue stats. */
 export function toQueueStats(rows: readonly RawRow[]): QueueStats {
   const effects: QueueStats['effects'] = { PENDING: 0, PROCESSING: 0, FAILED: 0 };
+  let inboxFailed = 0;
   let outboxUnpublished = 0;
   let outboxOldestMs: number | null = null;
   let outboxParked = 0;
   for (const r of rows) {
-    if (r.kind === 'outbox') {
+    if (r.kind === 'inbox_failed') {
+      inboxFailed = Number(r.count);
+    } else if (r.kind === 'outbox') {
       outboxUnpublished = Number(r.count);
       outboxOldestMs = ms(r.oldest);
     } else if (r.kind === 'outbox_parked') {
@@ -163,7 +166,7 @@ export function toQueueStats(rows: readonly RawRow[]): QueueStats {
       effects[r.kind as keyof QueueStats['effects']] = Number(r.count);
     }
   }
-  return { outboxUnpublished, outboxOldestMs, outboxParked, effects };
+  return { inboxFailed, outboxUnpublished, outboxOldestMs, outboxParked, effects };
 }
 
 // Port → column values, for the settle statements of both stores.

@@ -131,6 +131,8 @@ export type EffectStatus = 'PENDING' | 'PROCESSING' | 'DONE' | 'FAILED';
  * rows grow without bound (their rate is webhook_effect_attempts_total{result="success"}).
  */
 export interface QueueStats {
+  /** FAILED inbox rows (they wait for an operator), all endpoints and types together. */
+  readonly inboxFailed: number;
   /** Parked rows included: they are not on the bus either. */
   readonly outboxUnpublished: number;
   readonly outboxParked: number;
@@ -369,7 +371,7 @@ export interface WorkStore {
   retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed'>;
   /** Every FAILED row whose failure_reason is in `reasons` → PENDING due now; returns the count. */
   requeueFailed(reasons: readonly string[], nowMs: number): Promise<number>;
-  /** Inbox counts and oldest age by endpoint, type and status (non-terminal rows, plus FAILED). */
+  /** Inbox counts and oldest age by endpoint, type and status, of the non-terminal rows (FAILED ones: queueStats). */
   backlog(): Promise<BacklogStat[]>;
   /** Stored payloads per key id, by key id. */
   payloadKeyUsage(): Promise<PayloadKeyUsage[]>;
@@ -400,7 +402,7 @@ export interface WorkStore {
   effectsToReseal(sealedPrefix: string, afterEffectId: string | null, limit: number): Promise<EffectToReseal[]>;
   /** Swaps in each effect's new data where it still holds `oldData`, in one transaction; returns how many changed. */
   resealEffects(items: readonly ResealedEffect[]): Promise<number>;
-  /** Outbox: unpublished rows and the oldest one's created_at; effects by status. */
+  /** FAILED inbox rows; outbox: unpublished rows and the oldest one's created_at; effects by status. */
   queueStats(): Promise<QueueStats>;
 }
 

@@ -210,6 +210,8 @@ describeEachStore('/metrics is valid Prometheus text under real traffic', (kind)
     const oldest = families.get('webhook_inbox_oldest_unprocessed_age_seconds')!.samples;
     expect(oldest.map((s) => s.labels.type)).toContain(WEIRD_TYPE);
     expect(families.get('webhook_secret_version_matches_total')!.samples.map((s) => s.labels.version)).toEqual(['v"1\\']);
+    // The one event its handler failed for good (fail.done), counted by status.
+    expect(families.get('webhook_inbox_rows')!.samples.find((s) => s.labels.status === 'FAILED')?.value).toBe(1);
     // The unknown endpoint's id is not a label value: one `(unknown)` series.
     const endpoints = new Set(families.get('webhook_requests_total')!.samples.map((s) => s.labels.endpoint));
     expect(endpoints).toEqual(new Set(['stripe', '(unknown)', '(unparsed)']));

@@ -92,9 +92,13 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
     const plan = (await work.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${W.BACKLOG.text}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
     expect(plan, plan).not.toMatch(FULL_SCAN);
     expect(plan).toMatch(/webhook_inbox_due/);
-    expect(plan).toMatch(/webhook_inbox_failed/);
     const backlog = await store.backlog();
-    expect(backlog.map((b) => [b.status, b.count])).toEqual([['FAILED', 11], ['PENDING', 89]]);
+    expect(backlog.map((b) => [b.status, b.count])).toEqual([['PENDING', 89]]);
+    // The FAILED rows (they pile up, waiting for an operator) are counted from their partial index
+    // alone, as one number: not read row by row and grouped by endpoint and type.
+    const stats = (await work.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${W.QUEUE_STATS.text}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    expect(stats, stats).toMatch(/Index Only Scan using webhook_inbox_failed\w* on webhook_inbox/);
+    expect((await store.queueStats()).inboxFailed).toBe(11);
   });
 
   it('the /metrics queue stats count the effects still to do and the FAILED ones, not every DONE effect', async () => {

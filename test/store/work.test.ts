@@ -708,14 +708,14 @@ describeEachStore('work store', (kind) => {
       const [first] = await store.claimEffects(1, 'e1', LEASE, T + 20);
       await store.settleEffect(first!.effectId, 'e1', { status: 'DONE', nowMs: T + 21 });
       await store.claimEffects(1, 'e1', LEASE, T + 22);
-      expect(await store.queueStats()).toEqual({ outboxUnpublished: 2, outboxOldestMs: T, outboxParked: 0, effects: { PENDING: 1, PROCESSING: 1, FAILED: 0 } });
+      expect(await store.queueStats()).toEqual({ inboxFailed: 0, outboxUnpublished: 2, outboxOldestMs: T, outboxParked: 0, effects: { PENDING: 1, PROCESSING: 1, FAILED: 0 } });
       await store.claimOutbox(1, 'relay1', LEASE, T + 30);
       expect(await settleOutbox(a.outboxId, 'relay1', { published: true, nowMs: T + 31 })).toBe(true);
       expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 1, outboxOldestMs: T + 5 });
     });
 
     it('queueStats on an empty store', async () => {
-      expect(await store.queueStats()).toEqual({ outboxUnpublished: 0, outboxOldestMs: null, outboxParked: 0, effects: { PENDING: 0, PROCESSING: 0, FAILED: 0 } });
+      expect(await store.queueStats()).toEqual({ inboxFailed: 0, outboxUnpublished: 0, outboxOldestMs: null, outboxParked: 0, effects: { PENDING: 0, PROCESSING: 0, FAILED: 0 } });
     });
   });
 
@@ -854,18 +854,24 @@ describeEachStore('work store', (kind) => {
       expect(new Set(ids(pending))).toEqual(new Set(claimed.filter((_, i) => i % 2).map((c) => c.inboxId)));
     });
 
-    it('backlog groups non-terminal and FAILED rows by endpoint, type and status', async () => {
+    it('backlog groups the non-terminal rows by endpoint, type and status', async () => {
       await scenario();
       const extraPending = at('evt_p2', 9, { endpointId: 'shop' });
       await accept(extraPending);
       const rows = [...(await store.backlog())].sort((a, b) => `${a.endpointId}|${a.eventType}|${a.status}`.localeCompare(`${b.endpointId}|${b.eventType}|${b.status}`));
       expect(rows).toEqual([
-        { endpointId: 'billing', eventType: 'invoice.paid', status: 'FAILED', count: 1, oldestReceivedAtMs: T + 2 },
         { endpointId: 'billing', eventType: 'invoice.paid', status: 'PROCESSING', count: 1, oldestReceivedAtMs: T + 5 },
-        { endpointId: 'shop', eventType: 'invoice.paid', status: 'FAILED', count: 1, oldestReceivedAtMs: T + 3 },
-        { endpointId: 'shop', eventType: 'payment_intent.succeeded', status: 'FAILED', count: 1, oldestReceivedAtMs: T + 1 },
         { endpointId: 'shop', eventType: 'payment_intent.succeeded', status: 'PENDING', count: 2, oldestReceivedAtMs: T },
       ]);
+    });
+
+    // FAILED rows wait for an operator and pile up; /metrics needs only their number. Grouped by
+    // endpoint and type (a sender's made-up types each ending FAILED unsupported_type), every
+    // scrape read and returned one row per type that ever failed: 300,000 of them took 1.6 s on
+    // SQLite's one writer thread (every accept waited) and 2.4 s on PostgreSQL (past the scrape's 2 s).
+    it('queueStats counts the FAILED inbox rows as one number, whatever their endpoints and types', async () => {
+      await scenario();
+      expect(await store.queueStats()).toMatchObject({ inboxFailed: 3 });
     });
   });
 

@@ -228,19 +228,22 @@ export const REQUEUE_FAILED_CHUNK = `
 /** The rows of one REQUEUE_FAILED_CHUNK. */
 export const REQUEUE_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE ${CHUNK_ROWS} AND status = 'FAILED'`;
 
-/** Each branch's condition is a partial index's predicate, as on PostgreSQL (postgres/work-sql.ts BACKLOG). */
+/** Its condition is a partial index's predicate, as on PostgreSQL (postgres/work-sql.ts BACKLOG). */
 export const BACKLOG = `
   SELECT endpoint_id, event_type, status, count(*) AS count, min(received_at) AS oldest_received_at
-  FROM (
-    SELECT endpoint_id, event_type, status, received_at FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING')
-    UNION ALL
-    SELECT endpoint_id, event_type, status, received_at FROM webhook_inbox WHERE status = 'FAILED'
-  )
+  FROM webhook_inbox WHERE status IN ('PENDING', 'PROCESSING')
   GROUP BY endpoint_id, event_type, status ORDER BY endpoint_id, event_type, status`;
 
-/** Rows for rows.ts toQueueStats: the unpublished outbox (and how much of it is parked), and effects still to do or FAILED (not DONE: see migration 5). */
+/**
+ * Rows for rows.ts toQueueStats, as on PostgreSQL (postgres/work-sql.ts QUEUE_STATS): the FAILED
+ * inbox rows counted from a covering partial index (this runs on the writer thread: every accept
+ * waits for it), the unpublished outbox (and how much of it is parked), and effects still to do
+ * or FAILED (not DONE: see migration 5).
+ */
 export const QUEUE_STATS = `
-  SELECT 'outbox' AS kind, count(*) AS count, min(created_at) AS oldest FROM webhook_outbox WHERE published_at IS NULL
+  SELECT 'inbox_failed' AS kind, count(*) AS count, NULL AS oldest FROM webhook_inbox WHERE status = 'FAILED'
+  UNION ALL
+  SELECT 'outbox', count(*) AS count, min(created_at) AS oldest FROM webhook_outbox WHERE published_at IS NULL
   UNION ALL
   SELECT 'outbox_parked', count(*), NULL FROM webhook_outbox WHERE ${parked('webhook_outbox')}
   UNION ALL
