@@ -13,6 +13,7 @@ import { parseConfig } from '../../src/config/schema.js';
 import { configDoc } from '../helpers/app.js';
 import { waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { EXPOSITION_CONTENT_TYPE, parseExposition } from '../helpers/exposition.js';
 import { post } from '../helpers/http.js';
 import { scrape, series, valueOf } from '../helpers/metric-samples.js';
 import { assertBuilt, CLI, runCli } from '../helpers/server-process.js';
@@ -78,6 +79,10 @@ describeEachStore('work --metrics-port: the workers\' own metrics, /healthz and 
       const samples = await scrape(w.url);
       expect(valueOf(samples, series('webhook_inbox_rows', { status: 'PENDING' }))).toBe(0);
       expect(samples.has(series('webhook_event_loop_delay_seconds', { stat: 'max' }))).toBe(true);
+      // Its own registry (the engine's metrics and the event-loop gauge) in the exact text format.
+      const text = await post(`${w.url}/metrics`, '', {}, 'GET');
+      expect(text.headers['content-type']).toBe(EXPOSITION_CONTENT_TYPE);
+      expect(parseExposition(text.text).get('webhook_processing_latency_seconds')?.type).toBe('histogram');
       // The same counter in the ingress process stays empty: these events were not processed there.
       expect(valueOf(await scrape(app.url), success)).toBe(0);
 
