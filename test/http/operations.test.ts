@@ -405,6 +405,23 @@ describe('logs and metrics', () => {
     }
   });
 
+  // The sampler records the time between its ticks, every 10 ms: an idle loop read as 10 ms of
+  // delay on every answer, and every real delay 10 ms longer than it was.
+  it('an idle event loop reads as next to no delay, not as the 10 ms sampling interval', async () => {
+    const t = await appWithLog({});
+    try {
+      const scrapeText = async () => (await post(`${t.app.url}/metrics`, '', {}, 'GET')).text;
+      await scrapeText(); // starts a fresh window
+      await new Promise((r) => setTimeout(r, 300));
+      const m = await scrapeText();
+      const p50 = Number(/^webhook_event_loop_delay_seconds\{stat="p50"\} (\S+)$/m.exec(m)?.[1]);
+      expect(p50).toBeGreaterThanOrEqual(0);
+      expect(p50).toBeLessThan(0.008);
+    } finally {
+      await t.stop();
+    }
+  });
+
   it('a failing /metrics render answers 503 and is logged with its cause; the app keeps serving', async () => {
     const t = await appWithLog({});
     try {
