@@ -188,6 +188,22 @@ describeEachStore('effect data sealed at rest', (kind) => {
     expect(got.get(`${b}:send-receipt`)).toEqual({ to: 'plain@example.com' });
   });
 
+  it('keys reseal with a wrong value for the older key: the effects under it are left and named with that key, the value given as a possible cause', async () => {
+    mailUp = false;
+    app = await start({ current: 'k1', keys: { k1: PAYLOAD_KEY } });
+    await accept(app, ['evt_wrong_a', 'evt_wrong_b']);
+    await app.close();
+    app = undefined;
+    const before = await storedData(db);
+    const wrong = join(dir, 'wrong-old-key.yaml');
+    writeFileSync(wrong, stringify(configDoc(db.url, { payloadKeys: { current: 'k2', keys: { k1: Buffer.alloc(32, 9).toString('base64'), k2: K2 } } })));
+    const r = await runCli(['keys', 'reseal', '--config', wrong, '--busy', '100'], 60_000);
+    expect(r.code, r.err).toBe(1);
+    expect(r.err).toContain('left 2 effect(s) under "k1" whose data does not authenticate (none under "k1" opened this run: its value in payloadKeys.keys may not be the one that sealed them, or the rows were altered or moved)');
+    expect(r.err).toContain('left 2 payload(s) under "k1" that do not authenticate (none under "k1" opened this run');
+    expect(await storedData(db)).toEqual(before);
+  });
+
   it('a handler whose effect cannot be sealed (payload keys gone mid-run) fails with its writes undone, even when it catches the error; the event runs again once the key is back', async () => {
     const keyFile = join(dir, 'k1.key');
     writeFileSync(keyFile, PAYLOAD_KEY);
