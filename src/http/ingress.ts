@@ -58,6 +58,8 @@ type VerifiedEvent = { eventId?: string; eventType?: string };
 
 /** The metrics and log label of HTTP refused before it named an endpoint. */
 const UNPARSED = '(unparsed)';
+/** The label of a request to an endpoint id not configured (never the id itself: unbounded, sender-chosen). */
+const UNKNOWN = '(unknown)';
 
 /** A Content-Encoding value that names a coding (not `identity`, not empty). */
 const isCoded = (value: string): boolean => {
@@ -91,6 +93,9 @@ export class Ingress {
       for (const outcome of OUTCOMES) deps.metrics.requests.inc([e.id, outcome], 0);
       for (const s of e.secrets) deps.metrics.secretMatches.inc([e.id, s.version], 0);
     }
+    // So are the requests that name no configured endpoint, with the outcomes they can have.
+    deps.metrics.requests.inc([UNKNOWN, 'rejected'], 0);
+    for (const outcome of ['malformed', 'rejected'] as const) deps.metrics.requests.inc([UNPARSED, outcome], 0);
   }
 
   /**
@@ -99,7 +104,7 @@ export class Ingress {
    */
   async handle(req: IncomingMessage, res: ServerResponse, endpointId: string, startedAt: number, refusal?: IngressError): Promise<void> {
     const ep = this.endpoints.get(endpointId);
-    const label = ep ? endpointId : '(unknown)';
+    const label = ep ? endpointId : UNKNOWN;
     let result: Result;
     // Filled in once the body is verified and parsed, so a later failure (503) still logs which event.
     const verified: VerifiedEvent = {};

@@ -102,6 +102,10 @@ describeEachStore('/metrics before anything happened', (kind) => {
       }
       const versions = families.get('webhook_secret_version_matches_total')!.samples;
       expect(versions.map((s) => [s.labels.endpoint, s.labels.version, s.value])).toEqual([['stripe', 'v2', 0], ['stripe', 'v1', 0]]);
+      // So are the two series of requests that name no configured endpoint, with the outcomes they can have:
+      // a scan for unknown endpoint ids, or a burst of malformed HTTP, right after a restart shows in increase().
+      const placeholders = requests.filter((s) => s.labels.endpoint!.startsWith('(')).map((s) => [s.labels.endpoint, s.labels.outcome, s.value]);
+      expect(placeholders).toEqual(expect.arrayContaining([['(unknown)', 'rejected', 0], ['(unparsed)', 'malformed', 0], ['(unparsed)', 'rejected', 0]]));
     } finally {
       await app.stop();
     }
