@@ -20,6 +20,7 @@ export function parseSecretRef(v: unknown, path: string): SecretRef {
   // must not become an inline secret: the key would be the reference text, known to anyone who
   // reads the config. The value is not echoed: it may be a secret.
   if (!m && v.includes('${')) throw new ConfigError(path, 'is not a valid reference: write exactly ${env:NAME} or ${file:PATH} (lower-case, no spaces inside, nothing around it); an inline value cannot contain "${"');
+  if (!m && isBlank(v)) throw new ConfigError(path, 'is only white space (an inline value is the secret itself)');
   if (!m) return { kind: 'inline', value: v, path };
   return m[1] === 'env' ? { kind: 'env', name: m[2]!, path } : { kind: 'file', file: m[2]!, path };
 }
@@ -54,7 +55,8 @@ export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.e
       // Filled from the same secret a mount holds (a Kubernetes secretKeyRef), it ends with its newline
       // too; read by a shell from a CRLF env file, with the "\r" alone.
       const v = raw.replace(/\r?\n$|\r$/, '');
-      if (v === '') throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} is empty`);
+      const unusable = unusableBecause(v);
+      if (unusable) throw new SecretUnavailableError(ref.path, `environment variable ${ref.name} ${unusable}`);
       return v;
     }
     case 'file': {
@@ -69,10 +71,24 @@ export function resolveSecret(ref: SecretRef, env: NodeJS.ProcessEnv = process.e
       // Mounted secret files usually end with a newline that is not part of the secret; one saved by
       // a Windows editor starts with a byte order mark, which is not either (as in config/load.ts).
       v = v.replace(/^\uFEFF/, '').replace(/\r?\n$/, '');
-      if (v === '') throw new SecretUnavailableError(ref.path, `${ref.file} is empty`);
+      const unusable = unusableBecause(v);
+      if (unusable) throw new SecretUnavailableError(ref.path, `${ref.file} ${unusable}`);
       // Read as UTF-8, a byte that is not (raw key bytes, UTF-16 text) became U+FFFD: another key.
       if (v.includes('\uFFFD')) throw new SecretUnavailableError(ref.path, `${ref.file} is not UTF-8 text (raw key bytes? write the key as text, e.g. its base64)`);
       return v;
     }
   }
+}
+
+/**
+ * Why a value read for a secret cannot be one, or null. White space alone is not a secret but
+ * what a template or a mount leaves when the value is missing: as a key, anyone could sign with it.
+ */
+function unusableBecause(v: string): string | null {
+  if (v === '') return 'is empty';
+  return isBlank(v) ? 'holds only white space' : null;
+}
+
+function isBlank(v: string): boolean {
+  return v.trim() === '';
 }

@@ -444,6 +444,11 @@ describe('secret references', () => {
     expect(ring.problems.join('\n')).not.toContain('not-a-whsec-value-xyz');
   });
 
+  // An inline secret of white space was taken as the key: a signature anyone can compute.
+  it.each([' ', '  \n', '\t'])('an inline secret that is only white space (%j) is refused by path', (value) => {
+    expect(errorOf(withEndpoint({ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value }] }))).toBe('endpoints[0].secrets[0].value: is only white space (an inline value is the secret itself)');
+  });
+
   // A space inside the braces (`${env: STRIPE_V2}`, `${file: /run/secrets/x}`) was read as part of
   // the name: "environment variable  STRIPE_V2 is not set", "cannot read  /run/secrets/x (ENOENT)"
   // about a variable that is set and a file that is there.

@@ -65,6 +65,49 @@ describe('secrets unavailable → fail closed', () => {
     expect(ready.status).toBe(200);
   });
 
+  // A secret that is only white space (an env var templated from an unset value with a space
+  // around it, a secret file of blank lines) was taken as the HMAC key: anyone could sign with
+  // " " or "\n" and be accepted, while /readyz and check-config said all secrets were loaded.
+  it('a secret that is only white space is refused by path: 503, never verified with it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wi-blank-secret-'));
+    const file = join(dir, 'gh_secret');
+    writeFileSync(file, '\n\n');
+    const t = await appWithLog({
+      endpoints: [
+        { id: 'gh-env', provider: 'github', secrets: [{ version: 'v1', value: '${env:GH_SECRET}' }] },
+        { id: 'gh-file', provider: 'github', secrets: [{ version: 'v1', value: `\${file:${file}}` }] },
+      ],
+    }, { GH_SECRET: ' \n' });
+    stops.push(t.stop);
+    let n = 0;
+    const forge = (endpoint: string, key: string) => {
+      const body = Buffer.from(JSON.stringify({ zen: 'forged', repository: { full_name: 'o/r' } }));
+      const sig = createHmac('sha256', key).update(body).digest('hex');
+      return post(`${t.app.url}/webhooks/${endpoint}`, body, {
+        'content-type': 'application/json', 'x-hub-signature-256': `sha256=${sig}`, 'x-github-event': 'push', 'x-github-delivery': `blank-${++n}`,
+      });
+    };
+    for (const [endpoint, key] of [['gh-env', ' '], ['gh-file', '\n']] as const) {
+      const r = await forge(endpoint, key);
+      expect(r.status, `${endpoint}: ${r.text}`).toBe(503);
+      expect(r.json().error).toBe('secrets_unavailable');
+    }
+    expect((await t.app.store.countRows()).inbox).toBe(0);
+    const ready = await post(`${t.app.url}/readyz`, '', {}, 'GET');
+    expect(ready.status).toBe(503);
+    expect(ready.json().problems).toEqual([
+      'endpoints[0].secrets[0].value: environment variable GH_SECRET holds only white space',
+      `endpoints[1].secrets[0].value: ${file} holds only white space`,
+    ]);
+
+    // The file gets its real secret: the endpoint heals, and only that secret verifies.
+    writeFileSync(file, 'gh-real-secret\n');
+    await t.app.reloadSecrets();
+    expect((await forge('gh-file', '\n')).status).toBe(401);
+    expect((await forge('gh-file', 'gh-real-secret')).status).toBe(200);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   it('without the payload key nothing is accepted (no unencrypted fallback)', async () => {
     const t = await appWithLog({ payloadKeys: { current: 'k1', keys: { k1: '${env:MISSING_KEY}' } } });
     stops.push(t.stop);
