@@ -30,6 +30,9 @@ const adapter: ProviderAdapter = {
   redeliveryWindowSeconds: 30 * DAY,
   prepareSecret(value) {
     if (!value.startsWith('whsec_')) throw new Error('a Stripe endpoint secret starts with "whsec_"');
+    // Stripe's secrets are letters and digits: white space is what a file or variable added
+    // (a second trailing newline), and kept it would fail every delivery with 401, unexplained.
+    if (/\s/.test(value)) throw new Error('a Stripe endpoint secret has no white space (a blank line or a space in its file or variable?)');
     return Buffer.from(value, 'utf8');
   },
   parseSignature,

@@ -108,6 +108,29 @@ describe('secrets unavailable → fail closed', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  // A Stripe secret file ending in two newlines (an editor's final newline after the pasted one)
+  // lost only the last: the key was "whsec_…\n", every genuine delivery 401 while /readyz said
+  // ready and check-config OK. A Stripe secret has no white space: the path is named instead.
+  it('a Stripe secret with white space in it (a file ending in a blank line) is refused by path, not a silent 401 for every delivery', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wi-stripe-ws-'));
+    const file = join(dir, 'stripe_whsec');
+    writeFileSync(file, `${STRIPE_SECRET}\n\n`);
+    const t = await appWithLog({ endpoints: [{ id: 'stripe', provider: 'stripe', secrets: [{ version: 'v1', value: `\${file:${file}}` }] }] });
+    stops.push(t.stop);
+    const body = stripeEvent('evt_ws_secret');
+    const r = await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body));
+    expect(r.status, r.text).toBe(503);
+    expect(r.json().error).toBe('secrets_unavailable');
+    const ready = await post(`${t.app.url}/readyz`, '', {}, 'GET');
+    expect(ready.status).toBe(503);
+    expect(ready.json().problems).toEqual(['endpoints[0].secrets[0].value: a Stripe endpoint secret has no white space (a blank line or a space in its file or variable?)']);
+
+    writeFileSync(file, `${STRIPE_SECRET}\n`);
+    await t.app.reloadSecrets();
+    expect((await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(200);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   it('without the payload key nothing is accepted (no unencrypted fallback)', async () => {
     const t = await appWithLog({ payloadKeys: { current: 'k1', keys: { k1: '${env:MISSING_KEY}' } } });
     stops.push(t.stop);
