@@ -1,7 +1,7 @@
 import { DAY } from './contract.js';
 import { hmac, matchHmac } from '../crypto/hmac.js';
 import { asObject } from '../config/read.js';
-import { timestampedDigests } from './signature.js';
+import { timestampedDigests, tokenSecret } from './signature.js';
 import type { AdapterFactory, ProviderAdapter, RequestView, SignatureMetadata } from './contract.js';
 import { jsonEnvelope } from './json.js';
 
@@ -40,7 +40,7 @@ const adapter: ProviderAdapter = {
     if (value.length === 0) throw new Error('secret is empty');
     // The usual mix-up: the API key (pdl_live_apikey_… / pdl_sdbx_apikey_…) instead of the destination's secret key.
     if (/^pdl_[a-z]+_apikey_/.test(value)) throw new Error('this is a Paddle API key; use the notification destination\'s secret key (pdl_ntfset_…)');
-    return Buffer.from(value, 'utf8');
+    return tokenSecret(value, 'Paddle');
   },
   parseSignature,
   verify(meta, body, keys, nowMs) {

@@ -1,5 +1,5 @@
 import { HOUR } from './contract.js';
-import { utf8Secret } from './signature.js';
+import { tokenSecret } from './signature.js';
 import { hmac, matchHmac, decodeBase64 } from '../crypto/hmac.js';
 import { IngressError } from '../errors.js';
 import { asObject, optEnum } from '../config/read.js';
@@ -86,7 +86,7 @@ export const createShopify: AdapterFactory = (options, path) => {
     // No documented payload cap; a products/update with 2,048 variants exceeds 1 MiB, and a 413 is
     // retried 8 times and then may delete the subscription.
     defaultMaxBodyBytes: 5 * 1024 * 1024,
-    prepareSecret: utf8Secret,
+    prepareSecret: (value) => tokenSecret(value, 'Shopify'),
     parseSignature(req): ShopifySignature {
       const family = familyOf(req);
       const value = req.single(`${family}hmac-sha256`);

@@ -14,6 +14,16 @@ export function utf8Secret(value: string): Buffer {
   return Buffer.from(value, 'utf8');
 }
 
+/**
+ * A secret the provider generates as one token (letters, digits, `_`): white space in it is what
+ * a file or variable added (a second trailing newline, a space after a paste), and kept it would
+ * fail every delivery with 401 while the endpoint reads as ready. Refused when secrets load.
+ */
+export function tokenSecret(value: string, provider: string): Buffer {
+  if (/\s/.test(value)) throw new Error(`a ${provider} secret has no white space (a blank line or a space in its file or variable?)`);
+  return utf8Secret(value);
+}
+
 export interface DigestHeaderOptions {
   /** A scheme prefix such as `sha256=`; `prefixOptional` also accepts the bare digest. */
   readonly prefix?: string;

@@ -1,5 +1,5 @@
 import { HOUR } from './contract.js';
-import { digestHeader, utf8Secret } from './signature.js';
+import { digestHeader, tokenSecret } from './signature.js';
 import { hmac, matchHmac } from '../crypto/hmac.js';
 import { asObject, child, reqString } from '../config/read.js';
 import { ConfigError } from '../errors.js';
@@ -62,7 +62,7 @@ export const createSquare: AdapterFactory = (options, path) => {
     defaultToleranceSeconds: null,
     // retries for up to 72 hours after the event.
     redeliveryWindowSeconds: 72 * HOUR,
-    prepareSecret: utf8Secret,
+    prepareSecret: (value) => tokenSecret(value, 'Square'),
     parseSignature(req) {
       return { timestamp: null, digest: digestHeader(req, HEADER, 'base64') } satisfies SquareSignature;
     },

@@ -1,6 +1,6 @@
 import { DAY, withoutOptions } from './contract.js';
 import { hmac, matchHmac } from '../crypto/hmac.js';
-import { timestampedDigests } from './signature.js';
+import { timestampedDigests, tokenSecret } from './signature.js';
 import type { AdapterFactory, ProviderAdapter, SignatureMetadata } from './contract.js';
 import { jsonEnvelope } from './json.js';
 
@@ -30,10 +30,7 @@ const adapter: ProviderAdapter = {
   redeliveryWindowSeconds: 30 * DAY,
   prepareSecret(value) {
     if (!value.startsWith('whsec_')) throw new Error('a Stripe endpoint secret starts with "whsec_"');
-    // Stripe's secrets are letters and digits: white space is what a file or variable added
-    // (a second trailing newline), and kept it would fail every delivery with 401, unexplained.
-    if (/\s/.test(value)) throw new Error('a Stripe endpoint secret has no white space (a blank line or a space in its file or variable?)');
-    return Buffer.from(value, 'utf8');
+    return tokenSecret(value, 'Stripe endpoint');
   },
   parseSignature,
   verify(meta, body, keys, nowMs) {

@@ -444,6 +444,24 @@ describe('secret references', () => {
     expect(ring.problems.join('\n')).not.toContain('not-a-whsec-value-xyz');
   });
 
+  // These providers generate their secrets as one token: white space in one is what a file or a paste
+  // added, and kept it failed every genuine delivery with 401 while /readyz said ready.
+  it('a Paddle, Square or Shopify secret with white space in it is refused by path when secrets load, its value never shown', () => {
+    const doc = {
+      ...base(),
+      endpoints: [
+        { id: 'pd', provider: 'paddle', secrets: [{ version: 'v1', value: 'pdl_ntfset_01hsecretvalue ' }] },
+        { id: 'sq', provider: 'square', secrets: [{ version: 'v1', value: 'sqSigningKey0123\n\n' }], options: { publicUrl: 'https://example.com/webhooks/sq' } },
+        { id: 'sh', provider: 'shopify', secrets: [{ version: 'v1', value: ' 6f1c0ffee0123456789abcdef' }] },
+        { id: 'ok', provider: 'shopify', secrets: [{ version: 'v1', value: '6f1c0ffee0123456789abcdef' }] },
+      ],
+    };
+    const ring = new KeyRing(parseConfig(doc, {}), {});
+    expect(ring.problems).toEqual(['Paddle', 'Square', 'Shopify'].map((p, i) => `endpoints[${i}].secrets[0].value: a ${p} secret has no white space (a blank line or a space in its file or variable?)`));
+    expect(ring.keysFor('ok')).toHaveLength(1);
+    expect(ring.problems.join('\n')).not.toMatch(/secretvalue|SigningKey|c0ffee/);
+  });
+
   // An inline secret of white space was taken as the key: a signature anyone can compute.
   it.each([' ', '  \n', '\t'])('an inline secret that is only white space (%j) is refused by path', (value) => {
     expect(errorOf(withEndpoint({ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value }] }))).toBe('endpoints[0].secrets[0].value: is only white space (an inline value is the secret itself)');
