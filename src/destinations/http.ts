@@ -3,14 +3,24 @@ import { isJsonBytes } from '../providers/form.js';
 import { Pool, errors as undiciErrors } from 'undici';
 import type { DestinationConfig } from '../config/engine.js';
 import { Budget } from '../engine/budget.js';
-import { FAILURE, NeedsDecisionError, RetryableError } from '../engine/failure.js';
+import { FAILURE, NeedsDecisionError, NotAttemptedError, RetryableError } from '../engine/failure.js';
 import { signStandard } from '../providers/standard-webhooks.js';
 import { Circuit } from './circuit.js';
 import type { DeliveryEvent, Destination } from './contract.js';
+import { Pause } from './pause.js';
 import { closedError, describe } from './util.js';
 
 /** Told when a destination's circuit opens (after `failures` timeouts in a row) or closes. */
 export type CircuitListener = (destination: string, open: boolean, failures: number) => void;
+
+/** Told when a destination's pause begins (a 429 or 503 with Retry-After), with its length; not when one is extended. */
+export type PauseListener = (destination: string, ms: number, status: number) => void;
+
+/** Who is told of a destination's state (for the log and a gauge). */
+export interface HttpListeners {
+  readonly onCircuit?: CircuitListener;
+  readonly onPause?: PauseListener;
+}
 
 export type HttpDestinationConfig = Extract<DestinationConfig, { type: 'http' }>;
 
@@ -37,6 +47,9 @@ const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEO
  * turn); an event's deadline starts when its request does, so waiting is not a timeout. A service
  * that stops answering (timeouts) opens the destination's circuit (circuit.ts): its deliveries
  * then fail at once (`destination_down`) instead of holding the workers' places for a timeout each.
+ * A `429` or `503` with a Retry-After pauses the whole destination until then (pause.ts): its
+ * deliveries fail at once without a request (`destination_paused`, NotAttemptedError: nothing was
+ * sent, so the attempt is given back), instead of each getting the same answer and spending one.
  *
  * `key` gives the decoded signing key at each delivery (registry.ts: the KeyRing's, so a reloaded
  * secret signs the next delivery), or throws a RetryableError while there is none.
@@ -50,14 +63,16 @@ export class HttpDestination implements Destination {
   private readonly timeoutMs: number;
   private readonly slots: Budget;
   private readonly circuit: Circuit | undefined;
+  private readonly pause: Pause;
   private closed = false;
 
-  constructor(config: HttpDestinationConfig, private readonly key: () => Buffer, onCircuit?: CircuitListener) {
+  constructor(config: HttpDestinationConfig, private readonly key: () => Buffer, { onCircuit, onPause }: HttpListeners = {}) {
     this.id = config.id;
     this.timeoutMs = config.timeoutMs;
     this.slots = new Budget(config.maxConnections);
     this.circuit = config.circuitBreaker === null ? undefined
       : new Circuit(config.circuitBreaker, (open, failures) => onCircuit?.(this.id, open, failures), config.timeoutMs);
+    this.pause = new Pause((ms, status) => onPause?.(this.id, ms, status));
     const u = new URL(config.url);
     this.path = `${u.pathname}${u.search}`;
     // Credentials in the URL become Basic auth; they never reach an error message.
@@ -80,15 +95,19 @@ export class HttpDestination implements Destination {
       throw new NeedsDecisionError(FAILURE.payloadUnavailable, `http destination "${this.id}": the raw payload of ${event.inboxId} is no longer stored`);
     }
     const key = this.key();
+    this.paused();
     let probe = this.admit();
     // Signed once a connection slot is ours: a delivery queued behind slow ones must not arrive
     // with a timestamp the receiver already finds stale.
     await this.slots.reserve(1);
-    // The circuit may have opened while this one waited (behind the requests that opened it).
+    // The destination may have asked for a pause, or its circuit opened, while this one waited
+    // (behind the requests that were told so).
     try {
+      this.paused();
       probe ||= this.admit();
     } catch (err) {
       this.slots.release(1);
+      this.circuit?.released(probe);
       throw err;
     }
     // One deadline for the whole exchange: connect, headers and body.
@@ -131,8 +150,17 @@ export class HttpDestination implements Destination {
     if (isSuccess(status)) return;
     const note = status >= 300 && status < 400 ? ' (redirects are not followed)' : '';
     const retryAfterMs = status === 429 || status === 503 ? retryAfterDelayMs(retryAfter, Date.now()) : undefined;
+    // This request counts as an attempt (it was sent); the ones refused by the pause do not.
+    if (retryAfterMs !== undefined) this.pause.askedToWait(retryAfterMs, status);
     const wait = retryAfterMs === undefined ? '' : ` (Retry-After: ${Math.round(retryAfterMs / 1000)} s)`;
     throw new RetryableError(`http_${status}`, `http destination "${this.id}" answered HTTP ${status}${note}${wait}`, { retryAfterMs });
+  }
+
+  /** Throws `destination_paused` while the destination asked to be left alone. */
+  private paused(): void {
+    const p = this.pause.left();
+    if (p === undefined) return;
+    throw new NotAttemptedError(FAILURE.destinationPaused, `http destination "${this.id}" is paused: it answered HTTP ${p.status} with Retry-After, so no request was sent (resumes in ${Math.ceil(p.ms / 1000)} s)`, { retryAfterMs: p.ms });
   }
 
   /** Whether this delivery may go (true: as the circuit's probe); throws `destination_down` if not. */

@@ -3,7 +3,7 @@ import { resolveSecret } from '../config/secrets.js';
 import { SetupUnavailableError } from '../engine/failure.js';
 import { signingKeyAt } from './signing-key.js';
 import type { Destination } from './contract.js';
-import { HttpDestination, type CircuitListener } from './http.js';
+import { HttpDestination, type CircuitListener, type PauseListener } from './http.js';
 import { NatsDestination } from './nats.js';
 import { RabbitMqDestination } from './rabbitmq.js';
 
@@ -14,6 +14,8 @@ export interface DestinationHooks {
   readonly keys?: DestinationKeys;
   /** An HTTP destination's circuit opened or closed (for the log and a gauge). */
   readonly onCircuit?: CircuitListener;
+  /** An HTTP destination asked for a pause (a 429 or 503 with Retry-After): once as it begins, for the log. */
+  readonly onPause?: PauseListener;
 }
 
 /**
@@ -29,10 +31,10 @@ export function createDestination(config: DestinationConfig, env: NodeJS.Process
     case 'http': {
       const { keys } = hooks;
       if (keys) {
-        return new HttpDestination(config, () => keys(config.id) ?? unloadedKey(config.id, config.secret.path), hooks.onCircuit);
+        return new HttpDestination(config, () => keys(config.id) ?? unloadedKey(config.id, config.secret.path), hooks);
       }
       const key = signingKeyAt(resolveSecret(config.secret, env), config.secret.path);
-      return new HttpDestination(config, () => key, hooks.onCircuit);
+      return new HttpDestination(config, () => key, hooks);
     }
     case 'nats':
       return new NatsDestination(config);

@@ -17,12 +17,25 @@ export class RetryableError extends Error {
 }
 
 /**
+ * Nothing was attempted: the work was refused before it began, by this gateway, for a cause that
+ * is not the event's. Its attempt is given back (the row's attempt_count is not raised by it) and
+ * it is tried again after `retryAfterMs` (within retry.capMs), so it never counts toward
+ * maxAttempts. The engine's own, never exported: handlers and executors throw RetryableError,
+ * which counts, as a failure that did something must (else it could retry for ever).
+ */
+export class NotAttemptedError extends RetryableError {
+  constructor(reason: string, message: string, options: { retryAfterMs: number }) {
+    super(reason, message, options);
+  }
+}
+
+/**
  * A failure of this gateway's own setup (a payload key or a destination secret not loaded), not
  * of the event nor of its destination: the event waits for the operator without spending its
  * attempts, tried again as the secrets are re-read. It must not end FAILED for a key that a fixed
- * mount brings back. The engine's own: handlers and executors throw RetryableError, which counts.
+ * mount brings back.
  */
-export class SetupUnavailableError extends RetryableError {
+export class SetupUnavailableError extends NotAttemptedError {
   constructor(reason: string, message: string) {
     super(reason, message, { retryAfterMs: SECRET_RETRY_MS });
   }
@@ -65,6 +78,11 @@ export const FAILURE = {
   payloadCorrupt: 'payload_corrupt',
   /** An HTTP destination's circuit is open (destinations/circuit.ts): the delivery was not sent. */
   destinationDown: 'destination_down',
+  /**
+   * An HTTP destination asked to be left alone (a 429 or 503 with Retry-After; destinations/pause.ts):
+   * the delivery was not sent, and its attempt is given back (NotAttemptedError).
+   */
+  destinationPaused: 'destination_paused',
 } as const;
 
 /** Reasons `requeue --reason technical` may send back: the ones a later attempt can fix. */

@@ -341,6 +341,107 @@ describe('http destination', () => {
     });
   });
 
+  describe('a 429 or 503 with Retry-After pauses the destination', () => {
+    const reasons = (results: PromiseSettledResult<void>[]) => results.map((r) => (r.status === 'fulfilled' ? 'delivered' : (r.reason as RetryableError).reason));
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const answer = (status: number, headers: Record<string, string> = {}): Handler => (_req, res) => res.writeHead(status, headers).end();
+
+    it('after a 429 with Retry-After: 2, deliveries send nothing and fail destination_paused with the time left, until the window is over', async () => {
+      const d = destination();
+      handler = answer(429, { 'retry-after': '2' });
+      expect((await failureOf(d.deliver(event('limited')))).reason).toBe('http_429');
+      handler = answer(200);
+      const refused = await Promise.all(Array.from({ length: 3 }, (_, i) => failureOf(d.deliver(event(`during-${i}`)))));
+      for (const r of refused) {
+        expect(r).toBeInstanceOf(RetryableError);
+        expect(r.reason).toBe('destination_paused');
+        const left = (r as RetryableError).retryAfterMs!;
+        expect(left).toBeGreaterThan(0);
+        expect(left).toBeLessThanOrEqual(2000);
+        // Whole ms: it becomes a retry's next_attempt_at, a SQLite STRICT INTEGER column.
+        expect(Number.isInteger(left)).toBe(true);
+        expect(r.message).toMatch(/^http destination "fwd" is paused: it answered HTTP 429 with Retry-After, so no request was sent \(resumes in [12] s\)$/);
+      }
+      expect(received.map((r) => r.headers['webhook-id'])).toEqual(['limited']);
+      // Once the time it gave is over, the next delivery goes.
+      await sleep((refused.at(-1) as RetryableError).retryAfterMs! + 20);
+      await d.deliver(event('after'));
+      expect(received.map((r) => r.headers['webhook-id'])).toEqual(['limited', 'after']);
+    });
+
+    it('deliveries already waiting for a connection when the 429 comes send nothing either', async () => {
+      const d = destination({ maxConnections: 1 });
+      handler = (_req, res) => setTimeout(() => res.writeHead(429, { 'retry-after': '60' }).end(), 100);
+      const results = await Promise.allSettled(Array.from({ length: 4 }, (_, i) => d.deliver(event(`queued-${i}`))));
+      expect(reasons(results)).toEqual(['http_429', 'destination_paused', 'destination_paused', 'destination_paused']);
+      expect(received).toHaveLength(1);
+    });
+
+    it('an HTTP-date Retry-After pauses, and a 503 with Retry-After does too', async () => {
+      const dated = destination();
+      handler = answer(429, { 'retry-after': new Date(Date.now() + 5000).toUTCString() });
+      await failureOf(dated.deliver(event('dated')));
+      const a = await failureOf(dated.deliver(event('dated-next')));
+      expect(a.reason).toBe('destination_paused');
+      expect((a as RetryableError).retryAfterMs).toBeGreaterThan(0);
+      expect((a as RetryableError).retryAfterMs).toBeLessThanOrEqual(5000);
+
+      const unavailable = destination({ id: 'down-for-maintenance' });
+      handler = answer(503, { 'retry-after': '30' });
+      expect((await failureOf(unavailable.deliver(event('maint')))).reason).toBe('http_503');
+      const b = await failureOf(unavailable.deliver(event('maint-next')));
+      expect(b.reason).toBe('destination_paused');
+      expect(b.message).toContain('"down-for-maintenance" is paused: it answered HTTP 503 with Retry-After');
+      expect(received.map((r) => r.headers['webhook-id'])).toEqual(['dated', 'maint']);
+    });
+
+    it('no pause without a usable Retry-After, nor for another status: a 429 without one or with a malformed one, a 500 with one', async () => {
+      const d = destination();
+      const answers = [answer(429), answer(429, { 'retry-after': 'soon' }), answer(500, { 'retry-after': '60' }), answer(200)];
+      let n = 0;
+      handler = (req, res, body) => answers[n++]!(req, res, body);
+      const seen: string[] = [];
+      for (let i = 0; i < 4; i++) seen.push(await d.deliver(event(`plain-${i}`)).then(() => 'delivered', (e: RetryableError) => e.reason));
+      expect(seen).toEqual(['http_429', 'http_429', 'http_500', 'delivered']);
+      expect(received).toHaveLength(4);
+    });
+
+    it('a longer Retry-After extends the pause, a shorter one does not shorten it, and none pauses past 1 h', async () => {
+      const d = destination({ maxConnections: 4 });
+      // Three requests out at once, answered in this order: 1 s, 60 s, then 1 s again.
+      const wait: Record<string, [number, string]> = { first: [0, '1'], longer: [100, '60'], shorter: [200, '1'] };
+      handler = (req, res) => {
+        const [ms, after] = wait[String(req.headers['webhook-id'])]!;
+        setTimeout(() => res.writeHead(429, { 'retry-after': after }).end(), ms);
+      };
+      await Promise.allSettled(Object.keys(wait).map((id) => d.deliver(event(id))));
+      const left = (await failureOf(d.deliver(event('next')))) as RetryableError;
+      expect(left.reason).toBe('destination_paused');
+      expect(left.retryAfterMs).toBeGreaterThan(55_000);
+
+      const capped = destination({ id: 'capped' });
+      handler = answer(429, { 'retry-after': '86400' });
+      await failureOf(capped.deliver(event('a-day')));
+      const c = (await failureOf(capped.deliver(event('a-day-next')))) as RetryableError;
+      expect(c.reason).toBe('destination_paused');
+      expect(c.retryAfterMs).toBeGreaterThan(3_500_000);
+      expect(c.retryAfterMs).toBeLessThanOrEqual(3_600_000);
+    });
+
+    it('tells its listener once per pause, not per refused delivery', async () => {
+      const pauses: [string, number, number][] = [];
+      const d = destination({}, {}, { onPause: (...p) => pauses.push(p) });
+      handler = answer(429, { 'retry-after': '30' });
+      await failureOf(d.deliver(event('limited')));
+      for (let i = 0; i < 3; i++) await failureOf(d.deliver(event(`refused-${i}`)));
+      expect(pauses).toHaveLength(1);
+      expect(pauses[0]![0]).toBe('fwd');
+      expect(pauses[0]![2]).toBe(429);
+      expect(pauses[0]![1]).toBeGreaterThan(29_000);
+      expect(pauses[0]![1]).toBeLessThanOrEqual(30_000);
+    });
+  });
+
   it('the deadline covers the answer body too, and the error says the receiver had answered', async () => {
     const d = destination({ timeoutMs: 400 });
     handler = (_req, res) => {
