@@ -4,7 +4,7 @@ import { withDeadline } from '../deadline.js';
 import type { EffectRow, EffectSettlement } from '../store/work-port.js';
 import { retryDelayMs } from './backoff.js';
 import { failpoint } from './failpoints.js';
-import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payloadKeyUnavailable, RetryableError, SetupUnavailableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, NotAttemptedError, payloadKeyUnavailable, RetryableError } from './failure.js';
 import type { HandlerRegistry } from './handlers.js';
 import { LeasedRunner, type RunnerDeps } from './leased-runner.js';
 import type { Claimed } from './loop.js';
@@ -77,9 +77,9 @@ export class EffectsRunner extends LeasedRunner<EffectRow, EffectsRunnerDeps> {
     } catch (err) {
       const c = classify(err);
       const now = this.now();
-      // This gateway's own setup (a key configured but not loaded yet): no fault of the effect, so
-      // its attempt is given back and it is tried again as the secrets are re-read.
-      if (err instanceof SetupUnavailableError) {
+      // Nothing attempted, for a cause of this gateway's (a key configured but not loaded yet): no
+      // fault of the effect, so its attempt is given back and it is tried again as the secrets are re-read.
+      if (err instanceof NotAttemptedError) {
         return { result: 'retry', reason: c.reason, settlement: { status: 'PENDING', nextAttemptAtMs: now + Math.min(c.retryAfterMs ?? 0, this.d.retry.capMs), error: c.message, nowMs: now, attemptGivenBack: true } };
       }
       if (!c.retryable) return { result: 'failed', reason: c.reason, settlement: { status: 'FAILED', reason: c.reason, error: c.message, nowMs: now } };

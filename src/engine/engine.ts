@@ -74,6 +74,10 @@ export class Engine {
         if (open) log.warn({ destination, failures }, 'http destination is not answering: circuit open, its deliveries fail at once (destination_down) until a probe gets an answer');
         else log.info({ destination }, 'http destination answered again: circuit closed');
       },
+      // Once as a pause begins: the deliveries it refuses are not logged one by one.
+      onPause: (destination, pauseMs, status) => {
+        log.warn({ destination, status, pauseMs }, 'http destination asked to wait (Retry-After): paused, its deliveries are held without a request and without spending attempts (destination_paused)');
+      },
     });
     this.destinations = opened.destinations;
     this.problems = opened.problems;

@@ -15,7 +15,7 @@ import type { Budget } from './budget.js';
 import { failpoint } from './failpoints.js';
 import { SettleWaves } from './settle-waves.js';
 import { whileStoreFails, type StoreRetryLimits, type StoreRetryWindow } from './store-retry.js';
-import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, payloadKeyUnavailable, redact, RetryableError, SetupUnavailableError } from './failure.js';
+import { abandonedMessage, classify, FAILURE, loggable, NeedsDecisionError, NotAttemptedError, payloadKeyUnavailable, redact, RetryableError, SetupUnavailableError } from './failure.js';
 import type { FreshBodies } from './fresh-bodies.js';
 import { HANDLER_CONSUMER, type HandlerRegistry, type InboxEvent, type RegisteredHandler } from './handlers.js';
 import type { Router, Target } from './routes.js';
@@ -92,14 +92,15 @@ interface Plan {
 
 /**
  * The failure an attempt settles with: the first, unless that one spends no attempt (a key not
- * loaded) and a later one does: a handler that failed on its own must not get a free retry. Of
+ * loaded, a destination paused: nothing was attempted) and a later one does: a handler that
+ * failed on its own, or a forward whose request got an answer, must not get a free retry. Of
  * two retryable ones that count alike, the one that asks to wait longer (a forward's Retry-After,
  * an open circuit): the retry calls both targets again, so it must not come before either said it
  * may (which failed first is only which answered first).
  */
 function firstFailure(kept: Failure | undefined, next: Failure): Failure {
   if (kept === undefined) return next;
-  const free = (f: Failure) => f.error instanceof SetupUnavailableError;
+  const free = (f: Failure) => f.error instanceof NotAttemptedError;
   if (free(kept) !== free(next)) return free(kept) ? next : kept;
   return kept.error instanceof NeedsDecisionError || waitOf(next) <= waitOf(kept) ? kept : next;
 }
@@ -780,8 +781,9 @@ export class InboxWorker {
   private decide(row: ClaimedInbox, f: Failure, now: number): Settlement {
     const c = classify(f.error);
     if (!c.retryable) return { status: 'FAILED', reason: c.reason, error: c.message, nowMs: now };
-    // A key of this gateway not loaded: the event waits for it, its attempts untouched.
-    if (f.error instanceof SetupUnavailableError) return { status: 'PENDING', nextAttemptAtMs: now + Math.min(c.retryAfterMs ?? 0, f.retry.capMs), error: c.message, nowMs: now, attemptGivenBack: true };
+    // Nothing was attempted (a key of this gateway not loaded, a destination paused): the event
+    // waits for it, its attempts untouched. Only when every failure of the attempt was so (firstFailure).
+    if (f.error instanceof NotAttemptedError) return { status: 'PENDING', nextAttemptAtMs: now + Math.min(c.retryAfterMs ?? 0, f.retry.capMs), error: c.message, nowMs: now, attemptGivenBack: true };
     if (row.attemptCount >= f.retry.maxAttempts) return { status: 'FAILED', reason: FAILURE.retriesExhausted, error: c.message, nowMs: now };
     return { status: 'PENDING', nextAttemptAtMs: now + retryDelayMs(row.attemptCount, f.retry, c.retryAfterMs), error: c.message, nowMs: now };
   }
