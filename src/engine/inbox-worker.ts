@@ -93,7 +93,7 @@ interface Plan {
 /**
  * The failure an attempt settles with: the first, unless that one spends no attempt (a key not
  * loaded, a destination paused: nothing was attempted) and a later one does: a handler that
- * failed on its own, or a forward whose request got an answer, must not get a free retry. Of
+ * failed on its own, or a forward whose request was sent (its 429 included), must not get a free retry. Of
  * two retryable ones that count alike, the one that asks to wait longer (a forward's Retry-After,
  * an open circuit): the retry calls both targets again, so it must not come before either said it
  * may (which failed first is only which answered first).
