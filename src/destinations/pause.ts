@@ -16,27 +16,27 @@ export class Pause {
   /** The status that asked for the pause now running (for the message). */
   private askedBy = 0;
 
-  /** `onStart`: told when a pause begins (not when a running one is extended), with its length in ms. */
-  constructor(private readonly onStart: (ms: number, status: number) => void) {}
-
   /**
-   * Monotonic, as the circuit's cooldown is: on the wall clock, a clock stepped back during a
-   * pause would keep the destination refused that much longer.
+   * `onStart`: told when a pause begins (not when a running one is extended), with its length in ms.
+   * `now`: monotonic, as the circuit's cooldown is: on the wall clock, a clock stepped back during
+   * a pause would keep the destination refused that much longer.
    */
-  private now(): number {
-    return performance.now();
-  }
+  constructor(
+    private readonly onStart: (ms: number, status: number) => void,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
 
   /** The destination answered `status` asking to wait `ms`: paused until then, unless already for longer. */
   askedToWait(ms: number, status: number): void {
     const now = this.now();
-    const until = now + Math.min(ms, MAX_PAUSE_MS);
+    const length = Math.min(ms, MAX_PAUSE_MS);
+    const until = now + length;
     const running = this.until !== undefined && this.until > now;
     // A shorter ask does not shorten it: the longer one may come from a stricter limit.
-    if (until <= now || (running && until <= this.until!)) return;
+    if (length <= 0 || (running && until <= this.until!)) return;
     this.until = until;
     this.askedBy = status;
-    if (!running) this.onStart(Math.ceil(until - now), status);
+    if (!running) this.onStart(length, status);
   }
 
   /**
@@ -45,7 +45,9 @@ export class Pause {
    */
   left(): { readonly ms: number; readonly status: number } | undefined {
     if (this.until === undefined) return undefined;
-    const ms = Math.ceil(this.until - this.now());
+    // Less a nanosecond: `now + ms - now` in floating point can come out a hair above ms, and
+    // rounding that up gave a 1 s pause 1,001 ms left as it began.
+    const ms = Math.ceil(this.until - this.now() - 1e-6);
     if (ms > 0) return { ms, status: this.askedBy };
     this.until = undefined;
     return undefined;
