@@ -11,7 +11,7 @@
 export const MAX_PAUSE_MS = 3_600_000;
 
 export class Pause {
-  /** When the pause ends (performance.now()); undefined or past = not paused. */
+  /** When the pause ends (on `now`'s clock); undefined or past = not paused. */
   private until: number | undefined;
   /** The status that asked for the pause now running (for the message). */
   private askedBy = 0;
