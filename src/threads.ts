@@ -27,6 +27,19 @@ export function exitOnUnreadableRequest(): void {
 }
 
 /**
+ * In a thread: answers request `id` with what `run` returns, or with its error's message and code
+ * (an Error itself does not cross threads with its code). The other side is WorkerCalls.
+ */
+export function replyTo(id: number, run: () => unknown): void {
+  try {
+    parentPort!.postMessage({ id, ok: true, result: run() });
+  } catch (err) {
+    const e = err as { message?: string; code?: string };
+    parentPort!.postMessage({ id, ok: false, message: e.message ?? String(err), code: e.code });
+  }
+}
+
+/**
  * In a thread: lowers this thread's CPU priority by `by` nice steps (to at most 19) and no other
  * thread's. On Linux a thread has its own nice value, set through its thread id
  * (/proc/thread-self names it); raising one's own nice value (less priority) needs no privilege. A scheduling hint only:

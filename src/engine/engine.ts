@@ -135,7 +135,10 @@ export class Engine {
    * the reads answer. A scrape must not wait on a stuck database (a table lock, a write lock held
    * by another process): it waited commitTimeoutMs (10 s, a scraper's usual timeout), the scrape
    * failed, and with it every series, the ones telling of the outage included. One read at a time:
-   * scrapes while it is out share it rather than pile more queries on the database.
+   * scrapes while it is out share it rather than pile more queries on the database (a burst of
+   * scrapes costs one). A scrape that joins a read already under way may miss a commit made since
+   * that read began: accepted, as a gauge is a sample and the next scrape reads anew (nothing is
+   * kept once the read ends, so a scrape that follows a change, in sequence, always sees it).
    */
   refreshGauges(waitMs = GAUGE_REFRESH_WAIT_MS): Promise<void> {
     this.refreshing ??= refreshQueueGauges(this.metrics, this.o.store).finally(() => {

@@ -16,6 +16,7 @@ import { LeaseLostError } from '../work-port.js';
 import { SqliteTx } from './tx.js';
 import type { ChunkCursor, ChunkDone, ClaimArgs, ResealArg } from './work-ops.js';
 import { parseSqliteUrl } from './url.js';
+import type { ReaderInit } from './reader.js';
 import type { WorkerInit } from './worker.js';
 
 /** How often a store with new-work listeners looks for commits by other processes. */
@@ -35,7 +36,28 @@ function failure(message: string, code: string | undefined): Error {
   return Object.assign(new Error(message), { code });
 }
 
-/** SQLite adapter: a single writer thread owns the connection; this side only passes messages. */
+type Reply = { id: number; ok: boolean; result?: unknown; message?: string; code?: string };
+
+/**
+ * One of the store's threads (worker.ts, the writer; reader.ts): its replies as values or typed
+ * errors. One that dies is replaced by the next call; the requests it held fail (503).
+ */
+function sqliteThread(name: 'worker' | 'reader', init: WorkerInit | ReaderInit, what: string): WorkerCalls<Reply> {
+  return new WorkerCalls<Reply>({
+    start: () => startWorker(import.meta.url, name, init),
+    settle: (m) => {
+      // The engine tells a lost lease (stop: the batch is someone else's now) from other failures by its class.
+      if (!m.ok) throw m.code === LeaseLostError.CODE ? new LeaseLostError(m.message ?? '') : failure(m.message ?? '', m.code);
+      return m.result;
+    },
+    stopped: (cause) => new StorageUnavailableError(`${what} stopped`, { cause }),
+  });
+}
+
+/**
+ * SQLite adapter: a single writer thread owns the connection; this side only passes messages.
+ * The statistics /metrics reads go to a read-only connection on a thread of its own (stats).
+ */
 export class SqliteStore implements InboxStore {
   readonly kind = 'sqlite' as const;
   /**
@@ -44,7 +66,11 @@ export class SqliteStore implements InboxStore {
    * per request (bench/RESULTS.md, 2026-12-01).
    */
   readonly groupCommitDefaults = { maxInFlight: 1, maxWaitMs: 1 };
-  private readonly writer: WorkerCalls<{ id: number; ok: boolean; result?: unknown; message?: string; code?: string }>;
+  private readonly writer: WorkerCalls<Reply>;
+  /** The reader thread, started by the first stats read (none for `:memory:`). */
+  private reader: WorkerCalls<Reply> | undefined;
+  /** The writer has opened the file (a read-only connection cannot create it): the reader may start. */
+  private fileOpened: Promise<void> | undefined;
   /** Transaction ids are unique across writer restarts, so a stale op never hits a new transaction. */
   private nextTxId = 1;
   private readonly newWork = new Set<() => void>();
@@ -66,16 +92,7 @@ export class SqliteStore implements InboxStore {
         throw new StorageUnavailableError(`SQLite: cannot create the directory of ${init.file}: ${(err as Error).message}`, { cause: err });
       }
     }
-    // A crashed writer is replaced by the next call; requests it held were answered 503.
-    this.writer = new WorkerCalls({
-      start: () => startWorker(import.meta.url, 'worker', this.init),
-      settle: (m) => {
-        // The engine tells a lost lease (stop: the batch is someone else's now) from other failures by its class.
-        if (!m.ok) throw m.code === LeaseLostError.CODE ? new LeaseLostError(m.message ?? '') : failure(m.message ?? '', m.code);
-        return m.result;
-      },
-      stopped: (cause) => new StorageUnavailableError('SQLite worker stopped', { cause }),
-    });
+    this.writer = sqliteThread('worker', this.init, 'SQLite worker');
   }
 
   static fromUrl(url: string, durableEngineCommits = true): SqliteStore {
@@ -237,11 +254,30 @@ export class SqliteStore implements InboxStore {
   }
 
   async backlog(): Promise<BacklogStat[]> {
-    return (await this.call<RawRow[]>('backlog')).map(toBacklogStat);
+    return (await this.stats<RawRow[]>('backlog')).map(toBacklogStat);
   }
 
   async queueStats(): Promise<QueueStats> {
-    return toQueueStats(await this.call<RawRow[]>('queueStats'));
+    return toQueueStats(await this.stats<RawRow[]>('queueStats'));
+  }
+
+  /**
+   * A read of the statistics every scrape asks for (work-ops.ts statsOps), on the reader thread:
+   * on the writer, every accept waited behind it (~340 ms at 300,000 PENDING rows) and it waited
+   * behind every handler transaction. Each read sees the commits made before it began (WAL).
+   * `:memory:` stays on the writer: an in-memory database is its one connection's alone.
+   */
+  private async stats<T>(op: 'backlog' | 'queueStats'): Promise<T> {
+    if (this.init.file === ':memory:') return this.call<T>(op);
+    // The writer opens (and creates) the file at its first op; ping is answered even during a handler transaction.
+    this.fileOpened ??= this.call('ping').then(() => undefined, (err: unknown) => {
+      this.fileOpened = undefined;
+      throw err;
+    });
+    await this.fileOpened;
+    if (this.closing) throw new StorageUnavailableError('store is closed'); // no new reader once close() began
+    this.reader ??= sqliteThread('reader', { file: this.init.file, busyTimeoutMs: this.init.busyTimeoutMs } satisfies ReaderInit, 'SQLite reader');
+    return this.reader.call<T>({ op });
   }
 
   async payloadKeyUsage(): Promise<PayloadKeyUsage[]> {
@@ -322,11 +358,14 @@ export class SqliteStore implements InboxStore {
     this.watcher.unref();
   }
 
-  /** Every call resolves once the writer thread has ended (a second call does not return before the first is done). */
+  /** Every call resolves once the writer and reader threads have ended (a second call does not return before the first is done). */
   close(): Promise<void> {
     this.closing ??= (async () => {
       clearInterval(this.watcher);
       this.newWork.clear();
+      // The reader first: the writer, closing last, checkpoints the WAL and removes it (a read-only connection cannot).
+      await this.reader?.call({ op: 'close' }).catch(() => undefined);
+      await this.reader?.close();
       await this.call('close').catch(() => undefined);
       this.closed = true;
       await this.writer.close();

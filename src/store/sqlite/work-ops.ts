@@ -19,6 +19,29 @@ const idsChunk = (a: IdsDueNow) => ({ ids: a.ids === null ? null : JSON.stringif
 /** One Resealed, flat: its byte fields arrive from the event loop as plain Uint8Arrays. */
 export interface ResealArg { readonly payloadId: string; readonly oldNonce: Uint8Array; readonly keyId: string; readonly nonce: Uint8Array; readonly ciphertext: Uint8Array }
 
+/** Each statement prepared once, on first use: the tables exist only after migrate. */
+function preparedOnce(db: Database.Database): (sql: string) => Database.Statement {
+  const prepared = new Map<string, Database.Statement>();
+  return (sql) => {
+    let s = prepared.get(sql);
+    if (!s) prepared.set(sql, (s = db.prepare(sql)));
+    return s;
+  };
+}
+
+/**
+ * The statistics every /metrics scrape reads (Engine.refreshGauges): read-only, each one statement
+ * (its own snapshot). They run on the reader thread (reader.ts), beside the writer, so an accept
+ * never waits for a scrape nor a scrape for a handler transaction; on the writer only for `:memory:`.
+ */
+export function statsOps(db: Database.Database): Ops {
+  const st = preparedOnce(db);
+  return {
+    backlog: () => st(W.BACKLOG).all(),
+    queueStats: () => st(W.QUEUE_STATS).all(),
+  };
+}
+
 /**
  * The WorkStore's operations on the writer thread. `free` ops run on their own (each an
  * autocommit statement or its own transaction); `inTx` ops run only inside the handler
@@ -26,12 +49,7 @@ export interface ResealArg { readonly payloadId: string; readonly oldNonce: Uint
  * tables exist only after migrate.
  */
 export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
-  const prepared = new Map<string, Database.Statement>();
-  const st = (sql: string): Database.Statement => {
-    let s = prepared.get(sql);
-    if (!s) prepared.set(sql, (s = db.prepare(sql)));
-    return s;
-  };
+  const st = preparedOnce(db);
 
   /** Pick the due ids, lease them, read them back in due order — under one write lock. */
   const claim = (due: string, lease: string, read: string) =>
@@ -136,7 +154,6 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     retryFailed: (a: { id: string; nowMs: number }) => retryFailed.immediate(a),
     requeueFailed: (a: ChunkCursor & { reasons: string[]; nowMs: number; chunk: number }) =>
       requeueFailedChunk.immediate({ reasons: JSON.stringify(a.reasons), afterReason: a.afterReason, afterRowid: a.afterRowid, chunk: a.chunk }, a.nowMs, a),
-    backlog: () => st(W.BACKLOG).all(),
     payloadKeyUsage: () => st(W.PAYLOAD_KEY_USAGE).all(),
     payloadsToReseal: (a: { keyId: string; after: string | null; limit: number }) => st(W.PAYLOADS_TO_RESEAL).all(a),
     newestSealedUnder: (a: { keyId: string; prefix: string; limit: number }) => ({
@@ -147,7 +164,7 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
     effectKeyUsage: () => st(W.EFFECT_KEY_USAGE).all(),
     effectsToReseal: (a: { prefix: string; after: string | null; limit: number }) => st(W.EFFECTS_TO_RESEAL).all(a),
     resealEffects: (items: ResealedEffect[]) => resealEffects.immediate(items),
-    queueStats: () => st(W.QUEUE_STATS).all(),
+    ...statsOps(db), // `:memory:` only: see SqliteStore.stats
   };
 
   const inTx: Ops = {

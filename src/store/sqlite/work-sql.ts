@@ -236,8 +236,8 @@ export const BACKLOG = `
 
 /**
  * Rows for rows.ts toQueueStats, as on PostgreSQL (postgres/work-sql.ts QUEUE_STATS): the FAILED
- * inbox rows counted from a covering partial index (this runs on the writer thread: every accept
- * waits for it), the unpublished outbox (and how much of it is parked), and effects still to do
+ * inbox rows counted from a covering partial index (read at every scrape, on the reader thread:
+ * SqliteStore.stats), the unpublished outbox (and how much of it is parked), and effects still to do
  * or FAILED (not DONE: see migration 5).
  */
 export const QUEUE_STATS = `

@@ -4,7 +4,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { migrationStep, MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, TransmissionBinding } from '../port.js';
-import { bytes, exitOnUnreadableRequest } from '../../threads.js';
+import { bytes, exitOnUnreadableRequest, replyTo } from '../../threads.js';
 import * as SQL from './schema-sql.js';
 import { TxGate, type Msg } from './tx-gate.js';
 import { workOps, type Ops } from './work-ops.js';
@@ -205,13 +205,6 @@ const work = workOps(db);
 // durable with it: an accept is never reordered behind an undurable write.
 const ENGINE_OPS = ['claimInbox', 'claimEffects', 'claimOutbox', 'extendInboxLeases', 'extendOutboxLeases', 'settleEffect', 'settleOutboxBatch', 'finishBatchTx', 'txBegin'];
 const engineSync = durableEngineCommits ? null : new Set(ENGINE_OPS);
-const gate = new TxGate(db, txTimeoutMs, { ...ops, ...work.free }, work.inTx, engineSync, (id, run) => {
-  try {
-    parentPort!.postMessage({ id, ok: true, result: run() });
-  } catch (err) {
-    const e = err as { message?: string; code?: string };
-    parentPort!.postMessage({ id, ok: false, message: e.message ?? String(err), code: e.code });
-  }
-}, busyTimeoutMs);
+const gate = new TxGate(db, txTimeoutMs, { ...ops, ...work.free }, work.inTx, engineSync, replyTo, busyTimeoutMs);
 exitOnUnreadableRequest();
 parentPort!.on('message', (msg: Msg) => gate.receive(msg));
