@@ -26,16 +26,25 @@ export function exitOnUnreadableRequest(): void {
   parentPort?.on('messageerror', () => process.exit(1));
 }
 
+/** What replyTo sends: a result, or an error's message and code. */
+export interface ThreadReply {
+  readonly id: number;
+  readonly ok: boolean;
+  readonly result?: unknown;
+  readonly message?: string;
+  readonly code?: string;
+}
+
 /**
  * In a thread: answers request `id` with what `run` returns, or with its error's message and code
- * (an Error itself does not cross threads with its code). The other side is WorkerCalls.
+ * (an Error itself does not cross threads with its code). The other side is WorkerCalls<ThreadReply>.
  */
 export function replyTo(id: number, run: () => unknown): void {
   try {
-    parentPort!.postMessage({ id, ok: true, result: run() });
+    parentPort!.postMessage({ id, ok: true, result: run() } satisfies ThreadReply);
   } catch (err) {
     const e = err as { message?: string; code?: string };
-    parentPort!.postMessage({ id, ok: false, message: e.message ?? String(err), code: e.code });
+    parentPort!.postMessage({ id, ok: false, message: e.message ?? String(err), code: e.code } satisfies ThreadReply);
   }
 }
 

@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { MigrationError, StorageUnavailableError } from '../../errors.js';
-import { movableCiphertexts, startWorker, WorkerCalls } from '../../threads.js';
+import { movableCiphertexts, startWorker, WorkerCalls, type ThreadReply } from '../../threads.js';
 import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload, TransmissionBinding } from '../port.js';
@@ -36,14 +36,12 @@ function failure(message: string, code: string | undefined): Error {
   return Object.assign(new Error(message), { code });
 }
 
-type Reply = { id: number; ok: boolean; result?: unknown; message?: string; code?: string };
-
 /**
  * One of the store's threads (worker.ts, the writer; reader.ts): its replies as values or typed
  * errors. One that dies is replaced by the next call; the requests it held fail (503).
  */
-function sqliteThread(name: 'worker' | 'reader', init: WorkerInit | ReaderInit, what: string): WorkerCalls<Reply> {
-  return new WorkerCalls<Reply>({
+function sqliteThread(name: 'worker' | 'reader', init: WorkerInit | ReaderInit, what: string): WorkerCalls<ThreadReply> {
+  return new WorkerCalls<ThreadReply>({
     start: () => startWorker(import.meta.url, name, init),
     settle: (m) => {
       // The engine tells a lost lease (stop: the batch is someone else's now) from other failures by its class.
@@ -66,9 +64,9 @@ export class SqliteStore implements InboxStore {
    * per request (bench/RESULTS.md, 2026-12-01).
    */
   readonly groupCommitDefaults = { maxInFlight: 1, maxWaitMs: 1 };
-  private readonly writer: WorkerCalls<Reply>;
+  private readonly writer: WorkerCalls<ThreadReply>;
   /** The reader thread, started by the first stats read (none for `:memory:`). */
-  private reader: WorkerCalls<Reply> | undefined;
+  private reader: WorkerCalls<ThreadReply> | undefined;
   /** The writer has opened the file (a read-only connection cannot create it): the reader may start. */
   private fileOpened: Promise<void> | undefined;
   /** Transaction ids are unique across writer restarts, so a stale op never hits a new transaction. */
