@@ -1,3 +1,5 @@
+import { DEFAULT_RETRY } from '../config/engine.js';
+
 /**
  * A destination that asked to be left alone for a while (a 429 or 503 with Retry-After). The ask is
  * about the service, not the one event that got it: without a pause, every other event bound there
@@ -8,7 +10,7 @@
  */
 
 /** The longest pause one answer can ask for: the default retry.capMs, so no Retry-After parks a destination for days. */
-export const MAX_PAUSE_MS = 3_600_000;
+export const MAX_PAUSE_MS = DEFAULT_RETRY.capMs;
 
 export class Pause {
   /** When the pause ends (on `now`'s clock); undefined or past = not paused. */
