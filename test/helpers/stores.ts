@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe } from 'vitest';
 import { createTestDatabase, pgAvailable, PG_REQUIRED } from './pg.js';
+import type { WorkStore } from '../../src/store/work-port.js';
 
 /** A fresh, empty database URL of one kind, and how to clean it up. */
 export interface TestDatabase {
@@ -33,4 +34,23 @@ if (!pgUp) {
 export function describeEachStore(name: string, fn: (kind: 'sqlite' | 'postgres') => void): void {
   describe(`${name} [sqlite]`, () => fn('sqlite'));
   (pgUp ? describe : describe.skip)(`${name} [postgres]`, () => fn('postgres'));
+}
+
+/**
+ * Opens a handler transaction (on SQLite, BEGIN IMMEDIATE on the one writer thread) and keeps it
+ * open until `release()`; resolves once it has begun. `ended` settles when the transaction does.
+ */
+export async function holdInTransaction(store: Pick<WorkStore, 'transaction'>): Promise<{ release(): void; ended: Promise<void> }> {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let begun!: () => void;
+  const isBegun = new Promise<void>((resolve) => (begun = resolve));
+  const ended = store.transaction(async (t) => {
+    await t.begin();
+    begun();
+    await held;
+  });
+  // Should it fail before it begins, that failure is the caller's answer.
+  await Promise.race([isBegun, ended]);
+  return { release, ended };
 }

@@ -3,6 +3,7 @@ import { startTestApp, STRIPE_SECRET, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { scrape, series, valueOf, type Samples } from '../helpers/metric-samples.js';
+import { holdInTransaction } from '../helpers/stores.js';
 
 /**
  * On SQLite every write runs on the store's one writer thread. The queue gauges' reads (backlog,
@@ -34,17 +35,9 @@ describe('/metrics while the SQLite writer is held by a handler transaction', ()
     expect(r.status, r.text).toBe(200);
   }
 
-  /** Opens a handler transaction (BEGIN IMMEDIATE on the writer) and keeps it open until release(). */
+  /** Holds the writer with an open handler transaction until release(). */
   async function holdWriter(a: TestApp): Promise<void> {
-    const held = new Promise<void>((resolve) => (release = resolve));
-    let begun!: () => void;
-    const isBegun = new Promise<void>((resolve) => (begun = resolve));
-    tx = a.store.transaction(async (t) => {
-      await t.begin();
-      begun();
-      await held;
-    });
-    await isBegun;
+    ({ release, ended: tx } = await holdInTransaction(a.store));
   }
 
   const pending = series('webhook_inbox_rows', { status: 'PENDING' });

@@ -12,6 +12,7 @@ import { captureLog } from '../helpers/log.js';
 import { certId, forgeSameCrc, isoSeconds, makeCert, paypalHeaders, startFakePaypal, type FakePaypal } from '../helpers/paypal.js';
 import { pgAvailable } from '../helpers/pg.js';
 import { proxiedPostgres } from '../helpers/tcp-proxy.js';
+import { holdInTransaction } from '../helpers/stores.js';
 
 /*
  * PayPal's transmission binding (store.bindTransmissions, group-committed, before any parse) when the store cannot
@@ -115,17 +116,8 @@ describe('paypal transmission binding, storage unavailable [sqlite]', () => {
 
   it('the writer is held by a handler transaction past commitTimeoutMs: 503 while it is still held (as an accept gets), not a wait for the transaction to end', async () => {
     const app = await startTestApp('sqlite', { endpoints: endpoints(), groupCommit: { commitTimeoutMs: 300 } }, {}, { urlSuffix: '?txTimeoutMs=20000' });
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => (release = resolve));
-    let begun!: () => void;
-    const isBegun = new Promise<void>((resolve) => (begun = resolve));
-    const tx = app.store.transaction(async (t) => {
-      await t.begin();
-      begun();
-      await held;
-    });
+    const { release, ended: tx } = await holdInTransaction(app.store);
     try {
-      await isBegun;
       const d = delivery();
       // Answered (or not) while the transaction is still open: the race's other side is the transaction's own end.
       const r = await Promise.race([send(app.url, d), tx.then(() => 'the handler transaction ended first')]);
