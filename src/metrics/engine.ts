@@ -46,7 +46,7 @@ export function engineMetrics(registry: Registry) {
     oldestUnprocessed.clear();
     for (const { labels, atMs } of oldest.unprocessed.values()) oldestUnprocessed.set(labels, Math.max(0, (now - atMs) / 1000));
   });
-  const relayLag: Gauge = new Gauge('webhook_outbox_relay_lag_seconds', 'Age of the oldest unpublished outbox row (0 when none).', [], () => {
+  const relayLag: Gauge = new Gauge('webhook_outbox_relay_lag_seconds', 'Age of the oldest outbox row the relay still tries to publish (0 when none; parked rows are webhook_outbox_parked).', [], () => {
     if (oldest.outbox !== undefined) relayLag.set([], oldest.outbox === null ? 0 : Math.max(0, (Date.now() - oldest.outbox) / 1000));
   });
   return {

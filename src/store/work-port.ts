@@ -136,6 +136,10 @@ export interface QueueStats {
   /** Parked rows included: they are not on the bus either. */
   readonly outboxUnpublished: number;
   readonly outboxParked: number;
+  /**
+   * created_at of the oldest unpublished row the relay still tries to publish (parked ones are
+   * not: they wait for an operator, and outboxParked counts them); null when there is none.
+   */
   readonly outboxOldestMs: number | null;
   readonly effects: Record<Exclude<EffectStatus, 'DONE'>, number>;
 }

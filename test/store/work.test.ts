@@ -676,15 +676,19 @@ describeEachStore('work store', (kind) => {
         { outboxId: b.outboxId, publishedTo: [], s: { published: false, parked: 'routing_key_too_long', error: 'key too long', nowMs: T + 20 } },
         { outboxId: c.outboxId, publishedTo: [], s: { published: false, nextAttemptAtMs: T + 7000, error: 'broker down', nowMs: T + 20 } },
       ]);
-      expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 3, outboxParked: 2 });
+      // The relay's lag is of what it still tries to publish: c, not the older parked a and b (their
+      // own gauge is outboxParked), or one parked row would hold the lag alert up until requeued.
+      expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 3, outboxParked: 2, outboxOldestMs: T + 2 });
       expect((await store.claimOutbox(10, 'relay2', LEASE, T + 100 * LEASE)).map((o) => o.outboxId)).toEqual([c.outboxId]);
       expect(await settleOutbox(c.outboxId, 'relay2', { published: true, nowMs: T + 100 * LEASE })).toBe(true);
+      expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 2, outboxParked: 2, outboxOldestMs: null });
       expect(await store.listParkedOutbox(10)).toEqual([
         { outboxId: a.outboxId, inboxId: a.inboxId, endpointId: 'ep', eventType: a.eventType, createdAtMs: T, attemptCount: 1, publishedTo: ['nats'], failureReason: 'routing_key_too_long', lastError: 'key too long' },
         { outboxId: b.outboxId, inboxId: b.inboxId, endpointId: 'ep', eventType: b.eventType, createdAtMs: T + 1, attemptCount: 1, publishedTo: [], failureReason: 'routing_key_too_long', lastError: 'key too long' },
       ]);
       // Only parked rows requeue: c (published, not parked) and an unknown id are left alone.
       expect(await store.requeueParkedOutbox([a.outboxId, c.outboxId, uuidv7()], T + 200 * LEASE)).toBe(1);
+      expect(await store.queueStats()).toMatchObject({ outboxUnpublished: 2, outboxParked: 1, outboxOldestMs: T }); // a is the relay's again
       expect(await store.requeueParkedOutbox([], T + 200 * LEASE)).toBe(0);
       expect((await store.claimOutbox(10, 'relay3', LEASE, T + 200 * LEASE)).map((o) => [o.outboxId, o.attemptCount, o.publishedTo])).toEqual([[a.outboxId, 1, ['nats']]]);
       expect(await store.requeueParkedOutbox(null, T + 300 * LEASE)).toBe(1);

@@ -316,14 +316,14 @@ export const BACKLOG = named('backlog', `
 
 /**
  * Rows for rows.ts toQueueStats: the FAILED inbox rows, the unpublished outbox (and how much of
- * it is parked), and effects still to do or FAILED (not DONE: see migration 5). FAILED inbox rows
+ * it is parked; its oldest row not parked, for the relay's lag), and effects still to do or FAILED (not DONE: see migration 5). FAILED inbox rows
  * pile up until an operator acts: one count from their partial index alone (an index-only scan),
  * not their rows grouped by endpoint and type (a sender's made-up types made one group each).
  */
 export const QUEUE_STATS = named('queue_stats', `
   SELECT 'inbox_failed' AS kind, count(*)::int AS count, NULL::float8 AS oldest FROM webhook_inbox WHERE status = 'FAILED'
   UNION ALL
-  SELECT 'outbox', count(*)::int AS count, ${epochMs('min(created_at)')} AS oldest
+  SELECT 'outbox', count(*)::int AS count, ${epochMs('min(created_at) FILTER (WHERE failure_reason IS NULL)')} AS oldest
     FROM webhook_outbox WHERE published_at IS NULL
   UNION ALL
   SELECT 'outbox_parked', count(*)::int, NULL FROM webhook_outbox WHERE ${parked('webhook_outbox')}
