@@ -315,10 +315,11 @@ export const BACKLOG = named('backlog', `
   GROUP BY endpoint_id, event_type, status ORDER BY endpoint_id, event_type, status`);
 
 /**
- * Rows for rows.ts toQueueStats: the FAILED inbox rows, the unpublished outbox (and how much of
- * it is parked; its oldest row not parked, for the relay's lag), and effects still to do or FAILED (not DONE: see migration 5). FAILED inbox rows
- * pile up until an operator acts: one count from their partial index alone (an index-only scan),
- * not their rows grouped by endpoint and type (a sender's made-up types made one group each).
+ * Rows for rows.ts toQueueStats: the FAILED inbox rows, the unpublished outbox (how much of it is
+ * parked, and its oldest row not parked, for the relay's lag), and effects still to do or FAILED
+ * (not DONE: see migration 5). FAILED inbox rows pile up until an operator acts: one count from
+ * their partial index alone (an index-only scan), not their rows grouped by endpoint and type (a
+ * sender's made-up types made one group each).
  */
 export const QUEUE_STATS = named('queue_stats', `
   SELECT 'inbox_failed' AS kind, count(*)::int AS count, NULL::float8 AS oldest FROM webhook_inbox WHERE status = 'FAILED'

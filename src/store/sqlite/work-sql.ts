@@ -237,8 +237,8 @@ export const BACKLOG = `
 /**
  * Rows for rows.ts toQueueStats, as on PostgreSQL (postgres/work-sql.ts QUEUE_STATS): the FAILED
  * inbox rows counted from a covering partial index (read at every scrape, on the reader thread:
- * SqliteStore.stats), the unpublished outbox (and how much of it is parked), and effects still to do
- * or FAILED (not DONE: see migration 5).
+ * SqliteStore.stats), the unpublished outbox (how much of it is parked, and its oldest row not
+ * parked, for the relay's lag), and effects still to do or FAILED (not DONE: see migration 5).
  */
 export const QUEUE_STATS = `
   SELECT 'inbox_failed' AS kind, count(*) AS count, NULL AS oldest FROM webhook_inbox WHERE status = 'FAILED'
