@@ -123,7 +123,8 @@ export class Ingress {
     }
     const seconds = (performance.now() - startedAt) / 1000;
     this.deps.metrics.requests.inc([label, result.outcome]);
-    this.deps.metrics.ackLatency.observe(seconds, [label]);
+    // By outcome too: fast refusals (a flood of bad signatures) must not hide slow accepts in the quantiles.
+    this.deps.metrics.ackLatency.observe(seconds, [label, result.outcome]);
     this.deps.log.info({
       endpoint: label,
       provider: ep?.config.provider,

@@ -125,7 +125,7 @@ export function ingressMetrics() {
     /** Ends the event-loop sampling (the app's close). */
     stop: loop.stop,
     requests: registry.register(new Counter('webhook_requests_total', 'Webhook requests by endpoint and outcome.', ['endpoint', 'outcome'])),
-    ackLatency: registry.register(new Histogram('webhook_ack_latency_seconds', 'Time from request start to the answer, by endpoint.', LATENCY_SECONDS, ['endpoint'])),
+    ackLatency: registry.register(new Histogram('webhook_ack_latency_seconds', 'Time from request start to the answer, by endpoint and outcome (as webhook_requests_total).', LATENCY_SECONDS, ['endpoint', 'outcome'])),
     commitLatency: registry.register(new Histogram('webhook_db_commit_latency_seconds', 'Duration of one group-commit transaction, failed and timed-out ones included.', LATENCY_SECONDS)),
     batchSize: registry.register(new Histogram('webhook_commit_batch_size', 'Events per group-commit transaction (new and duplicate; failed transactions included).', BATCH_SIZES)),
     commitFailures: registry.register(new Counter('webhook_commit_failures_total', 'Group-commit transactions that failed or timed out.')),

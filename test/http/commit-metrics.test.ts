@@ -115,7 +115,7 @@ describeEachStore('group-commit metrics', (kind) => {
 });
 
 /**
- * `webhook_ack_latency_seconds{endpoint}`: one observation per request, in seconds, from the
+ * `webhook_ack_latency_seconds{endpoint,outcome}`: one observation per request, in seconds, from the
  * request's start to its answer. An accept waits out the 50 ms linger before its commit, so its
  * ack latency is at least 0.05 s and at most the round trip the client itself measured.
  */
@@ -138,8 +138,8 @@ describeEachStore('ack latency metric', (kind) => {
     expect(r.json(), r.text).toEqual({ inbox_id: expect.any(String), duplicate: false });
     const after = await scrape(app.url);
     const d = (key: string) => valueOf(after, key) - valueOf(before, key);
-    expect(d(series(`${name}_count`, { endpoint: 'stripe' }))).toBe(1);
-    const observed = d(series(`${name}_sum`, { endpoint: 'stripe' }));
+    expect(d(series(`${name}_count`, { endpoint: 'stripe', outcome: 'accepted' }))).toBe(1);
+    const observed = d(series(`${name}_sum`, { endpoint: 'stripe', outcome: 'accepted' }));
     expect(observed).toBeGreaterThanOrEqual(0.045);
     expect(observed).toBeLessThanOrEqual(roundTrip);
   });

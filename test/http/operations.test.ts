@@ -434,7 +434,10 @@ describe('logs and metrics', () => {
         expect(m).toContain(`webhook_requests_total{endpoint="stripe",outcome="${outcome}"} ${n}`);
       }
       expect(m).toContain('webhook_secret_version_matches_total{endpoint="stripe",version="v1"} 3');
-      expect(m).toMatch(/webhook_ack_latency_seconds_count\{endpoint="stripe"\} 5/);
+      // Ack latency by outcome too: a flood of fast 401s must not hide slow accepts in the quantiles.
+      for (const outcome of ['accepted', 'duplicate', 'invalid_signature', 'stale', 'unsupported']) {
+        expect(m).toContain(`webhook_ack_latency_seconds_count{endpoint="stripe",outcome="${outcome}"} 1`);
+      }
       expect(m).toMatch(/webhook_db_commit_latency_seconds_count \d+/);
       expect(m).toMatch(/webhook_commit_batch_size_bucket\{le="1"\} \d+/);
       expect(m).toContain('webhook_commit_queue_depth 0');
