@@ -324,7 +324,7 @@ export const BACKLOG = named('backlog', `
 export const QUEUE_STATS = named('queue_stats', `
   SELECT 'inbox_failed' AS kind, count(*)::int AS count, NULL::float8 AS oldest FROM webhook_inbox WHERE status = 'FAILED'
   UNION ALL
-  SELECT 'outbox', count(*)::int AS count, ${epochMs('min(created_at) FILTER (WHERE failure_reason IS NULL)')} AS oldest
+  SELECT 'outbox', count(*)::int AS count, ${epochMs(`min(created_at) FILTER (WHERE NOT (${parked('webhook_outbox')}))`)} AS oldest
     FROM webhook_outbox WHERE published_at IS NULL
   UNION ALL
   SELECT 'outbox_parked', count(*)::int, NULL FROM webhook_outbox WHERE ${parked('webhook_outbox')}

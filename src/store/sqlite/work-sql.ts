@@ -243,7 +243,7 @@ export const BACKLOG = `
 export const QUEUE_STATS = `
   SELECT 'inbox_failed' AS kind, count(*) AS count, NULL AS oldest FROM webhook_inbox WHERE status = 'FAILED'
   UNION ALL
-  SELECT 'outbox', count(*) AS count, min(created_at) FILTER (WHERE failure_reason IS NULL) AS oldest FROM webhook_outbox WHERE published_at IS NULL
+  SELECT 'outbox', count(*) AS count, min(created_at) FILTER (WHERE NOT (${parked('webhook_outbox')})) AS oldest FROM webhook_outbox WHERE published_at IS NULL
   UNION ALL
   SELECT 'outbox_parked', count(*), NULL FROM webhook_outbox WHERE ${parked('webhook_outbox')}
   UNION ALL
