@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { StorageUnavailableError } from '../../errors.js';
 import { logicalKey, type AcceptRecord, type AcceptResult } from '../port.js';
+import { BindByReferenceQuery } from './bind-by-reference.js';
 import { checkIn, guardCheckedOut } from './client-guard.js';
 import { inLockOrder } from './lock-order.js';
 import * as SQL from './sql.js';
@@ -15,9 +16,21 @@ export function acceptValues(r: AcceptRecord): unknown[] {
     r.payload.keyId, r.payload.nonce, r.payload.ciphertext, r.topic, r.relay, r.payload.encoding ?? null, r.payload.rawBytes ?? null];
 }
 
-export type Query = <R extends pg.QueryResultRow>(config: pg.QueryConfig) => Promise<pg.QueryResult<R>>;
+export type Query = <R extends pg.QueryResultRow>(q: pg.QueryConfig | BindByReferenceQuery) => Promise<pg.QueryResult<R>>;
 
-const acceptQuery = (n: number, values: unknown[]): pg.QueryConfig => ({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
+/**
+ * Queries on a pool or on a checked-out client, a BindByReferenceQuery included: pg answers a
+ * query object by callback only (client.query returns the object itself, not a promise).
+ */
+export function queryOn(on: pg.Pool | pg.ClientBase): Query {
+  type ByCallback = <R extends pg.QueryResultRow>(q: unknown, cb: (err: Error | null, res: pg.QueryResult<R>) => void) => void;
+  const query = on.query.bind(on) as unknown as ByCallback;
+  return <R extends pg.QueryResultRow>(q: pg.QueryConfig | BindByReferenceQuery) =>
+    new Promise<pg.QueryResult<R>>((resolve, reject) => query<R>(q, (err, res) => (err ? reject(err) : resolve(res))));
+}
+
+/** The batch's ciphertexts go by reference (bind-by-reference.ts): ~10 KiB each, copied by nothing but the kernel. */
+const acceptQuery = (n: number, values: unknown[]) => new BindByReferenceQuery({ name: `wi_accept_${n}`, text: SQL.acceptStatement(n, COLS), values });
 const winnersQuery = (values: unknown[]): pg.QueryConfig => ({ name: 'wi_winners', text: SQL.SELECT_WINNERS, values });
 
 /**
@@ -43,7 +56,7 @@ export async function warmPool(pool: pg.Pool, sizes: readonly number[]): Promise
   try {
     const failed = opened.find((o) => o.status === 'rejected');
     if (failed) throw failed.reason;
-    await Promise.all(clients.map((c) => prepareAccept((config) => c.query(config), sizes)));
+    await Promise.all(clients.map((c) => prepareAccept(queryOn(c), sizes)));
   } finally {
     clients.forEach((c, i) => checkIn(c, unguard[i]!));
   }

@@ -11,7 +11,8 @@ import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectKeyUsage, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealedEffect, ResealRef, SealedSamples, StoreTx, EffectToReseal, TxOptions,
 } from '../work-port.js';
-import { acceptValues, COLS, insertUnique, warmPool } from './accept.js';
+import { acceptValues, COLS, insertUnique, queryOn, warmPool, type Query } from './accept.js';
+import type { BindByReferenceQuery } from './bind-by-reference.js';
 import { checkIn, closedWithin, endBackendOf, guardCheckedOut } from './client-guard.js';
 import { PgListener } from './listener.js';
 import { inLockOrder } from './lock-order.js';
@@ -154,6 +155,15 @@ export class PostgresStore implements InboxStore {
     }
   }
 
+  /** The accept pool's queries, a driver error as StorageUnavailableError (this.query's). */
+  private readonly acceptQuery: Query = async <R extends pg.QueryResultRow>(q: pg.QueryConfig | BindByReferenceQuery) => {
+    try {
+      return await queryOn(this.pool)<R>(q);
+    } catch (err) {
+      throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
+    }
+  };
+
   private async query<R extends pg.QueryResultRow>(config: pg.QueryConfig, pool: pg.Pool = this.pool): Promise<pg.QueryResult<R>> {
     try {
       return await pool.query<R>(config);
@@ -248,7 +258,7 @@ export class PostgresStore implements InboxStore {
       const notices = unique.filter((r) => r.coalesceKey !== undefined);
       for (const r of inLockOrder(notices, noticeLockKey)) byId.set(r.inboxId, await this.acceptNotice(client, r));
       const events = unique.filter((r) => r.coalesceKey === undefined);
-      const accepted = events.length > 0 ? await insertUnique((config) => client.query(config), events) : { results: [], inserted: false };
+      const accepted = events.length > 0 ? await insertUnique(queryOn(client), events) : { results: [], inserted: false };
       events.forEach((r, i) => byId.set(r.inboxId, accepted.results[i]!));
       await client.query('COMMIT');
       if (accepted.inserted || notices.some((r) => !byId.get(r.inboxId)!.duplicate)) this.notifier.poke();
@@ -281,7 +291,7 @@ export class PostgresStore implements InboxStore {
   /** Events with distinct keys, in one statement. */
   private async acceptEvents(records: AcceptRecord[]): Promise<AcceptResult[]> {
     if (this.closed) throw new StorageUnavailableError('store is closed');
-    const { results, inserted } = await insertUnique((config) => this.query(config), records);
+    const { results, inserted } = await insertUnique(this.acceptQuery, records);
     if (inserted) this.notifier.poke();
     return results;
   }
