@@ -6,14 +6,14 @@ import pg from 'pg';
  *
  * Why: pg-protocol serialises a Bind into one buffer that starts at 256 bytes and grows by half
  * at a time, copying what it holds at each step, and starts from 256 again for the next query.
- * A batch of 88 ten-KiB ciphertexts (PostgreSQL at 5,000 req/s) was ~20 growths, ~2.7 MiB copied
- * and as much allocated per commit, on the event loop. Here the small fields share one buffer
- * sized in advance and each ciphertext is written once, by the kernel.
+ * A batch of 88 ten-KiB ciphertexts (PostgreSQL at 5,000 req/s) took ~20 growths, copying and
+ * allocating about three times its bytes on the event loop. Here the small fields share one
+ * buffer sized in advance and each ciphertext is copied once, by the kernel's write.
  *
- * The bytes on the wire are exactly pg-protocol's `serialize.bind` of the same values with pg's
- * `prepareValue` (test/store/postgres/bind-by-reference.test.ts compares them), for the value types
- * an accept has: null/undefined, string, number, boolean, Buffer. Anything else throws before
- * a byte is written.
+ * The bytes on the wire are exactly those pg's own Query writes for the same values
+ * (test/store/postgres-bind-by-reference.test.ts compares them through pg's Connection), for the
+ * value types an accept has: null/undefined, string, number, boolean, Buffer. Anything else
+ * throws before a byte is written.
  */
 const BY_REFERENCE_BYTES = 1024;
 
