@@ -222,8 +222,11 @@ export class Ingress {
       }
       // A transmission whose signature binds the body weakly (PayPal's CRC-32) carries one body:
       // other bytes under an id already bound are a captured request's forgery. Before any parse.
+      // The body's SHA-256 when the binding computed it: its stored payload_hash then reuses it.
+      let bodyHash: Buffer | undefined;
       if (meta.transmissionId !== undefined) {
-        const binding = { provider: config.provider, endpointId: config.id, transmissionId: meta.transmissionId, payloadHash: sha256(body), receivedAtMs: nowMs };
+        bodyHash = sha256(body);
+        const binding = { provider: config.provider, endpointId: config.id, transmissionId: meta.transmissionId, payloadHash: bodyHash, receivedAtMs: nowMs };
         if (!(await this.deps.binder.submit(binding))) throw new IngressError('invalid_signature', 'this transmission was already received with other bytes');
       }
       this.deps.metrics.secretMatches.inc([config.id, matched.version]);
@@ -256,7 +259,7 @@ export class Ingress {
           sendJson(res, 200, IGNORED_REPLY);
           return { status: 200, outcome: 'unsupported', reason: 'unsupported_event_type' };
         }
-        const rec = this.record(config, ep, single, body, matched.version, receivedAtMs, cipher, offloaded);
+        const rec = this.record(config, ep, single, body, matched.version, receivedAtMs, cipher, offloaded, bodyHash);
         // Kept before the commit: the workers may claim the row before this continuation runs.
         const fresh = offloaded || single.payload ? undefined : this.deps.fresh;
         fresh?.put(rec.inboxId, config.provider, config.id, single.eventType, body);
@@ -271,7 +274,7 @@ export class Ingress {
       }
       // Several events (the events of one delivery usually share a group-commit batch); all must commit before the answer.
       const wanted = envelopes.filter((e) => ep.accepts(e.eventType));
-      const results = await Promise.all(wanted.map((env) => this.deps.committer.submit(this.record(config, ep, env, body, matched.version, receivedAtMs, cipher))));
+      const results = await Promise.all(wanted.map((env) => this.deps.committer.submit(this.record(config, ep, env, body, matched.version, receivedAtMs, cipher, undefined, bodyHash))));
       const byEnvelope = new Map(wanted.map((e, i) => [e, results[i]!]));
       const accepted: AcceptedEvent[] = envelopes.map((e) => {
         const r = byEnvelope.get(e);
@@ -290,6 +293,8 @@ export class Ingress {
   /** The row(s) to write for one verified event: its own ids, its exact bytes sealed under its key. */
   private record(
     config: EndpointConfig, ep: EndpointRuntime, env: Envelope, body: Buffer, secretVersion: string, receivedAtMs: number, cipher: PayloadCipher, offloaded?: Offloaded,
+    /** sha256(body), if already computed. */
+    bodyHash?: Buffer,
   ): AcceptRecord {
     if (config.adapter.unsigned && !env.notice) throw new Error(`adapter ${config.provider} is unsigned but produced a non-notice event`);
     const binding = { provider: config.provider, endpointId: config.id, providerEventId: env.eventId };
@@ -304,7 +309,7 @@ export class Ingress {
       objectVersion: env.objectVersion,
       providerCreatedAtMs: env.providerCreatedAtMs,
       receivedAtMs,
-      payloadHash: offloaded?.payloadHash ?? sha256(bytes),
+      payloadHash: offloaded?.payloadHash ?? (bytes === body && bodyHash ? bodyHash : sha256(bytes)),
       matchedSecretVersion: env.secretVersion ?? secretVersion,
       payload: offloaded?.payload ?? cipher.seal(bytes, binding),
       topic: `${config.provider}.${env.eventType}`,
