@@ -7,6 +7,7 @@ import { checkedSecretInterval, KeyRing, keepSecretsCurrent } from './crypto/key
 import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
 import { listenOn } from './http/listen.js';
+import { prunedProviders, TransmissionPruner, type PruneSchedule } from './http/transmission-pruner.js';
 import { OffloadLane, offloadThreshold } from './http/offload.js';
 import { commonProblems, createAdminServer, type AdminHandlers } from './http/admin.js';
 import { closeSilentConnections, createHttpServer } from './http/server.js';
@@ -41,6 +42,8 @@ export interface StartOptions {
    * /metrics tell (config paths, database errors, endpoint ids, volumes) stays off a public port.
    */
   readonly metricsListen?: { readonly host: string; readonly port: number };
+  /** When old transmission bindings are pruned (default: a minute after start, then hourly; http/transmission-pruner.ts). */
+  readonly pruneSchedule?: PruneSchedule;
 }
 
 export interface RunningApp {
@@ -188,6 +191,9 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     return abandon(ListenError.from(err, config.listen.host, config.listen.port));
   });
   if (workersRun) engine.start();
+  // Only for providers of this config's endpoints whose signatures bind weakly (PayPal).
+  const pruner = new TransmissionPruner(store, prunedProviders(config.endpoints), log, opts.pruneSchedule);
+  pruner.start();
 
   let closing: Promise<void> | undefined;
   return {
@@ -231,6 +237,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
           }, opts.shutdownGraceMs ?? 5000).unref();
         });
         await lane?.close();
+        await pruner.stop();
         // Batches in flight settle before the store closes; unfinished leases simply expire.
         await engine.stop();
         await closeAdmin();

@@ -132,9 +132,7 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
   const events = eventGlobs(o, path);
   if (events !== undefined && events.length === 0) throw new ConfigError(child(path, 'events'), 'is empty, so every event would be ignored; omit it to accept every type');
   let toleranceSeconds = adapter.defaultToleranceSeconds;
-  // At most a day, or the adapter's own default where that is longer (PayPal's retries keep their
-  // first signed time for 3 days), so the default can also be written out.
-  const tol = optInt(o, 'toleranceSeconds', path, 1, Math.max(86_400, toleranceSeconds ?? 0));
+  const tol = optInt(o, 'toleranceSeconds', path, 1, maxToleranceSeconds(adapter));
   if (tol !== undefined) {
     if (toleranceSeconds === null) throw new ConfigError(child(path, 'toleranceSeconds'), `provider "${provider}" signs no timestamp, so there is nothing to check`);
     // An adapter option of the same name (generic-hmac) would be silently overridden: one place only.
@@ -161,6 +159,16 @@ function parseEndpoint(raw: unknown, path: string, destinations: readonly Destin
 
 /** 256 KiB: only the rare large body (most provider events are a few KiB) pays the ~0.7 ms per 256 KiB of compressing. */
 const DEFAULT_COMPRESS_BODY_BYTES = 256 * 1024;
+
+/**
+ * The widest freshness window an endpoint of this adapter may configure: a day, or the adapter's
+ * own default where that is longer (PayPal's retries keep their first signed time for 3 days), so
+ * the default can also be written out. A build constant, the same whatever a config says
+ * (http/transmission-pruner.ts relies on that).
+ */
+export function maxToleranceSeconds(adapter: Pick<ProviderAdapter, 'defaultToleranceSeconds'>): number {
+  return Math.max(86_400, adapter.defaultToleranceSeconds ?? 0);
+}
 
 /** Validates a parsed config document. `env` supplies DATABASE_URL (which overrides `database`). */
 export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env): Config {

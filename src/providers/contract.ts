@@ -27,6 +27,12 @@ export interface ProviderAdapter {
    * processing fetches from the provider instead of trusting.
    */
   readonly unsigned?: boolean;
+  /**
+   * True when parseSignature sets `transmissionId` (a signature that binds the body weakly:
+   * PayPal): the serving process then also prunes the provider's old bindings
+   * (http/transmission-pruner.ts).
+   */
+  readonly bindsTransmissions?: boolean;
   /** Rate limit applied when the endpoint configures none (for unsigned endpoints anyone can call). */
   readonly defaultRateLimit?: { readonly perSecond: number; readonly burst: number };
   /** Turns one configured secret string into key bytes. Throws Error(message) on a bad format. */

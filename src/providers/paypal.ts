@@ -376,6 +376,7 @@ export const createPaypal: AdapterFactory = (options, path) => {
     contentTypes: ['application/json'],
     // Retries carry the first transmission's signed time: the window must outlast PayPal's 3 days of them.
     defaultToleranceSeconds: RETRY_WINDOW_SECONDS,
+    bindsTransmissions: true,
     // up to 25 retries over 3 days; "Resend" (Webhooks Events dashboard, same WH- id) of any event of the last 30 days.
     redeliveryWindowSeconds: 30 * DAY,
     prepareSecret(value) {

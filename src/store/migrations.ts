@@ -337,6 +337,21 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 11,
+    name: 'transmissions: pruned once no request under them can be fresh',
+    // The serving process deletes bindings older than twice the provider's widest freshness window
+    // (http/transmission-pruner.ts), oldest first, a bounded batch at a time: this index finds
+    // them without scanning the table. The build reads only this new table's rows, so a table of
+    // many millions takes seconds here (its inserts wait meanwhile: the PayPal requests of that
+    // moment answer 503 and are retried).
+    sqlite: `
+      CREATE INDEX webhook_transmission_received ON webhook_transmission (provider, received_at);
+    `,
+    postgres: `
+      CREATE INDEX webhook_transmission_received ON webhook_transmission (provider, received_at);
+    `,
+  },
 ];
 
 /** The schema version this build needs. */

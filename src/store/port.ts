@@ -100,6 +100,11 @@ export interface InboxStore extends WorkStore {
    */
   bindTransmissions(ts: readonly TransmissionBinding[]): Promise<boolean[]>;
   /**
+   * Deletes at most `limit` of `provider`'s transmission bindings received before
+   * `receivedBeforeMs`, oldest first, in one transaction; resolves to how many it deleted.
+   */
+  pruneTransmissions(provider: string, receivedBeforeMs: number, limit: number): Promise<number>;
+  /**
    * Optional start-up work, before the first request: opens connections and prepares statements
    * for batches up to `maxBatch` (PostgreSQL). A failure leaves that work to the first batches.
    */

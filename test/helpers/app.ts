@@ -2,6 +2,7 @@ import type { HandlerRegistry } from '../../src/engine/handlers.js';
 import pino, { type Logger } from 'pino';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
+import type { PruneSchedule } from '../../src/http/transmission-pruner.js';
 import { freshDatabase, type TestDatabase } from './stores.js';
 
 export const PAYLOAD_KEY = Buffer.alloc(32, 7).toString('base64');
@@ -38,6 +39,8 @@ export interface TestAppOptions {
   readonly secretCheckMs?: number;
   /** /metrics and /readyz on an address of their own (`serve --metrics-port`). */
   readonly metricsListen?: { readonly host: string; readonly port: number };
+  /** When old transmission bindings are pruned (default: a minute after start, then hourly). */
+  readonly pruneSchedule?: PruneSchedule;
 }
 
 /** Starts a real server on an ephemeral port against a fresh database of the given kind. */
@@ -49,7 +52,7 @@ export async function startTestApp(
 ): Promise<TestApp> {
   const db = await freshDatabase(kind);
   const config = parseConfig(configDoc(db.url + (opts.urlSuffix ?? ''), over), env);
-  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500, workers: opts.workers ?? false, handlers: opts.handlers, migrate: opts.migrate, secretCheckMs: opts.secretCheckMs, metricsListen: opts.metricsListen });
+  const app = await startApp(config, { logger: opts.logger ?? pino({ level: 'silent' }), env, shutdownGraceMs: 500, workers: opts.workers ?? false, handlers: opts.handlers, migrate: opts.migrate, secretCheckMs: opts.secretCheckMs, metricsListen: opts.metricsListen, pruneSchedule: opts.pruneSchedule });
   return Object.assign(app, {
     db,
     async stop() {

@@ -137,6 +137,20 @@ export const READ_TRANSMISSIONS = {
   JOIN webhook_transmission w ON w.provider = k.provider AND w.transmission_id = k.transmission_id`,
 };
 
+/** The oldest of a provider's bindings received before a time, at most a limit of them (InboxStore.pruneTransmissions). */
+export const PRUNE_TRANSMISSIONS = {
+  name: 'wi_prune_transmissions',
+  text: `
+  DELETE FROM webhook_transmission w
+  USING (
+    SELECT provider, transmission_id FROM webhook_transmission
+    WHERE provider = $1 AND received_at < to_timestamp($2::float8 / 1000.0)
+    ORDER BY received_at
+    LIMIT $3
+  ) old
+  WHERE w.provider = old.provider AND w.transmission_id = old.transmission_id`,
+};
+
 /** A timestamptz as Unix ms (float8: keeps sub-ms digits, arrives as a JS number). */
 export const epochMs = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;
 

@@ -314,10 +314,16 @@ export class PostgresStore implements InboxStore {
     }
     return ts.map((t) => {
       const bytes = held.get(key(t.provider, t.transmissionId));
-      // Nothing deletes a binding, so one that conflicted is there to read.
+      // A binding is pruned only once every request under it is stale (refused before this), so
+      // one that conflicted is there to read.
       if (bytes === undefined) throw new StorageUnavailableError('a transmission binding conflicted but cannot be read');
       return bytes.equals(t.payloadHash);
     });
+  }
+
+  async pruneTransmissions(provider: string, receivedBeforeMs: number, limit: number): Promise<number> {
+    if (this.closed) throw new StorageUnavailableError('store is closed');
+    return (await this.query({ ...SQL.PRUNE_TRANSMISSIONS, values: [provider, receivedBeforeMs, limit] })).rowCount ?? 0;
   }
 
   /**

@@ -25,6 +25,14 @@ export const READ_TRANSMISSION = `
 export const INSERT_TRANSMISSION = `
   INSERT INTO webhook_transmission (provider, endpoint_id, transmission_id, payload_hash, received_at) VALUES (?, ?, ?, ?, ?)`;
 
+/** The oldest of a provider's bindings received before a time, at most a limit of them (InboxStore.pruneTransmissions). */
+export const PRUNE_TRANSMISSIONS = `
+  DELETE FROM webhook_transmission WHERE (provider, transmission_id) IN (
+    SELECT provider, transmission_id FROM webhook_transmission
+    WHERE provider = ? AND received_at < ?
+    ORDER BY received_at
+    LIMIT ?)`;
+
 /** Notices (unsigned, coalescing): a row with the same key still PENDING answers the new notice. */
 export const PENDING_NOTICE = `
   SELECT inbox_id FROM webhook_inbox

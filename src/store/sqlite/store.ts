@@ -126,6 +126,12 @@ export class SqliteStore implements InboxStore {
     });
   }
 
+  async pruneTransmissions(provider: string, receivedBeforeMs: number, limit: number): Promise<number> {
+    return this.call<number>('pruneTransmissions', { provider, receivedBeforeMs, limit }).catch((err) => {
+      throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite: ${(err as Error).message}`, { cause: err });
+    });
+  }
+
   /** Listeners run before the accepting caller resumes; one that throws does not stop the others. */
   private notifyNewWork(): void {
     for (const fn of this.newWork) {

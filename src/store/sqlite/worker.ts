@@ -140,6 +140,7 @@ function prepare() {
     winner: db.prepare(SQL.SELECT_WINNER).pluck(),
     readTransmission: db.prepare(SQL.READ_TRANSMISSION).pluck(),
     insertTransmission: db.prepare(SQL.INSERT_TRANSMISSION),
+    pruneTransmissions: db.prepare(SQL.PRUNE_TRANSMISSIONS),
     pendingNotice: db.prepare(SQL.PENDING_NOTICE).pluck(),
     markNotice: db.prepare(SQL.MARK_NOTICE),
     selectInbox: db.prepare(SQL.SELECT_INBOX),
@@ -187,6 +188,9 @@ const bindTx = db.transaction((ts: TransmissionBinding[]): boolean[] => {
 const ops: Ops = {
   migrate,
   bindTransmissions: (ts: TransmissionBinding[]) => committedInPlace(bindTx.immediate(ts)),
+  // One statement, its own transaction: a bounded batch, so accepts wait behind it only briefly.
+  pruneTransmissions: ({ provider, receivedBeforeMs, limit }: { provider: string; receivedBeforeMs: number; limit: number }) =>
+    st().pruneTransmissions.run(provider, receivedBeforeMs, limit).changes,
   accept: (records: AcceptRecord[]) => committedInPlace(acceptTx.immediate(records)),
   // The schema's version (null: never migrated), which also proves the file readable and in place.
   ping: () => (assertFilesInPlace(), db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get()
