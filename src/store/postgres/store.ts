@@ -11,7 +11,7 @@ import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectKeyUsage, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
   Resealed, ResealedEffect, ResealRef, SealedSamples, StoreTx, EffectToReseal, TxOptions,
 } from '../work-port.js';
-import { acceptValues, COLS, insertUnique, queryOn, warmPool, type Query } from './accept.js';
+import { acceptValues, COLS, insertUnique, queryOn, warmPool } from './accept.js';
 import type { BindByReferenceQuery } from './bind-by-reference.js';
 import { checkIn, closedWithin, endBackendOf, guardCheckedOut } from './client-guard.js';
 import { PgListener } from './listener.js';
@@ -155,18 +155,10 @@ export class PostgresStore implements InboxStore {
     }
   }
 
-  /** The accept pool's queries, a driver error as StorageUnavailableError (this.query's). */
-  private readonly acceptQuery: Query = async <R extends pg.QueryResultRow>(q: pg.QueryConfig | BindByReferenceQuery) => {
+  /** A query on a pool (the accept's by-reference Bind included), a driver error as StorageUnavailableError. */
+  private async query<R extends pg.QueryResultRow>(config: pg.QueryConfig | BindByReferenceQuery, pool: pg.Pool = this.pool): Promise<pg.QueryResult<R>> {
     try {
-      return await queryOn(this.pool)<R>(q);
-    } catch (err) {
-      throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
-    }
-  };
-
-  private async query<R extends pg.QueryResultRow>(config: pg.QueryConfig, pool: pg.Pool = this.pool): Promise<pg.QueryResult<R>> {
-    try {
-      return await pool.query<R>(config);
+      return await queryOn(pool)<R>(config);
     } catch (err) {
       throw new StorageUnavailableError(`PostgreSQL: ${(err as Error).message}`, { cause: err });
     }
@@ -291,7 +283,7 @@ export class PostgresStore implements InboxStore {
   /** Events with distinct keys, in one statement. */
   private async acceptEvents(records: AcceptRecord[]): Promise<AcceptResult[]> {
     if (this.closed) throw new StorageUnavailableError('store is closed');
-    const { results, inserted } = await insertUnique(this.acceptQuery, records);
+    const { results, inserted } = await insertUnique((q) => this.query(q), records);
     if (inserted) this.notifier.poke();
     return results;
   }
