@@ -1,6 +1,5 @@
 import type { Logger } from 'pino';
-import { maxToleranceSeconds } from '../config/schema.js';
-import type { EndpointConfig } from '../config/schema.js';
+import { maxToleranceSeconds, type EndpointConfig } from '../config/schema.js';
 import type { InboxStore } from '../store/port.js';
 
 const DAY_MS = 86_400_000;
