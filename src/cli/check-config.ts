@@ -21,5 +21,7 @@ export async function runCheckConfig(configFile: string): Promise<number> {
     const limit = ep.rateLimit ? `, rate limit ${ep.rateLimit.perSecond}/s burst ${ep.rateLimit.burst}` : '';
     console.log(`  ${ep.id}: ${ep.provider}, ${trust}, tolerance ${ep.toleranceSeconds ?? 'none signed'}, max body ${ep.maxBodyBytes} B${limit}`);
   }
+  const days = config.retention.processedPayloadDays;
+  console.log(`  payloads: ${days === undefined ? 'kept (no retention set)' : `deleted ${days} day(s) after receipt once PROCESSED`}`);
   return 0;
 }

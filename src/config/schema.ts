@@ -77,6 +77,12 @@ export interface Config {
   readonly workers: WorkersConfig;
   /** Default retry policy (endpoints and effects); endpoints and routes may override it. */
   readonly retry: RetryPolicy;
+  /**
+   * processedPayloadDays: the raw payload of a PROCESSED event is deleted once it was received this
+   * many days ago (`serve` prunes hourly; the inbox row stays, so a late retry is still a
+   * duplicate); undefined = payloads are kept.
+   */
+  readonly retention: { readonly processedPayloadDays: number | undefined };
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
@@ -98,7 +104,7 @@ function parseInstant(s: string): number | null {
   const ms = Date.parse(s);
   return Number.isNaN(ms) ? null : ms;
 }
-const TOP_KEYS = ['listen', 'database', 'payloadKeys', 'endpoints', 'limits', 'groupCommit', 'log', 'destinations', 'workers', 'retry'] as const;
+const TOP_KEYS = ['listen', 'database', 'payloadKeys', 'endpoints', 'limits', 'groupCommit', 'log', 'destinations', 'workers', 'retry', 'retention'] as const;
 const ENDPOINT_KEYS = ['id', 'provider', 'secrets', 'events', 'toleranceSeconds', 'maxBodyBytes', 'rateLimit', 'options', 'routes', 'retry'] as const;
 
 function parseEndpoint(raw: unknown, path: string, destinations: readonly DestinationConfig[], defaultRetry: RetryPolicy, env: NodeJS.ProcessEnv): EndpointConfig {
@@ -265,6 +271,9 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     commitTimeoutMs: optInt(g, 'commitTimeoutMs', gp, 100, 120_000) ?? 10_000,
   };
 
+  // Fractions allowed (0.5 = 12 hours); 0 = as soon as processed (at the next hourly run).
+  const retention = { processedPayloadDays: optNumber(asObject(o.retention ?? {}, 'retention', ['processedPayloadDays']), 'processedPayloadDays', 'retention', 0, 36_500) };
+
   const log = { level: optEnum(asObject(o.log ?? {}, 'log', ['level']), 'level', 'log', ['debug', 'info', 'warn', 'error', 'silent'] as const) ?? 'info' };
 
   const destinations = parseDestinations(o.destinations, env);
@@ -286,7 +295,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     return ep;
   });
 
-  const config: Config = { listen, database, payloadKeys: { current, keys }, limits, groupCommit, log, endpoints, destinations, workers, retry: defaultRetry };
+  const config: Config = { listen, database, payloadKeys: { current, keys }, limits, groupCommit, log, endpoints, destinations, workers, retry: defaultRetry, retention };
   parsedWith.set(config, env);
   return config;
 }

@@ -52,3 +52,16 @@ export function uuidv7(nowMs: number = Date.now()): string {
   }
   return s;
 }
+
+/** The all-zero UUID: below every other id (a cursor's start). */
+export const NIL_UUID = '00000000-0000-0000-0000-000000000000';
+
+/**
+ * The lowest UUID of millisecond `ms` in uuidv7's layout (its time, then zeros): every UUIDv7
+ * minted before `ms` sorts below it, as bytes (PostgreSQL `uuid`) and as lowercase hex text
+ * (SQLite), and every one minted at or after it sorts above.
+ */
+export function uuidv7Floor(ms: number): string {
+  const hex = Math.max(0, Math.floor(ms)).toString(16).padStart(12, '0').slice(-12);
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-0000-0000-000000000000`;
+}

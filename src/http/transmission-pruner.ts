@@ -1,6 +1,6 @@
-import type { Logger } from 'pino';
 import { maxToleranceSeconds, type EndpointConfig } from '../config/schema.js';
 import type { InboxStore } from '../store/port.js';
+import type { PruneTask } from '../store/pruner.js';
 
 const DAY_MS = 86_400_000;
 
@@ -26,70 +26,16 @@ export function prunedProviders(endpoints: readonly EndpointConfig[]): Map<strin
   return out;
 }
 
-export interface PruneSchedule {
-  /** The first run, after start. */
-  readonly firstAfterMs: number;
-  readonly everyMs: number;
-  /** Bindings per statement (one short transaction each). */
-  readonly batch: number;
-}
-
-export const DEFAULT_PRUNE_SCHEDULE: PruneSchedule = { firstAfterMs: 60_000, everyMs: 3_600_000, batch: 1000 };
-
 /**
- * Deletes transmission bindings past their horizon, hourly, in batches: a binding is ~100 bytes
- * and PayPal sends one per delivery, so without this the table only grew. Best effort: a run that
- * fails is logged and the next one deletes what it left.
+ * The prune tasks of these endpoints' transmission bindings: a binding is ~100 bytes and PayPal
+ * sends one per delivery, so without them webhook_transmission only grew. One per provider.
  */
-export class TransmissionPruner {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private stopped = false;
-
-  constructor(
-    private readonly store: Pick<InboxStore, 'pruneTransmissions'>,
-    private readonly horizons: ReadonlyMap<string, number>,
-    private readonly log: Logger,
-    private readonly schedule: PruneSchedule = DEFAULT_PRUNE_SCHEDULE,
-  ) {}
-
-  start(): void {
-    if (this.horizons.size === 0 || this.stopped) return;
-    this.arm(this.schedule.firstAfterMs);
-  }
-
-  /** Stops the schedule; resolves once a run in progress has finished its statement. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.running;
-  }
-
-  /** Prunes every provider's expired bindings now; resolves to how many were deleted. */
-  async runOnce(nowMs = Date.now()): Promise<number> {
-    let total = 0;
-    for (const [provider, horizonMs] of this.horizons) {
-      let pruned = 0;
-      let n: number;
-      do {
-        n = await this.store.pruneTransmissions(provider, nowMs - horizonMs, this.schedule.batch);
-        pruned += n;
-      } while (n === this.schedule.batch && !this.stopped);
-      if (pruned > 0) this.log.info({ provider, pruned }, 'transmission bindings past their horizon deleted');
-      total += pruned;
-    }
-    return total;
-  }
-
-  private arm(ms: number): void {
-    this.timer = setTimeout(() => {
-      this.running = this.runOnce()
-        .then(() => undefined, (err: unknown) => this.log.warn({ err: (err as Error).message }, 'pruning transmission bindings failed; the next run tries again'))
-        .finally(() => {
-          this.running = undefined;
-          if (!this.stopped) this.arm(this.schedule.everyMs);
-        });
-    }, ms);
-    this.timer.unref();
-  }
+export function transmissionPruneTasks(store: Pick<InboxStore, 'pruneTransmissions'>, endpoints: readonly EndpointConfig[]): PruneTask[] {
+  return [...prunedProviders(endpoints)].map(([provider, horizonMs]) => ({
+    what: `transmission bindings (${provider}) past their horizon`,
+    async prune(nowMs, limit) {
+      const deleted = await store.pruneTransmissions(provider, nowMs - horizonMs, limit);
+      return { deleted, done: deleted < limit };
+    },
+  }));
 }

@@ -105,6 +105,13 @@ export interface InboxStore extends WorkStore {
    */
   pruneTransmissions(provider: string, receivedBeforeMs: number, limit: number): Promise<number>;
   /**
+   * Retention: deletes the sealed payloads of PROCESSED events received before `receivedBeforeMs`
+   * (their inbox rows stay, `raw_payload_ref` NULL), at most `limit` of them in payload-id order
+   * after `afterPayloadId` (undefined: from the start), in one transaction. Resolves to how many
+   * it deleted and the last id deleted (where the next call goes on).
+   */
+  purgeProcessedPayloads(receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }>;
+  /**
    * Optional start-up work, before the first request: opens connections and prepares statements
    * for batches up to `maxBatch` (PostgreSQL). A failure leaves that work to the first batches.
    */

@@ -197,7 +197,16 @@ describe('webhook-inbox CLI', () => {
     expect(rr.err).toContain('endpoints[0].secrets: every version is retired');
     const good = join(dir, 'good.yaml');
     writeFileSync(good, stringify(configDoc('sqlite:./x.db')));
-    expect(run(['check-config', '--config', good]).code).toBe(0);
+    const g = run(['check-config', '--config', good]);
+    expect(g.code).toBe(0);
+    expect(g.out).toContain('payloads: kept (no retention set)');
+    const retention = join(dir, 'retention.yaml');
+    writeFileSync(retention, stringify(configDoc('sqlite:./x.db', { retention: { processedPayloadDays: 30 } })));
+    expect(run(['check-config', '--config', retention]).out).toContain('payloads: deleted 30 day(s) after receipt once PROCESSED');
+    writeFileSync(retention, stringify(configDoc('sqlite:./x.db', { retention: { processedPayloadDays: 'forever' } })));
+    const rb = run(['check-config', '--config', retention]);
+    expect(rb.code).toBe(78);
+    expect(rb.err).toContain('retention.processedPayloadDays');
     // An unsigned endpoint is called out as such, with the rate limit that guards it.
     const unsigned = join(dir, 'unsigned.yaml');
     writeFileSync(unsigned, stringify(configDoc('sqlite:./x.db', { endpoints: [{ id: 'm', provider: 'mollie', options: { mode: 'classic' } }] })));

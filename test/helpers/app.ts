@@ -2,7 +2,7 @@ import type { HandlerRegistry } from '../../src/engine/handlers.js';
 import pino, { type Logger } from 'pino';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
-import type { PruneSchedule } from '../../src/http/transmission-pruner.js';
+import type { PruneSchedule } from '../../src/store/pruner.js';
 import { freshDatabase, type TestDatabase } from './stores.js';
 
 export const PAYLOAD_KEY = Buffer.alloc(32, 7).toString('base64');

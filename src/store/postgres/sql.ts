@@ -151,6 +151,28 @@ export const PRUNE_TRANSMISSIONS = {
   WHERE w.provider = old.provider AND w.transmission_id = old.transmission_id`,
 };
 
+/**
+ * Retention (InboxStore.purgeProcessedPayloads): payload ids are UUIDv7 minted from the receipt
+ * time, so `raw_payload_ref` between the cursor and the cutoff's lowest id is a range of the
+ * webhook_inbox_payload index; `received_at` keeps the cutoff exact whatever an id holds. The
+ * foreign key sets each inbox row's `raw_payload_ref` to NULL. (No max() for uuid: as text,
+ * lowercase hex sorts as the bytes do.)
+ */
+export const PURGE_PROCESSED_PAYLOADS = {
+  name: 'wi_purge_processed_payloads',
+  text: `
+  WITH doomed AS (
+    SELECT raw_payload_ref FROM webhook_inbox
+    WHERE raw_payload_ref > $1::uuid AND raw_payload_ref < $2::uuid AND status = 'PROCESSED'
+      AND received_at < to_timestamp($3::float8 / 1000.0)
+    ORDER BY raw_payload_ref
+    LIMIT $4
+  ), gone AS (
+    DELETE FROM webhook_payload p USING doomed d WHERE p.payload_id = d.raw_payload_ref RETURNING p.payload_id
+  )
+  SELECT count(*)::int AS deleted, max(payload_id::text) AS last FROM gone`,
+};
+
 /** A timestamptz as Unix ms (float8: keeps sub-ms digits, arrives as a JS number). */
 export const epochMs = (col: string) => `(extract(epoch FROM ${col}) * 1000)::float8`;
 

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { MigrationError, StorageUnavailableError } from '../../errors.js';
+import { NIL_UUID, uuidv7Floor } from '../../crypto/ids.js';
 import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent, migrationStep, MIGRATIONS } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload, TransmissionBinding } from '../port.js';
@@ -316,6 +317,13 @@ export class PostgresStore implements InboxStore {
   async pruneTransmissions(provider: string, receivedBeforeMs: number, limit: number): Promise<number> {
     if (this.closed) throw new StorageUnavailableError('store is closed');
     return (await this.query({ ...SQL.PRUNE_TRANSMISSIONS, values: [provider, receivedBeforeMs, limit] })).rowCount ?? 0;
+  }
+
+  async purgeProcessedPayloads(receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }> {
+    if (this.closed) throw new StorageUnavailableError('store is closed');
+    const values = [afterPayloadId ?? NIL_UUID, uuidv7Floor(receivedBeforeMs), receivedBeforeMs, limit];
+    const { rows: [r] } = await this.query<{ deleted: number; last: string | null }>({ ...SQL.PURGE_PROCESSED_PAYLOADS, values });
+    return { deleted: r!.deleted, last: r!.last ?? undefined };
   }
 
   /**

@@ -33,6 +33,20 @@ export const PRUNE_TRANSMISSIONS = `
     ORDER BY received_at
     LIMIT ?)`;
 
+/**
+ * Retention (InboxStore.purgeProcessedPayloads): payload ids are UUIDv7 minted from the receipt
+ * time, so `raw_payload_ref` between the cursor and the cutoff's lowest id is a range of the
+ * webhook_inbox_payload index; `received_at` keeps the cutoff exact whatever an id holds. The
+ * foreign key sets each inbox row's `raw_payload_ref` to NULL.
+ */
+export const PURGE_PROCESSED_PAYLOADS = `
+  DELETE FROM webhook_payload WHERE payload_id IN (
+    SELECT raw_payload_ref FROM webhook_inbox
+    WHERE raw_payload_ref > ? AND raw_payload_ref < ? AND status = 'PROCESSED' AND received_at < ?
+    ORDER BY raw_payload_ref
+    LIMIT ?)
+  RETURNING payload_id`;
+
 /** Notices (unsigned, coalescing): a row with the same key still PENDING answers the new notice. */
 export const PENDING_NOTICE = `
   SELECT inbox_id FROM webhook_inbox

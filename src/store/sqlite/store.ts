@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { MigrationError, StorageUnavailableError } from '../../errors.js';
 import { movableCiphertexts, startWorker, WorkerCalls, type ThreadReply } from '../../threads.js';
+import { NIL_UUID, uuidv7Floor } from '../../crypto/ids.js';
 import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent } from '../migrations.js';
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload, TransmissionBinding } from '../port.js';
@@ -128,6 +129,13 @@ export class SqliteStore implements InboxStore {
 
   async pruneTransmissions(provider: string, receivedBeforeMs: number, limit: number): Promise<number> {
     return this.call<number>('pruneTransmissions', { provider, receivedBeforeMs, limit }).catch((err) => {
+      throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite: ${(err as Error).message}`, { cause: err });
+    });
+  }
+
+  async purgeProcessedPayloads(receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }> {
+    const args = { after: afterPayloadId ?? NIL_UUID, below: uuidv7Floor(receivedBeforeMs), receivedBeforeMs, limit };
+    return this.call<{ deleted: number; last: string | undefined }>('purgeProcessedPayloads', args).catch((err) => {
       throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite: ${(err as Error).message}`, { cause: err });
     });
   }

@@ -1,0 +1,142 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/schema.js';
+import { NIL_UUID, uuidv7, uuidv7Floor } from '../../src/crypto/ids.js';
+import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
+import { HandlerRegistry } from '../../src/engine/handlers.js';
+import { ConfigError } from '../../src/errors.js';
+import type { AcceptRecord } from '../../src/store/port.js';
+import { configDoc, PAYLOAD_KEY, startTestApp, type TestApp } from '../helpers/app.js';
+import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
+import { stripeEvent, stripeHeaders } from '../helpers/events.js';
+import { post } from '../helpers/http.js';
+import { describeEachStore } from '../helpers/stores.js';
+
+const DAY = 86_400_000;
+/** The app's own payload key (configDoc's k1), so its workers open what is seeded here. */
+const appCipher = new PayloadCipher(new Map([['k1', Buffer.from(PAYLOAD_KEY, 'base64')]]), 'k1');
+
+/** A Stripe event as the ingress would have accepted it `ageMs` ago on endpoint `stripe`. */
+function acceptedAgo(eventId: string, ageMs: number, type = 'payment_intent.succeeded'): AcceptRecord {
+  const raw = stripeEvent(eventId, { type });
+  const receivedAtMs = Date.now() - ageMs;
+  const binding = { provider: 'stripe', endpointId: 'stripe', providerEventId: eventId };
+  return {
+    inboxId: uuidv7(receivedAtMs), payloadId: uuidv7(receivedAtMs), outboxId: uuidv7(receivedAtMs), ...binding,
+    eventType: type, objectId: `pi_${eventId}`, objectVersion: null, providerCreatedAtMs: receivedAtMs, receivedAtMs,
+    payloadHash: sha256(raw), matchedSecretVersion: 'v1', payload: appCipher.seal(raw, binding), topic: `stripe.${type}`, relay: false,
+  };
+}
+
+/** Processes payment_intent.succeeded; charge.failed fails every attempt, so it ends FAILED. */
+const handlers = () => new HandlerRegistry()
+  .on('payment_intent.succeeded', () => undefined)
+  .on('charge.failed', () => {
+    throw new Error('ledger refuses it');
+  });
+
+describe('uuidv7Floor', () => {
+  it("sorts below every id minted before its millisecond and at or below every id of it or later, as text", () => {
+    const t = Date.UTC(2026, 11, 6, 12);
+    const floor = uuidv7Floor(t);
+    expect(floor).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-0000-0000-000000000000$/);
+    for (let i = 0; i < 200; i++) {
+      expect(uuidv7(t - 1 - i * 997) < floor).toBe(true);
+      expect(uuidv7(t + i * 997) > floor).toBe(true);
+    }
+    expect(NIL_UUID < uuidv7Floor(0) || NIL_UUID === uuidv7Floor(0)).toBe(true);
+  });
+});
+
+describe('retention config', () => {
+  const parse = (retention: unknown) => parseConfig(configDoc('sqlite:/tmp/x.db', { retention }), {});
+  it('takes processedPayloadDays as days (fractions too), and keeps payloads when absent', () => {
+    expect(parse({ processedPayloadDays: 30 }).retention).toEqual({ processedPayloadDays: 30 });
+    expect(parse({ processedPayloadDays: 0.5 }).retention).toEqual({ processedPayloadDays: 0.5 });
+    expect(parseConfig(configDoc('sqlite:/tmp/x.db'), {}).retention).toEqual({ processedPayloadDays: undefined });
+  });
+  it('names the bad path', () => {
+    expect(() => parse({ processedPayloadDays: -1 })).toThrow(ConfigError);
+    expect(() => parse({ processedPayloadDays: -1 })).toThrow(/retention\.processedPayloadDays/);
+    expect(() => parse({ processedPayloadDays: '30d' })).toThrow(/retention\.processedPayloadDays/);
+    expect(() => parse({ payloadDays: 30 })).toThrow(/retention\.payloadDays/);
+  });
+});
+
+describeEachStore('payload retention', (kind) => {
+  let app: TestApp | undefined;
+  afterEach(async () => {
+    await app?.stop();
+    app = undefined;
+  });
+
+  /** Seeds events received `ages` ago and waits for the workers to settle every one. */
+  async function seedSettled(events: readonly AcceptRecord[]): Promise<void> {
+    const results = await app!.store.acceptBatch(events);
+    expect(results.map((r) => r.duplicate)).toEqual(events.map(() => false));
+    await waitFor(async () => {
+      const rows = await Promise.all(events.map((e) => app!.store.getInbox(e.inboxId)));
+      return rows.every((r) => r?.status === 'PROCESSED' || r?.status === 'FAILED') || undefined;
+    }, 15_000, 'every seeded event settled');
+  }
+  const payloadKept = async (e: AcceptRecord) => (await app!.store.getPayload(e.payloadId)) !== null;
+
+  it("purgeProcessedPayloads: only PROCESSED events received before the cutoff lose their payload, in id order, at most the limit per call, from the cursor; their inbox rows stay", async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 1e9, everyMs: 1e9, batch: 1 } });
+    const p40 = acceptedAgo('evt_p40', 40 * DAY);
+    const f38 = acceptedAgo('evt_f38', 38 * DAY, 'charge.failed');
+    const p35 = acceptedAgo('evt_p35', 35 * DAY);
+    const p31 = acceptedAgo('evt_p31', 31 * DAY);
+    const p10 = acceptedAgo('evt_p10', 10 * DAY);
+    // An id older than its receipt (never minted so; the cutoff is on received_at all the same).
+    const p10OldId = { ...acceptedAgo('evt_p10_old_id', 10 * DAY), payloadId: uuidv7(Date.now() - 39 * DAY) };
+    await seedSettled([p40, f38, p35, p31, p10, p10OldId]);
+    expect((await app.store.getInbox(f38.inboxId))!.status).toBe('FAILED');
+
+    const cutoff = Date.now() - 30 * DAY;
+    // From a cursor: only what lies after it.
+    expect(await app.store.purgeProcessedPayloads(cutoff, p35.payloadId, 2)).toEqual({ deleted: 1, last: p31.payloadId });
+    expect(await payloadKept(p31)).toBe(false);
+    expect(await payloadKept(p35)).toBe(true);
+    // From the start, the oldest first; the FAILED one lies between the two in id order: skipped, not counted.
+    expect(await app.store.purgeProcessedPayloads(cutoff, undefined, 2)).toEqual({ deleted: 2, last: p35.payloadId });
+    expect(await payloadKept(p40)).toBe(false);
+    expect(await payloadKept(p35)).toBe(false);
+    expect(await app.store.purgeProcessedPayloads(cutoff, undefined, 2)).toEqual({ deleted: 0, last: undefined });
+
+    for (const gone of [p40, p35, p31]) {
+      const row = (await app.store.getInbox(gone.inboxId))!;
+      expect(row.status).toBe('PROCESSED');
+      expect(row.rawPayloadRef).toBeNull();
+      expect(row.payloadHash.equals(gone.payloadHash)).toBe(true);
+    }
+    // FAILED (an operator may requeue it) and too recent: kept, and still referenced.
+    expect(await payloadKept(f38)).toBe(true);
+    expect(await payloadKept(p10)).toBe(true);
+    expect(await payloadKept(p10OldId)).toBe(true);
+    expect((await app.store.getInbox(p10.inboxId))!.rawPayloadRef).toBe(p10.payloadId);
+  });
+
+  it('serve with retention.processedPayloadDays purges on its schedule, in batches; a late retry of a purged event is still a duplicate', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS, retention: { processedPayloadDays: 30 } }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 0, everyMs: 100, batch: 1 } });
+    const old = [acceptedAgo('evt_a', 45 * DAY), acceptedAgo('evt_b', 33 * DAY), acceptedAgo('evt_c', 31 * DAY)];
+    const young = acceptedAgo('evt_young', 29 * DAY);
+    await seedSettled([...old, young]);
+    await waitFor(async () => (await Promise.all(old.map(payloadKept))).every((k) => !k) || undefined, 10_000, 'old payloads purged');
+    expect(await payloadKept(young)).toBe(true);
+
+    // Stripe retries evt_a (its signed timestamp fresh, as a retry's is): same inbox row, no new work.
+    const body = stripeEvent('evt_a');
+    const res = await post(`${app.url}/webhooks/stripe`, body, stripeHeaders(body));
+    expect(res.status).toBe(200);
+    expect(res.json()).toEqual({ inbox_id: old[0]!.inboxId, duplicate: true });
+    expect((await app.store.getInbox(old[0]!.inboxId))!.status).toBe('PROCESSED');
+  });
+
+  it('without retention, serve purges nothing', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 0, everyMs: 50, batch: 1 } });
+    const old = acceptedAgo('evt_old', 400 * DAY);
+    await seedSettled([old]);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await payloadKept(old)).toBe(true);
+  });
+});
