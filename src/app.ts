@@ -195,7 +195,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   if (workersRun) engine.start();
   // Transmission bindings only for providers of this config's endpoints whose signatures bind
   // weakly (PayPal); payloads only when the config sets a retention.
-  const pruner = new Pruner([...transmissionPruneTasks(store, config.endpoints), ...payloadRetentionTasks(store, config.retention)], log, opts.pruneSchedule);
+  const pruner = new Pruner([...transmissionPruneTasks(store, config.endpoints), ...payloadRetentionTasks(store, config.retention)], log, metrics, opts.pruneSchedule);
   pruner.start();
 
   let closing: Promise<void> | undefined;

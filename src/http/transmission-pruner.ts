@@ -32,6 +32,7 @@ export function prunedProviders(endpoints: readonly EndpointConfig[]): Map<strin
  */
 export function transmissionPruneTasks(store: Pick<InboxStore, 'pruneTransmissions'>, endpoints: readonly EndpointConfig[]): PruneTask[] {
   return [...prunedProviders(endpoints)].map(([provider, horizonMs]) => ({
+    kind: 'transmission',
     what: `transmission bindings (${provider}) past their horizon`,
     async prune(nowMs, limit) {
       const deleted = await store.pruneTransmissions(provider, nowMs - horizonMs, limit);

@@ -7,6 +7,8 @@ import type { Logger } from 'pino';
  * where the next call goes on.
  */
 export interface PruneTask {
+  /** The `what` label of webhook_pruned_rows_total: payload, transmission. */
+  readonly kind: string;
   /** For the log: what goes, e.g. "transmission bindings (paypal)". */
   readonly what: string;
   prune(nowMs: number, limit: number, cursor: string | undefined): Promise<{ deleted: number; done: boolean; cursor?: string }>;
@@ -18,6 +20,12 @@ export interface PruneSchedule {
   readonly everyMs: number;
   /** Rows per statement (one short transaction each). */
   readonly batch: number;
+}
+
+/** Where a Pruner counts (the server's metrics). */
+export interface PruneCounters {
+  readonly pruned: { inc(labels: string[], by: number): void };
+  readonly pruneFailures: { inc(): void };
 }
 
 export const DEFAULT_PRUNE_SCHEDULE: PruneSchedule = { firstAfterMs: 60_000, everyMs: 3_600_000, batch: 1000 };
@@ -37,8 +45,12 @@ export class Pruner {
   constructor(
     private readonly tasks: readonly PruneTask[],
     private readonly log: Logger,
+    private readonly counters: PruneCounters,
     private readonly schedule: PruneSchedule = DEFAULT_PRUNE_SCHEDULE,
-  ) {}
+  ) {
+    // Each series from 0 at start: one that appears only at its first deletion reads as "no data".
+    for (const t of tasks) counters.pruned.inc([t.kind], 0);
+  }
 
   start(): void {
     if (this.tasks.length === 0 || this.stopped) return;
@@ -62,6 +74,8 @@ export class Pruner {
       while (!done && !this.stopped) {
         const r = await task.prune(nowMs, this.schedule.batch, cursor);
         deleted += r.deleted;
+        // Per statement: what a run deleted before it failed is counted too.
+        if (r.deleted > 0) this.counters.pruned.inc([task.kind], r.deleted);
         ({ done, cursor } = r);
       }
       if (deleted > 0) this.log.info({ pruned: deleted }, `${task.what} deleted`);
@@ -73,7 +87,10 @@ export class Pruner {
   private arm(ms: number): void {
     this.timer = setTimeout(() => {
       this.running = this.runOnce()
-        .then(() => undefined, (err: unknown) => this.log.warn({ err: (err as Error).message }, 'pruning failed; the next run tries again'))
+        .then(() => undefined, (err: unknown) => {
+          this.counters.pruneFailures.inc();
+          this.log.warn({ err: (err as Error).message }, 'pruning failed; the next run tries again');
+        })
         .finally(() => {
           this.running = undefined;
           if (!this.stopped) this.arm(this.schedule.everyMs);

@@ -18,6 +18,7 @@ export function payloadRetentionTasks(store: Pick<InboxStore, 'purgeProcessedPay
   const days = retention.processedPayloadDays;
   if (days === undefined) return [];
   return [{
+    kind: 'payload',
     what: `payloads of processed events received more than ${days} day(s) ago`,
     async prune(nowMs, limit, cursor) {
       const r = await store.purgeProcessedPayloads(nowMs - days * DAY_MS, cursor, limit);

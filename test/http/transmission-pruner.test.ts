@@ -3,6 +3,7 @@ import { parseConfig } from '../../src/config/schema.js';
 import { prunedProviders, transmissionHorizonMs } from '../../src/http/transmission-pruner.js';
 import type { TransmissionBinding } from '../../src/store/port.js';
 import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
+import { scrapeMetrics } from '../helpers/engine.js';
 import { describeEachStore } from '../helpers/stores.js';
 
 const DAY = 86_400_000;
@@ -45,6 +46,7 @@ describeEachStore('serve prunes transmission bindings', (kind) => {
     expect(await stillBound('t2')).toBe(false);
     expect(await stillBound('t4')).toBe(true);
     expect(await stillBound('t5')).toBe(true);
+    expect((await scrapeMetrics(app.url))('webhook_pruned_rows_total', 'what="transmission"')).toBe(3);
   });
 
   it('without one: nothing is pruned (another server, with the PayPal endpoints, prunes them)', async () => {

@@ -6,7 +6,7 @@ import { HandlerRegistry } from '../../src/engine/handlers.js';
 import { ConfigError } from '../../src/errors.js';
 import type { AcceptRecord } from '../../src/store/port.js';
 import { configDoc, PAYLOAD_KEY, startTestApp, type TestApp } from '../helpers/app.js';
-import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
+import { FAST_WORKERS, scrapeMetrics, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
@@ -123,6 +123,9 @@ describeEachStore('payload retention', (kind) => {
     await seedSettled([...old, young]);
     await waitFor(async () => (await Promise.all(old.map(payloadKept))).every((k) => !k) || undefined, 10_000, 'old payloads purged');
     expect(await payloadKept(young)).toBe(true);
+    const m = await scrapeMetrics(app.url);
+    expect(m('webhook_pruned_rows_total', 'what="payload"')).toBe(3);
+    expect(m('webhook_prune_failures_total')).toBe(0);
 
     // Stripe retries evt_a (its signed timestamp fresh, as a retry's is): same inbox row, no new work.
     const body = stripeEvent('evt_a');
@@ -138,5 +141,6 @@ describeEachStore('payload retention', (kind) => {
     await seedSettled([old]);
     await new Promise((r) => setTimeout(r, 400));
     expect(await payloadKept(old)).toBe(true);
+    expect((await scrapeMetrics(app.url))('webhook_pruned_rows_total', 'what="payload"')).toBeNaN();
   });
 });
