@@ -7,9 +7,8 @@ import { checkedSecretInterval, KeyRing, keepSecretsCurrent } from './crypto/key
 import { BodyBudget } from './http/body.js';
 import { Ingress } from './http/ingress.js';
 import { listenOn } from './http/listen.js';
-import { transmissionPruneTasks } from './http/transmission-pruner.js';
 import { Pruner, type PruneSchedule } from './store/pruner.js';
-import { payloadRetentionTasks } from './store/retention.js';
+import { configuredPruneTasks } from './store/retention.js';
 import { OffloadLane, offloadThreshold } from './http/offload.js';
 import { commonProblems, createAdminServer, type AdminHandlers } from './http/admin.js';
 import { closeSilentConnections, createHttpServer } from './http/server.js';
@@ -193,9 +192,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     return abandon(ListenError.from(err, config.listen.host, config.listen.port));
   });
   if (workersRun) engine.start();
-  // Transmission bindings only for providers of this config's endpoints whose signatures bind
-  // weakly (PayPal); payloads only when the config sets a retention.
-  const pruner = new Pruner([...transmissionPruneTasks(store, config.endpoints), ...payloadRetentionTasks(store, config.retention)], log, metrics, opts.pruneSchedule);
+  const pruner = new Pruner(configuredPruneTasks(store, config), log, metrics, opts.pruneSchedule);
   pruner.start();
 
   let closing: Promise<void> | undefined;

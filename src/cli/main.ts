@@ -81,6 +81,14 @@ const COMMANDS: Record<string, Command> = {
     options: CONFIG,
     run: async (v) => (await import('./check-config.js')).runCheckConfig(String(v.config)),
   },
+  prune: {
+    summary: "Run serve's hourly prune tasks once now (payload retention, PayPal transmission bindings) and exit.",
+    usage: 'webhook-inbox prune --config FILE\n\n  --config, -c FILE  YAML or JSON config: retention.processedPayloadDays deletes the payloads of\n' +
+      '                     PROCESSED events received longer ago; PayPal endpoints, their old transmission\n' +
+      '                     bindings. Prints how many rows went, per kind. serve does the same hourly.',
+    options: CONFIG,
+    run: async (v) => (await import('./prune.js')).runPrune(String(v.config)),
+  },
   'send-sample': {
     summary: "Send one correctly signed sample event to a running server's endpoint.",
     usage: 'webhook-inbox send-sample --config FILE --endpoint ID [--url BASE] [--id SAMPLE]\n\n  --config, -c FILE  the config the server runs with (for the endpoint secret)\n  --endpoint, -e ID  endpoint id\n  --url BASE         server base URL (default: from listen)\n' +

@@ -64,9 +64,9 @@ export class Pruner {
     await this.running;
   }
 
-  /** Runs every task to its end now; resolves to how many rows were deleted in all. */
-  async runOnce(nowMs = Date.now()): Promise<number> {
-    let total = 0;
+  /** Runs every task to its end now; resolves to how many rows each task deleted, in task order. */
+  async runOnce(nowMs = Date.now()): Promise<{ what: string; deleted: number }[]> {
+    const out: { what: string; deleted: number }[] = [];
     for (const task of this.tasks) {
       let deleted = 0;
       let cursor: string | undefined;
@@ -79,9 +79,9 @@ export class Pruner {
         ({ done, cursor } = r);
       }
       if (deleted > 0) this.log.info({ pruned: deleted }, `${task.what} deleted`);
-      total += deleted;
+      out.push({ what: task.what, deleted });
     }
-    return total;
+    return out;
   }
 
   private arm(ms: number): void {

@@ -1,4 +1,5 @@
 import type { Config } from '../config/schema.js';
+import { transmissionPruneTasks } from '../http/transmission-pruner.js';
 import type { InboxStore } from './port.js';
 import type { PruneTask } from './pruner.js';
 
@@ -25,4 +26,13 @@ export function payloadRetentionTasks(store: Pick<InboxStore, 'purgeProcessedPay
       return { deleted: r.deleted, done: r.deleted < limit, cursor: r.last };
     },
   }];
+}
+
+/**
+ * Every prune task a config asks for, as `serve` runs them hourly and `prune` once: transmission
+ * bindings only for providers of its endpoints whose signatures bind weakly (PayPal), payloads
+ * only when it sets a retention.
+ */
+export function configuredPruneTasks(store: Pick<InboxStore, 'pruneTransmissions' | 'purgeProcessedPayloads'>, config: Pick<Config, 'endpoints' | 'retention'>): PruneTask[] {
+  return [...transmissionPruneTasks(store, config.endpoints), ...payloadRetentionTasks(store, config.retention)];
 }

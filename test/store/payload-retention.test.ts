@@ -1,4 +1,8 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
 import { parseConfig } from '../../src/config/schema.js';
 import { NIL_UUID, uuidv7, uuidv7Floor } from '../../src/crypto/ids.js';
 import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
@@ -9,6 +13,7 @@ import { configDoc, PAYLOAD_KEY, startTestApp, type TestApp } from '../helpers/a
 import { FAST_WORKERS, scrapeMetrics, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
+import { runCli } from '../helpers/server-process.js';
 import { describeEachStore } from '../helpers/stores.js';
 
 const DAY = 86_400_000;
@@ -133,6 +138,32 @@ describeEachStore('payload retention', (kind) => {
     expect(res.status).toBe(200);
     expect(res.json()).toEqual({ inbox_id: old[0]!.inboxId, duplicate: true });
     expect((await app.store.getInbox(old[0]!.inboxId))!.status).toBe('PROCESSED');
+  });
+
+  it('webhook-inbox prune runs the same tasks once and prints what went; without retention it says there is nothing to prune', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 1e9, everyMs: 1e9, batch: 1 } });
+    const old = [acceptedAgo('evt_x', 50 * DAY), acceptedAgo('evt_y', 40 * DAY)];
+    const young = acceptedAgo('evt_z', 5 * DAY);
+    await seedSettled([...old, young]);
+    const dir = mkdtempSync(join(tmpdir(), 'wi-prune-'));
+    try {
+      const file = join(dir, 'c.yaml');
+      writeFileSync(file, stringify(configDoc(app.db.url)));
+      const none = await runCli(['prune', '--config', file]);
+      expect(none).toMatchObject({ code: 0, out: expect.stringContaining('nothing to prune') });
+      expect(await payloadKept(old[0]!)).toBe(true);
+
+      writeFileSync(file, stringify(configDoc(app.db.url, { retention: { processedPayloadDays: 30 } })));
+      const r = await runCli(['prune', '--config', file]);
+      expect(r.code).toBe(0);
+      expect(r.out).toBe('deleted 2: payloads of processed events received more than 30 day(s) ago\n');
+      expect(await payloadKept(old[0]!)).toBe(false);
+      expect(await payloadKept(old[1]!)).toBe(false);
+      expect(await payloadKept(young)).toBe(true);
+      expect((await runCli(['prune', '--config', file])).out).toBe('deleted 0: payloads of processed events received more than 30 day(s) ago\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('without retention, serve purges nothing', async () => {

@@ -27,7 +27,7 @@ describe('Pruner', () => {
     const metrics = ingressMetrics();
     const pruner = new Pruner([task], log, metrics, { firstAfterMs: 1e9, everyMs: 1e9, batch: 2 });
     expect(metrics.pruned.get(['payload'])).toBe(0); // the series is there from the start
-    expect(await pruner.runOnce(10)).toBe(5);
+    expect(await pruner.runOnce(10)).toEqual([{ what: 'test rows', deleted: 5 }]);
     expect(task.calls).toEqual([undefined, 'b', 'd']);
     expect([...rows.keys()]).toEqual(['z']);
     expect(metrics.pruned.get(['payload'])).toBe(5);
