@@ -200,6 +200,14 @@ describe('webhook-inbox CLI', () => {
     const g = run(['check-config', '--config', good]);
     expect(g.code).toBe(0);
     expect(g.out).toContain('payloads: kept (no retention set)');
+    // A secret with a space at an end is kept as written, with a warning naming its path (never its value).
+    const spaced = join(dir, 'spaced.yaml');
+    writeFileSync(spaced, stringify(configDoc('sqlite:./x.db', { endpoints: [{ id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 'typed-in secret ' }] }] })));
+    const sp = run(['check-config', '--config', spaced]);
+    expect(sp.code).toBe(0);
+    expect(sp.err).toContain('warning: endpoints[0].secrets[0].value: the value has white space at an end');
+    expect(sp.err + sp.out).not.toContain('typed-in');
+    expect(g.err).not.toContain('warning');
     const retention = join(dir, 'retention.yaml');
     writeFileSync(retention, stringify(configDoc('sqlite:./x.db', { retention: { processedPayloadDays: 30 } })));
     expect(run(['check-config', '--config', retention]).out).toContain('payloads: deleted 30 day(s) after receipt once PROCESSED');
