@@ -60,6 +60,8 @@ function detailJson(e: InboxDetail) {
     handler_version: e.handlerVersion, processed_at: isoOrNull(e.processedAtMs), matched_secret_version: e.matchedSecretVersion,
     verification: e.verification,
     payload_sha256: e.payloadHash.toString('hex'),
+    // false once retention (or an operator) deleted the stored body: the hash is what is left of it.
+    payload_stored: e.rawPayloadRef !== null,
   };
 }
 

@@ -161,7 +161,7 @@ describeEachStore('operator CLI on a real inbox: events, retry, requeue', (kind)
     expect(lines.find((l) => l.inbox_id === id('evt_decide'))).toMatchObject({
       status: 'FAILED', provider: 'stripe', endpoint_id: 'stripe', provider_event_id: 'evt_decide', event_type: 'charge.refunded',
       attempt_count: 1, failure_reason: 'amount_mismatch', last_error: expect.stringContaining('refund 2000 exceeds captured 1500'),
-      payload_sha256: expect.stringMatching(/^[0-9a-f]{64}$/), matched_secret_version: 'v1',
+      payload_sha256: expect.stringMatching(/^[0-9a-f]{64}$/), payload_stored: true, matched_secret_version: 'v1',
     });
     // A time that is not there is null, as effects --json's failed_at and the other absent fields are: it was the
     // table's "-", which a script's `select(.processed_at != null)` or `fromdate` took for a time.

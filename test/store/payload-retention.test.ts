@@ -161,6 +161,10 @@ describeEachStore('payload retention', (kind) => {
       expect(await payloadKept(old[1]!)).toBe(false);
       expect(await payloadKept(young)).toBe(true);
       expect((await runCli(['prune', '--config', file])).out).toBe('deleted 0: payloads of processed events received more than 30 day(s) ago\n');
+      // events show tells the operator the body is gone; its hash is what is left.
+      const shown = JSON.parse((await runCli(['events', 'show', '--config', file, old[0]!.inboxId])).out);
+      expect(shown).toMatchObject({ status: 'PROCESSED', payload_stored: false, payload_sha256: old[0]!.payloadHash.toString('hex') });
+      expect(JSON.parse((await runCli(['events', 'show', '--config', file, young.inboxId])).out)).toMatchObject({ payload_stored: true });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
