@@ -1,6 +1,6 @@
 import { loadConfigFile } from '../config/load.js';
 import { allRetired } from '../config/retired.js';
-import { resolveSecret } from '../config/secrets.js';
+import { EDGE_SPACE, secretsWithEdgeSpace } from '../config/secrets.js';
 import { KeyRing } from '../crypto/keyring.js';
 import { closeAll, openDestinations } from '../destinations/registry.js';
 
@@ -22,14 +22,7 @@ export async function runCheckConfig(configFile: string): Promise<number> {
     const limit = ep.rateLimit ? `, rate limit ${ep.rateLimit.perSecond}/s burst ${ep.rateLimit.burst}` : '';
     console.log(`  ${ep.id}: ${ep.provider}, ${trust}, tolerance ${ep.toleranceSeconds ?? 'none signed'}, max body ${ep.maxBodyBytes} B${limit}`);
   }
-  // Kept as written (a chosen secret may hold any character), but a space pasted at an end makes
-  // every signature of the provider, which has no such space, fail as invalid_signature.
-  for (const ep of config.endpoints) {
-    for (const v of ep.secrets) {
-      const value = resolveSecret(v.ref, process.env);
-      if (value !== value.trim()) console.error(`warning: ${v.ref.path}: the value has white space at an end, and is used as it is: unless the provider's secret has it too, every signature will fail (invalid_signature)`);
-    }
-  }
+  for (const path of secretsWithEdgeSpace(config.endpoints)) console.error(`warning: ${path}: ${EDGE_SPACE}`);
   const days = config.retention.processedPayloadDays;
   console.log(`  payloads: ${days === undefined ? 'kept (no retention set)' : `deleted ${days} day(s) after receipt once PROCESSED`}`);
   return 0;

@@ -124,11 +124,35 @@ describe('secrets unavailable → fail closed', () => {
     const ready = await post(`${t.app.url}/readyz`, '', {}, 'GET');
     expect(ready.status).toBe(503);
     expect(ready.json().problems).toEqual(['endpoints[0].secrets[0].value: a Stripe endpoint secret has no white space (a blank line or a space in its file or variable?)']);
+    // Said once, as unavailable: not also as a secret used with its white space.
+    expect(t.lines.filter((l) => l.includes('white space at an end'))).toEqual([]);
 
     writeFileSync(file, `${STRIPE_SECRET}\n`);
     await t.app.reloadSecrets();
     expect((await post(`${t.app.url}/webhooks/stripe`, body, stripeHeaders(body))).status).toBe(200);
     rmSync(dir, { recursive: true, force: true });
+  });
+
+  // A secret the user chose (GitHub's, generic HMAC's) may hold any character, so a space at an end
+  // is kept; but pasted by mistake it fails every delivery, so serve says so at start.
+  it('a typed-in secret with a space at an end is used as written, and serve warns at start naming its path, never its value', async () => {
+    const t = await appWithLog({ endpoints: [
+      { id: 'gh', provider: 'github', secrets: [{ version: 'v1', value: 'typed-in secret ' }] },
+      { id: 'gh2', provider: 'github', secrets: [{ version: 'v1', value: 'no-space-secret' }] },
+    ] });
+    stops.push(t.stop);
+    const warned = t.lines.map((l) => JSON.parse(l)).filter((l) => l.level === 40 && String(l.msg).includes('white space at an end'));
+    expect(warned.map((l) => l.path)).toEqual(['endpoints[0].secrets[0].value']);
+    expect(t.lines.join('\n')).not.toContain('typed-in');
+    let n = 0;
+    const deliver = (key: string) => {
+      const body = Buffer.from(JSON.stringify({ zen: 'spaced', repository: { full_name: 'o/r' } }));
+      return post(`${t.app.url}/webhooks/gh`, body, {
+        'content-type': 'application/json', 'x-hub-signature-256': `sha256=${createHmac('sha256', key).update(body).digest('hex')}`, 'x-github-event': 'push', 'x-github-delivery': `spaced-${++n}`,
+      });
+    };
+    expect((await deliver('typed-in secret')).status).toBe(401);
+    expect((await deliver('typed-in secret ')).status).toBe(200);
   });
 
   it('without the payload key nothing is accepted (no unencrypted fallback)', async () => {
