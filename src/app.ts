@@ -2,7 +2,7 @@ import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { configEnv, type Config } from './config/schema.js';
 import { allRetired } from './config/retired.js';
-import { EDGE_SPACE, secretsWithEdgeSpace } from './config/secrets.js';
+import { EDGE_SPACE } from './config/secrets.js';
 import { ListenError } from './errors.js';
 import { checkedSecretInterval, KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
 import { BodyBudget } from './http/body.js';
@@ -44,7 +44,7 @@ export interface StartOptions {
    * /metrics tell (config paths, database errors, endpoint ids, volumes) stays off a public port.
    */
   readonly metricsListen?: { readonly host: string; readonly port: number };
-  /** When old transmission bindings are pruned (default: a minute after start, then hourly; http/transmission-pruner.ts). */
+  /** When the prune tasks run (default: a minute after start, then hourly; store/pruner.ts). */
   readonly pruneSchedule?: PruneSchedule;
 }
 
@@ -75,10 +75,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const env = opts.env ?? configEnv(config);
   const keyring = new KeyRing(config, env);
   for (const p of keyring.problems) log.error({ problem: p }, 'secret unavailable; until it loads its endpoint answers 503 or its forwards wait (retried every 10 s and on SIGHUP)');
-  for (const path of secretsWithEdgeSpace(config.endpoints, env)) {
-    // One the keyring refused (a Stripe secret has no white space) was reported as unavailable already.
-    if (!keyring.problems.some((p) => p.startsWith(`${path}:`))) log.warn({ path }, `secret: ${EDGE_SPACE}`);
-  }
+  for (const path of keyring.edgeSpaced) log.warn({ path }, `secret: ${EDGE_SPACE}`);
   const store = opts.store ?? openStore(config.database, { queryTimeoutMs: config.groupCommit.commitTimeoutMs, durableEngineCommits: config.workers.durableCommits });
   // A start that fails from here on (migration, a port in use) closes what it opened: the store's
   // thread and pools would otherwise keep the process alive, not listening, for good.

@@ -1,6 +1,6 @@
 import { loadConfigFile } from '../config/load.js';
 import { allRetired } from '../config/retired.js';
-import { EDGE_SPACE, secretsWithEdgeSpace } from '../config/secrets.js';
+import { EDGE_SPACE } from '../config/secrets.js';
 import { KeyRing } from '../crypto/keyring.js';
 import { closeAll, openDestinations } from '../destinations/registry.js';
 
@@ -22,7 +22,7 @@ export async function runCheckConfig(configFile: string): Promise<number> {
     const limit = ep.rateLimit ? `, rate limit ${ep.rateLimit.perSecond}/s burst ${ep.rateLimit.burst}` : '';
     console.log(`  ${ep.id}: ${ep.provider}, ${trust}, tolerance ${ep.toleranceSeconds ?? 'none signed'}, max body ${ep.maxBodyBytes} B${limit}`);
   }
-  for (const path of secretsWithEdgeSpace(config.endpoints)) console.error(`warning: ${path}: ${EDGE_SPACE}`);
+  for (const path of keyring.edgeSpaced) console.error(`warning: ${path}: ${EDGE_SPACE}`);
   const days = config.retention.processedPayloadDays;
   console.log(`  payloads: ${days === undefined ? 'kept (no retention set)' : `deleted ${days} day(s) after receipt once PROCESSED`}`);
   return 0;

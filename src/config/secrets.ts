@@ -1,6 +1,5 @@
 import { readFileSync } from 'node:fs';
 import { ConfigError } from '../errors.js';
-import type { EndpointConfig } from './schema.js';
 
 /**
  * A secret is configured by reference — `${env:NAME}`, `${file:PATH}` — or inline (local demos).
@@ -94,27 +93,5 @@ function isBlank(v: string): boolean {
   return v.trim() === '';
 }
 
-/**
- * The config paths of endpoint secrets whose value, as it resolves now, has white space at an
- * end. It is used as written (a chosen secret may hold any character), but unless the provider's
- * secret has it too, a space pasted by mistake makes every signature fail (invalid_signature):
- * check-config and serve's start say so. One that cannot be read is left to the keyring's report.
- */
-/** What to tell of such a secret (after its path). */
+/** What check-config and serve say of a secret that loaded with white space at an end (KeyRing.edgeSpaced), after its path. */
 export const EDGE_SPACE = "the value has white space at an end, and is used as it is: unless the provider's secret has it too, every signature will fail (invalid_signature)";
-
-export function secretsWithEdgeSpace(endpoints: readonly Pick<EndpointConfig, 'secrets'>[], env: NodeJS.ProcessEnv = process.env): string[] {
-  const paths: string[] = [];
-  for (const ep of endpoints) {
-    for (const v of ep.secrets) {
-      let value: string;
-      try {
-        value = resolveSecret(v.ref, env);
-      } catch {
-        continue;
-      }
-      if (value !== value.trim()) paths.push(v.ref.path);
-    }
-  }
-  return paths;
-}

@@ -22,6 +22,13 @@ export class KeyRing {
   private destinationKeys = new Map<string, Buffer>();
   /** Problems from the last load, each naming a config path (never a value). */
   problems: string[] = [];
+  /**
+   * Config paths of endpoint secrets that loaded with white space at an end (last load): used as
+   * written, a chosen secret may hold any character, but unless the provider's has it too every
+   * signature fails, so check-config and serve's start warn (EDGE_SPACE). One the adapter refused
+   * is among the problems instead.
+   */
+  edgeSpaced: string[] = [];
   /** Every file a `${file:…}` reference names, each read on every reload. */
   private readonly files: readonly string[];
   /** The files' identity and times when last read (filesChanged compares with it). */
@@ -86,6 +93,7 @@ export class KeyRing {
     this.filesSeen = read?.fingerprint ?? fingerprint(this.files);
     const files = read?.files;
     const problems: string[] = [];
+    const edgeSpaced: string[] = [];
     const endpointKeys = new Map<string, readonly TrustedKey[]>();
     const nowMs = Date.now();
     for (const ep of this.config.endpoints) {
@@ -95,7 +103,9 @@ export class KeyRing {
         const keys = ep.secrets.filter((s) => !isRetired(s, nowMs)).map((s) => {
           const value = resolveSecret(s.ref, this.env, files);
           try {
-            return { version: s.version, key: ep.adapter.prepareSecret(value), retireAtMs: s.retireAtMs };
+            const key = ep.adapter.prepareSecret(value);
+            if (value !== value.trim()) edgeSpaced.push(s.ref.path);
+            return { version: s.version, key, retireAtMs: s.retireAtMs };
           } catch (err) {
             throw new SecretUnavailableError(s.ref.path, (err as Error).message);
           }
@@ -138,6 +148,7 @@ export class KeyRing {
     this.destinationKeys = destinationKeys;
     this.payloadCipher = payloadCipherOf(this.config, keys);
     this.problems = problems;
+    this.edgeSpaced = edgeSpaced;
   }
 
   keysFor(endpointId: string): readonly TrustedKey[] | undefined {

@@ -39,7 +39,7 @@ export interface TestAppOptions {
   readonly secretCheckMs?: number;
   /** /metrics and /readyz on an address of their own (`serve --metrics-port`). */
   readonly metricsListen?: { readonly host: string; readonly port: number };
-  /** When old transmission bindings are pruned (default: a minute after start, then hourly). */
+  /** When the prune tasks run (default: a minute after start, then hourly). */
   readonly pruneSchedule?: PruneSchedule;
 }
 
