@@ -122,20 +122,21 @@ export class SqliteStore implements InboxStore {
   }
 
   async bindTransmissions(ts: readonly TransmissionBinding[]): Promise<boolean[]> {
-    return this.call<boolean[]>('bindTransmissions', ts).catch((err) => {
-      throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite: ${(err as Error).message}`, { cause: err });
-    });
+    return this.callOrUnavailable<boolean[]>('bindTransmissions', ts);
   }
 
   async pruneTransmissions(provider: string, receivedBeforeMs: number, limit: number): Promise<number> {
-    return this.call<number>('pruneTransmissions', { provider, receivedBeforeMs, limit }).catch((err) => {
-      throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite: ${(err as Error).message}`, { cause: err });
-    });
+    return this.callOrUnavailable<number>('pruneTransmissions', { provider, receivedBeforeMs, limit });
   }
 
   async purgeProcessedPayloads(receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }> {
     const args = { after: afterPayloadId ?? NIL_UUID, below: uuidv7Floor(receivedBeforeMs), receivedBeforeMs, limit };
-    return this.call<{ deleted: number; last: string | undefined }>('purgeProcessedPayloads', args).catch((err) => {
+    return this.callOrUnavailable<{ deleted: number; last: string | undefined }>('purgeProcessedPayloads', args);
+  }
+
+  /** `call`, with any error of the database itself as StorageUnavailableError (as PostgresStore's query). */
+  private callOrUnavailable<T>(op: string, arg: unknown): Promise<T> {
+    return this.call<T>(op, arg).catch((err) => {
       throw err instanceof StorageUnavailableError ? err : new StorageUnavailableError(`SQLite: ${(err as Error).message}`, { cause: err });
     });
   }
