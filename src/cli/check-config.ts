@@ -1,4 +1,5 @@
 import { loadConfigFile } from '../config/load.js';
+import type { Config } from '../config/schema.js';
 import { allRetired } from '../config/retired.js';
 import { EDGE_SPACE } from '../config/secrets.js';
 import { KeyRing } from '../crypto/keyring.js';
@@ -23,7 +24,14 @@ export async function runCheckConfig(configFile: string): Promise<number> {
     console.log(`  ${ep.id}: ${ep.provider}, ${trust}, tolerance ${ep.toleranceSeconds ?? 'none signed'}, max body ${ep.maxBodyBytes} B${limit}`);
   }
   for (const path of keyring.edgeSpaced) console.error(`warning: ${path}: ${EDGE_SPACE}`);
-  const days = config.retention.processedPayloadDays;
-  console.log(`  payloads: ${days === undefined ? 'kept (no retention set)' : `deleted ${days} day(s) after receipt once PROCESSED`}`);
+  console.log(`  payloads: ${retentionSummary(config.retention)}`);
   return 0;
+}
+
+/** e.g. "deleted 30 day(s) after receipt once PROCESSED; kept while FAILED". */
+export function retentionSummary(r: Config['retention']): string {
+  if (r.processedPayloadDays === undefined && r.failedPayloadDays === undefined) return 'kept (no retention set)';
+  const processed = r.processedPayloadDays === undefined ? 'kept once PROCESSED' : `deleted ${r.processedPayloadDays} day(s) after receipt once PROCESSED`;
+  const failed = r.failedPayloadDays === undefined ? 'kept while FAILED' : `deleted ${r.failedPayloadDays} day(s) after receipt while FAILED`;
+  return `${processed}; ${failed}`;
 }

@@ -84,8 +84,9 @@ const COMMANDS: Record<string, Command> = {
   prune: {
     summary: "Run serve's hourly prune tasks once now (payload retention, PayPal transmission bindings) and exit.",
     usage: 'webhook-inbox prune --config FILE\n\n  --config, -c FILE  YAML or JSON config: retention.processedPayloadDays deletes the payloads of\n' +
-      '                     PROCESSED events received longer ago; PayPal endpoints, their old transmission\n' +
-      '                     bindings. Prints how many rows went, per kind. serve does the same hourly.',
+      '                     PROCESSED events received longer ago, retention.failedPayloadDays those of FAILED\n' +
+      '                     ones; PayPal endpoints, their old transmission bindings. Prints how many rows\n' +
+      '                     went, per kind. serve does the same hourly.',
     options: CONFIG,
     run: async (v) => (await import('./prune.js')).runPrune(String(v.config)),
   },

@@ -80,9 +80,10 @@ export interface Config {
   /**
    * processedPayloadDays: the raw payload of a PROCESSED event is deleted once it was received this
    * many days ago (`serve` prunes hourly; the inbox row stays, so a late retry is still a
-   * duplicate); undefined = payloads are kept.
+   * duplicate); failedPayloadDays: the same for a FAILED event (which then can no longer be
+   * retried); undefined = those payloads are kept.
    */
-  readonly retention: { readonly processedPayloadDays: number | undefined };
+  readonly retention: { readonly processedPayloadDays: number | undefined; readonly failedPayloadDays: number | undefined };
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
@@ -272,7 +273,11 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   };
 
   // Fractions allowed (0.5 = 12 hours); 0 = as soon as processed (at the next hourly run).
-  const retention = { processedPayloadDays: optNumber(asObject(o.retention ?? {}, 'retention', ['processedPayloadDays']), 'processedPayloadDays', 'retention', 0, 36_500) };
+  const ret = asObject(o.retention ?? {}, 'retention', ['processedPayloadDays', 'failedPayloadDays']);
+  const retention = {
+    processedPayloadDays: optNumber(ret, 'processedPayloadDays', 'retention', 0, 36_500),
+    failedPayloadDays: optNumber(ret, 'failedPayloadDays', 'retention', 0, 36_500),
+  };
 
   const log = { level: optEnum(asObject(o.log ?? {}, 'log', ['level']), 'level', 'log', ['debug', 'info', 'warn', 'error', 'silent'] as const) ?? 'info' };
 

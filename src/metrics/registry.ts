@@ -132,7 +132,7 @@ export function ingressMetrics() {
     secretMatches: registry.register(new Counter('webhook_secret_version_matches_total', 'Verified requests by endpoint and the secret version that matched.', ['endpoint', 'version'])),
     inFlightBodyBytes: registry.register(new Gauge('webhook_inflight_body_bytes', 'Request body bytes currently held in memory (raw + ciphertext).')),
     commitQueue: registry.register(new Gauge('webhook_commit_queue_depth', 'Verified events waiting for the next group commit.')),
-    pruned: registry.register(new Counter('webhook_pruned_rows_total', 'Rows deleted by this server\'s hourly prune tasks, by what: payload (retention.processedPayloadDays) or transmission (bindings past their horizon).', ['what'])),
+    pruned: registry.register(new Counter('webhook_pruned_rows_total', 'Rows deleted by this server\'s hourly prune tasks, by what: payload (retention.processedPayloadDays, failedPayloadDays) or transmission (bindings past their horizon).', ['what'])),
     pruneFailures: registry.register(new Counter('webhook_prune_failures_total', 'Prune runs that failed part way (logged; the next hourly run deletes what they left).')),
   };
 }

@@ -3,6 +3,8 @@ import type { WorkStore } from './work-port.js';
 
 /** Inbox row statuses. New rows are PENDING; PROCESSED and FAILED are terminal. */
 export type InboxStatus = 'PENDING' | 'PROCESSING' | 'PROCESSED' | 'FAILED';
+/** The terminal statuses, whose payloads retention may delete. */
+export type PurgeableStatus = Extract<InboxStatus, 'PROCESSED' | 'FAILED'>;
 
 /** The columns an accepted event is written with and read back with. */
 interface EventFields {
@@ -105,12 +107,13 @@ export interface InboxStore extends WorkStore {
    */
   pruneTransmissions(provider: string, receivedBeforeMs: number, limit: number): Promise<number>;
   /**
-   * Retention: deletes the sealed payloads of PROCESSED events received before `receivedBeforeMs`
-   * (their inbox rows stay, `raw_payload_ref` NULL), at most `limit` of them in payload-id order
-   * after `afterPayloadId` (undefined: from the start), in one transaction. Resolves to how many
+   * Retention: deletes the sealed payloads of events in terminal `status` received before
+   * `receivedBeforeMs` (their inbox rows stay, `raw_payload_ref` NULL), at most `limit` of them in
+   * payload-id order after `afterPayloadId` (undefined: from the start), in one transaction. A row
+   * that leaves `status` meanwhile (a FAILED one requeued) keeps its payload. Resolves to how many
    * it deleted and the last id deleted (where the next call goes on).
    */
-  purgeProcessedPayloads(receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }>;
+  purgePayloads(status: PurgeableStatus, receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }>;
   /**
    * Optional start-up work, before the first request: opens connections and prepares statements
    * for batches up to `maxBatch` (PostgreSQL). A failure leaves that work to the first batches.

@@ -371,9 +371,12 @@ export interface WorkStore {
 
   listEvents(filter: EventFilter): Promise<InboxDetail[]>;
   getEvent(inboxId: string): Promise<InboxDetail | null>;
-  /** FAILED → PENDING (due now), keeping attempt_count history out of the way: resets it to 0. */
-  retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed'>;
-  /** Every FAILED row whose failure_reason is in `reasons` → PENDING due now; returns the count. */
+  /**
+   * FAILED → PENDING (due now), keeping attempt_count history out of the way: resets it to 0.
+   * Not a FAILED row whose payload retention deleted (`payload_purged`): it could only fail again.
+   */
+  retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed' | 'payload_purged'>;
+  /** Every FAILED row whose failure_reason is in `reasons` and whose payload is still stored → PENDING due now; returns the count. */
   requeueFailed(reasons: readonly string[], nowMs: number): Promise<number>;
   /** Inbox counts and oldest age by endpoint, type and status, of the non-terminal rows (FAILED ones: queueStats). */
   backlog(): Promise<BacklogStat[]>;

@@ -210,7 +210,9 @@ describe('webhook-inbox CLI', () => {
     expect(g.err).not.toContain('warning');
     const retention = join(dir, 'retention.yaml');
     writeFileSync(retention, stringify(configDoc('sqlite:./x.db', { retention: { processedPayloadDays: 30 } })));
-    expect(run(['check-config', '--config', retention]).out).toContain('payloads: deleted 30 day(s) after receipt once PROCESSED');
+    expect(run(['check-config', '--config', retention]).out).toContain('payloads: deleted 30 day(s) after receipt once PROCESSED; kept while FAILED');
+    writeFileSync(retention, stringify(configDoc('sqlite:./x.db', { retention: { failedPayloadDays: 90 } })));
+    expect(run(['check-config', '--config', retention]).out).toContain('payloads: kept once PROCESSED; deleted 90 day(s) after receipt while FAILED');
     writeFileSync(retention, stringify(configDoc('sqlite:./x.db', { retention: { processedPayloadDays: 'forever' } })));
     const rb = run(['check-config', '--config', retention]);
     expect(rb.code).toBe(78);

@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { parseConfig } from '../../src/config/schema.js';
@@ -14,6 +15,7 @@ import { FAST_WORKERS, scrapeMetrics, waitFor } from '../helpers/engine.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { runCli } from '../helpers/server-process.js';
+import { pgAvailable } from '../helpers/pg.js';
 import { describeEachStore } from '../helpers/stores.js';
 
 const DAY = 86_400_000;
@@ -54,15 +56,18 @@ describe('uuidv7Floor', () => {
 
 describe('retention config', () => {
   const parse = (retention: unknown) => parseConfig(configDoc('sqlite:/tmp/x.db', { retention }), {});
-  it('takes processedPayloadDays as days (fractions too), and keeps payloads when absent', () => {
-    expect(parse({ processedPayloadDays: 30 }).retention).toEqual({ processedPayloadDays: 30 });
-    expect(parse({ processedPayloadDays: 0.5 }).retention).toEqual({ processedPayloadDays: 0.5 });
-    expect(parseConfig(configDoc('sqlite:/tmp/x.db'), {}).retention).toEqual({ processedPayloadDays: undefined });
+  it('takes processedPayloadDays and failedPayloadDays as days (fractions too), and keeps payloads when absent', () => {
+    expect(parse({ processedPayloadDays: 30 }).retention).toEqual({ processedPayloadDays: 30, failedPayloadDays: undefined });
+    expect(parse({ processedPayloadDays: 0.5, failedPayloadDays: 90 }).retention).toEqual({ processedPayloadDays: 0.5, failedPayloadDays: 90 });
+    expect(parse({ failedPayloadDays: 0 }).retention).toEqual({ processedPayloadDays: undefined, failedPayloadDays: 0 });
+    expect(parseConfig(configDoc('sqlite:/tmp/x.db'), {}).retention).toEqual({ processedPayloadDays: undefined, failedPayloadDays: undefined });
   });
   it('names the bad path', () => {
     expect(() => parse({ processedPayloadDays: -1 })).toThrow(ConfigError);
     expect(() => parse({ processedPayloadDays: -1 })).toThrow(/retention\.processedPayloadDays/);
     expect(() => parse({ processedPayloadDays: '30d' })).toThrow(/retention\.processedPayloadDays/);
+    expect(() => parse({ failedPayloadDays: 40_000 })).toThrow(/retention\.failedPayloadDays/);
+    expect(() => parse({ failedPayloadDays: null })).toThrow(/retention\.failedPayloadDays/);
     expect(() => parse({ payloadDays: 30 })).toThrow(/retention\.payloadDays/);
   });
 });
@@ -85,7 +90,7 @@ describeEachStore('payload retention', (kind) => {
   }
   const payloadKept = async (e: AcceptRecord) => (await app!.store.getPayload(e.payloadId)) !== null;
 
-  it("purgeProcessedPayloads: only PROCESSED events received before the cutoff lose their payload, in id order, at most the limit per call, from the cursor; their inbox rows stay", async () => {
+  it("purgePayloads('PROCESSED'): only PROCESSED events received before the cutoff lose their payload, in id order, at most the limit per call, from the cursor; their inbox rows stay", async () => {
     app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 1e9, everyMs: 1e9, batch: 1 } });
     const p40 = acceptedAgo('evt_p40', 40 * DAY);
     const f38 = acceptedAgo('evt_f38', 38 * DAY, 'charge.failed');
@@ -99,14 +104,14 @@ describeEachStore('payload retention', (kind) => {
 
     const cutoff = Date.now() - 30 * DAY;
     // From a cursor: only what lies after it.
-    expect(await app.store.purgeProcessedPayloads(cutoff, p35.payloadId, 2)).toEqual({ deleted: 1, last: p31.payloadId });
+    expect(await app.store.purgePayloads('PROCESSED', cutoff, p35.payloadId, 2)).toEqual({ deleted: 1, last: p31.payloadId });
     expect(await payloadKept(p31)).toBe(false);
     expect(await payloadKept(p35)).toBe(true);
     // From the start, the oldest first; the FAILED one lies between the two in id order: skipped, not counted.
-    expect(await app.store.purgeProcessedPayloads(cutoff, undefined, 2)).toEqual({ deleted: 2, last: p35.payloadId });
+    expect(await app.store.purgePayloads('PROCESSED', cutoff, undefined, 2)).toEqual({ deleted: 2, last: p35.payloadId });
     expect(await payloadKept(p40)).toBe(false);
     expect(await payloadKept(p35)).toBe(false);
-    expect(await app.store.purgeProcessedPayloads(cutoff, undefined, 2)).toEqual({ deleted: 0, last: undefined });
+    expect(await app.store.purgePayloads('PROCESSED', cutoff, undefined, 2)).toEqual({ deleted: 0, last: undefined });
 
     for (const gone of [p40, p35, p31]) {
       const row = (await app.store.getInbox(gone.inboxId))!;
@@ -119,17 +124,60 @@ describeEachStore('payload retention', (kind) => {
     expect(await payloadKept(p10)).toBe(true);
     expect(await payloadKept(p10OldId)).toBe(true);
     expect((await app.store.getInbox(p10.inboxId))!.rawPayloadRef).toBe(p10.payloadId);
+
+    // The FAILED status's own purge takes the FAILED one and no other.
+    const f20 = acceptedAgo('evt_f20', 20 * DAY, 'charge.failed');
+    await seedSettled([f20]);
+    expect(await app.store.purgePayloads('FAILED', cutoff, undefined, 10)).toEqual({ deleted: 1, last: f38.payloadId });
+    expect(await payloadKept(f38)).toBe(false);
+    expect(await payloadKept(f20)).toBe(true);
+    expect(await payloadKept(p10)).toBe(true);
+    expect(await app.store.purgePayloads('FAILED', cutoff, undefined, 10)).toEqual({ deleted: 0, last: undefined });
   });
 
-  it('serve with retention.processedPayloadDays purges on its schedule, in batches; a late retry of a purged event is still a duplicate', async () => {
-    app = await startTestApp(kind, { ...FAST_WORKERS, retention: { processedPayloadDays: 30 } }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 0, everyMs: 100, batch: 1 } });
-    const old = [acceptedAgo('evt_a', 45 * DAY), acceptedAgo('evt_b', 33 * DAY), acceptedAgo('evt_c', 31 * DAY)];
-    const young = acceptedAgo('evt_young', 29 * DAY);
-    await seedSettled([...old, young]);
+  it('a FAILED event whose payload retention deleted is not retried or requeued (it could only fail again); one with its payload is', async () => {
+    app = await startTestApp(kind, { ...FAST_WORKERS }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 1e9, everyMs: 1e9, batch: 1 } });
+    const gone = acceptedAgo('evt_gone', 40 * DAY, 'charge.failed');
+    const kept = acceptedAgo('evt_kept', 10 * DAY, 'charge.failed');
+    const goneToo = acceptedAgo('evt_gone_too', 35 * DAY, 'charge.failed');
+    await seedSettled([gone, kept, goneToo]);
+    expect(await app.store.purgePayloads('FAILED', Date.now() - 30 * DAY, undefined, 10)).toMatchObject({ deleted: 2 });
+    expect(await payloadKept(kept)).toBe(true);
+
+    expect(await app.store.retryFailed(gone.inboxId, Date.now())).toBe('payload_purged');
+    expect((await app.store.getInbox(gone.inboxId))!.status).toBe('FAILED');
+    const dir = mkdtempSync(join(tmpdir(), 'wi-retry-'));
+    try {
+      const file = join(dir, 'c.yaml');
+      writeFileSync(file, stringify(configDoc(app.db.url)));
+      const r = await runCli(['retry', '--config', file, goneToo.inboxId]);
+      expect(r.code).toBe(1);
+      expect(r.err).toContain(`event ${goneToo.inboxId} is FAILED and its raw payload was deleted by retention (retention.failedPayloadDays): it cannot be processed again`);
+      // requeue by reason: only the one that still has its payload.
+      const failure = (await app.store.getEvent(kept.inboxId))!.failureReason!;
+      expect((await app.store.getEvent(gone.inboxId))!.failureReason).toBe(failure);
+      expect(await app.store.requeueFailed([failure], Date.now())).toBe(1);
+      expect((await app.store.getInbox(kept.inboxId))!.status).not.toBe('FAILED');
+      expect((await app.store.getInbox(gone.inboxId))!.status).toBe('FAILED');
+      expect((await app.store.getInbox(goneToo.inboxId))!.status).toBe('FAILED');
+      // Settled FAILED again by its handler: a plain retry still works for it.
+      await waitFor(async () => (await app!.store.getInbox(kept.inboxId))!.status === 'FAILED' || undefined, 15_000, 'requeued event failed again');
+      expect(await app.store.retryFailed(kept.inboxId, Date.now())).toBe('requeued');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('serve with retention.processedPayloadDays and failedPayloadDays purges on its schedule, in batches; a late retry of a purged event is still a duplicate', async () => {
+    const retention = { processedPayloadDays: 30, failedPayloadDays: 60 };
+    app = await startTestApp(kind, { ...FAST_WORKERS, retention }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 0, everyMs: 100, batch: 1 } });
+    const old = [acceptedAgo('evt_a', 45 * DAY), acceptedAgo('evt_b', 33 * DAY), acceptedAgo('evt_c', 31 * DAY), acceptedAgo('evt_f', 61 * DAY, 'charge.failed')];
+    const young = [acceptedAgo('evt_young', 29 * DAY), acceptedAgo('evt_f_young', 45 * DAY, 'charge.failed')];
+    await seedSettled([...old, ...young]);
     await waitFor(async () => (await Promise.all(old.map(payloadKept))).every((k) => !k) || undefined, 10_000, 'old payloads purged');
-    expect(await payloadKept(young)).toBe(true);
+    for (const e of young) expect(await payloadKept(e)).toBe(true);
     const m = await scrapeMetrics(app.url);
-    expect(m('webhook_pruned_rows_total', 'what="payload"')).toBe(3);
+    expect(m('webhook_pruned_rows_total', 'what="payload"')).toBe(4);
     expect(m('webhook_prune_failures_total')).toBe(0);
 
     // Stripe retries evt_a (its signed timestamp fresh, as a retry's is): same inbox row, no new work.
@@ -177,5 +225,39 @@ describeEachStore('payload retention', (kind) => {
     await new Promise((r) => setTimeout(r, 400));
     expect(await payloadKept(old)).toBe(true);
     expect((await scrapeMetrics(app.url))('webhook_pruned_rows_total', 'what="payload"')).toBeNaN();
+  });
+});
+
+// SQLite has one writer: nothing can requeue a row between the purge's read and its delete.
+describe.runIf(await pgAvailable())('payload retention racing a requeue [postgres]', () => {
+  let app: TestApp | undefined;
+  afterEach(async () => {
+    await app?.stop();
+    app = undefined;
+  });
+
+  it('a FAILED event requeued while the purge waits for its row keeps its payload', async () => {
+    app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 1e9, everyMs: 1e9, batch: 1 } });
+    const failed = acceptedAgo('evt_requeued', 40 * DAY, 'charge.failed');
+    const results = await app.store.acceptBatch([failed]);
+    expect(results[0]!.duplicate).toBe(false);
+    await waitFor(async () => (await app!.store.getInbox(failed.inboxId))!.status === 'FAILED' || undefined, 15_000, 'the event failed');
+    const operator = new pg.Client({ connectionString: app.db.url });
+    await operator.connect();
+    try {
+      // An operator's requeue, not yet committed, holds the row.
+      await operator.query('BEGIN');
+      expect((await operator.query(`UPDATE webhook_inbox SET status = 'PENDING' WHERE inbox_id = $1 AND status = 'FAILED'`, [failed.inboxId])).rowCount).toBe(1);
+      let settled = false;
+      const purge = app.store.purgePayloads('FAILED', Date.now() - 30 * DAY, undefined, 10).finally(() => { settled = true; });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(settled).toBe(false); // waiting for the row
+      await operator.query('COMMIT');
+      expect(await purge).toEqual({ deleted: 0, last: undefined });
+      expect(await app.store.getPayload(failed.payloadId)).not.toBeNull();
+      expect((await app.store.getInbox(failed.inboxId))!.rawPayloadRef).toBe(failed.payloadId);
+    } finally {
+      await operator.end();
+    }
   });
 });

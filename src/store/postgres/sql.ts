@@ -152,21 +152,24 @@ export const PRUNE_TRANSMISSIONS = {
 };
 
 /**
- * Retention (InboxStore.purgeProcessedPayloads): payload ids are UUIDv7 minted from the receipt
- * time, so `raw_payload_ref` between the cursor and the cutoff's lowest id is a range of the
- * webhook_inbox_payload index; `received_at` keeps the cutoff exact whatever an id holds. The
- * foreign key sets each inbox row's `raw_payload_ref` to NULL. (No max() for uuid: as text,
- * lowercase hex sorts as the bytes do.)
+ * Retention (InboxStore.purgePayloads; $5 the status): payload ids are UUIDv7 minted from the
+ * receipt time, so `raw_payload_ref` between the cursor and the cutoff's lowest id is a range of
+ * the webhook_inbox_payload index; `received_at` keeps the cutoff exact whatever an id holds. The
+ * foreign key sets each inbox row's `raw_payload_ref` to NULL. FOR UPDATE: a FAILED row that an
+ * operator requeues meanwhile is read again once that commits, no longer matches, and keeps its
+ * payload (without it, the FK's update went ahead on the requeued row). (No max() for uuid: as
+ * text, lowercase hex sorts as the bytes do.)
  */
-export const PURGE_PROCESSED_PAYLOADS = {
-  name: 'wi_purge_processed_payloads',
+export const PURGE_PAYLOADS = {
+  name: 'wi_purge_payloads',
   text: `
   WITH doomed AS (
     SELECT raw_payload_ref FROM webhook_inbox
-    WHERE raw_payload_ref > $1::uuid AND raw_payload_ref < $2::uuid AND status = 'PROCESSED'
+    WHERE raw_payload_ref > $1::uuid AND raw_payload_ref < $2::uuid AND status = $5
       AND received_at < to_timestamp($3::float8 / 1000.0)
     ORDER BY raw_payload_ref
     LIMIT $4
+    FOR UPDATE
   ), gone AS (
     DELETE FROM webhook_payload p USING doomed d WHERE p.payload_id = d.raw_payload_ref RETURNING p.payload_id
   )

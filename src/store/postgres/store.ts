@@ -3,7 +3,7 @@ import { MigrationError, StorageUnavailableError } from '../../errors.js';
 import { NIL_UUID, uuidv7Floor } from '../../crypto/ids.js';
 import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent, migrationStep, MIGRATIONS } from '../migrations.js';
-import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload, TransmissionBinding } from '../port.js';
+import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, PurgeableStatus, StoredPayload, TransmissionBinding } from '../port.js';
 import {
   eventListLimit, toBacklogStat, toClaimedInbox, toEffectKeyUsage, toEffectRow, toEffectToReseal, toInboxDetail, toInboxRow,
   toFailedEffect, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
@@ -319,10 +319,10 @@ export class PostgresStore implements InboxStore {
     return (await this.query({ ...SQL.PRUNE_TRANSMISSIONS, values: [provider, receivedBeforeMs, limit] })).rowCount ?? 0;
   }
 
-  async purgeProcessedPayloads(receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }> {
+  async purgePayloads(status: PurgeableStatus, receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }> {
     if (this.closed) throw new StorageUnavailableError('store is closed');
-    const values = [afterPayloadId ?? NIL_UUID, uuidv7Floor(receivedBeforeMs), receivedBeforeMs, limit];
-    const { rows: [r] } = await this.query<{ deleted: number; last: string | null }>({ ...SQL.PURGE_PROCESSED_PAYLOADS, values });
+    const values = [afterPayloadId ?? NIL_UUID, uuidv7Floor(receivedBeforeMs), receivedBeforeMs, limit, status];
+    const { rows: [r] } = await this.query<{ deleted: number; last: string | null }>({ ...SQL.PURGE_PAYLOADS, values });
     return { deleted: r!.deleted, last: r!.last ?? undefined };
   }
 
@@ -471,10 +471,10 @@ export class PostgresStore implements InboxStore {
     return row ? toInboxDetail(row) : null;
   }
 
-  async retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed'> {
+  async retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed' | 'payload_purged'> {
     if (!UUID_RE.test(inboxId)) return 'not_found';
     const [r] = await this.rows(W.RETRY_FAILED, [inboxId, nowMs]);
-    return r!.requeued ? 'requeued' : r!.found ? 'not_failed' : 'not_found';
+    return r!.requeued ? 'requeued' : r!.purged ? 'payload_purged' : r!.found ? 'not_failed' : 'not_found';
   }
 
   async requeueFailed(reasons: readonly string[], nowMs: number): Promise<number> {

@@ -34,15 +34,16 @@ export const PRUNE_TRANSMISSIONS = `
     LIMIT ?)`;
 
 /**
- * Retention (InboxStore.purgeProcessedPayloads): payload ids are UUIDv7 minted from the receipt
- * time, so `raw_payload_ref` between the cursor and the cutoff's lowest id is a range of the
+ * Retention (InboxStore.purgePayloads): payload ids are UUIDv7 minted from the receipt time, so
+ * `raw_payload_ref` between the cursor and the cutoff's lowest id is a range of the
  * webhook_inbox_payload index; `received_at` keeps the cutoff exact whatever an id holds. The
- * foreign key sets each inbox row's `raw_payload_ref` to NULL.
+ * foreign key sets each inbox row's `raw_payload_ref` to NULL. (One writer: nothing requeues a
+ * FAILED row between the read and the delete.)
  */
-export const PURGE_PROCESSED_PAYLOADS = `
+export const PURGE_PAYLOADS = `
   DELETE FROM webhook_payload WHERE payload_id IN (
     SELECT raw_payload_ref FROM webhook_inbox
-    WHERE raw_payload_ref > ? AND raw_payload_ref < ? AND status = 'PROCESSED' AND received_at < ?
+    WHERE raw_payload_ref > ? AND raw_payload_ref < ? AND status = ? AND received_at < ?
     ORDER BY raw_payload_ref
     LIMIT ?)
   RETURNING payload_id`;

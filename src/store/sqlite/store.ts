@@ -5,7 +5,7 @@ import { movableCiphertexts, startWorker, WorkerCalls, type ThreadReply } from '
 import { NIL_UUID, uuidv7Floor } from '../../crypto/ids.js';
 import { acceptUnique } from '../dedupe.js';
 import { assertSchemaCurrent } from '../migrations.js';
-import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, StoredPayload, TransmissionBinding } from '../port.js';
+import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, PurgeableStatus, StoredPayload, TransmissionBinding } from '../port.js';
 import {
   toBacklogStat, toClaimedInbox, toEffectKeyUsage, toEffectRow, toEffectToReseal, toFailedEffect, toInboxDetail, toInboxRow, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
 } from '../rows.js';
@@ -129,9 +129,9 @@ export class SqliteStore implements InboxStore {
     return this.callOrUnavailable<number>('pruneTransmissions', { provider, receivedBeforeMs, limit });
   }
 
-  async purgeProcessedPayloads(receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }> {
-    const args = { after: afterPayloadId ?? NIL_UUID, below: uuidv7Floor(receivedBeforeMs), receivedBeforeMs, limit };
-    return this.callOrUnavailable<{ deleted: number; last: string | undefined }>('purgeProcessedPayloads', args);
+  async purgePayloads(status: PurgeableStatus, receivedBeforeMs: number, afterPayloadId: string | undefined, limit: number): Promise<{ deleted: number; last: string | undefined }> {
+    const args = { status, after: afterPayloadId ?? NIL_UUID, below: uuidv7Floor(receivedBeforeMs), receivedBeforeMs, limit };
+    return this.callOrUnavailable<{ deleted: number; last: string | undefined }>('purgePayloads', args);
   }
 
   /** `call`, with any error of the database itself as StorageUnavailableError (as PostgresStore's query). */

@@ -98,7 +98,8 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
 
   const retryFailed = db.transaction((a: { id: string; nowMs: number }) => {
     if (st(W.RETRY_FAILED).run({ id: a.id, now: a.nowMs }).changes === 1) return 'requeued';
-    return st(W.INBOX_EXISTS).get(a.id) ? 'not_failed' : 'not_found';
+    const row = st(W.INBOX_STATE).get(a.id) as { status: string; purged: number } | undefined;
+    return !row ? 'not_found' : row.status === 'FAILED' && row.purged ? 'payload_purged' : 'not_failed';
   });
 
   const resealPayloads = db.transaction((items: ResealArg[]) => {

@@ -217,13 +217,14 @@ export function listEventsSql(f: { status?: string; endpointId?: string; eventTy
 const REQUEUE_SET = `status = 'PENDING', attempt_count = 0, next_attempt_at = @now, failure_reason = NULL,
   lease_owner = NULL, lease_until = NULL`;
 
-export const RETRY_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE inbox_id = @id AND status = 'FAILED'`;
-export const INBOX_EXISTS = `SELECT 1 FROM webhook_inbox WHERE inbox_id = ?`;
+/** Not a row whose payload retention deleted: processing it again could only fail. */
+export const RETRY_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE inbox_id = @id AND status = 'FAILED' AND raw_payload_ref IS NOT NULL`;
+export const INBOX_STATE = `SELECT status, raw_payload_ref IS NULL AS purged FROM webhook_inbox WHERE inbox_id = ?`;
 
 /** The next chunk of FAILED rows with one of @reasons to requeue (CHUNK_AFTER). */
 export const REQUEUE_FAILED_CHUNK = `
   SELECT rowid AS rid, failure_reason AS reason FROM webhook_inbox
-  WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons)) AND ${CHUNK_AFTER}`;
+  WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons)) AND raw_payload_ref IS NOT NULL AND ${CHUNK_AFTER}`;
 
 /** The rows of one REQUEUE_FAILED_CHUNK. */
 export const REQUEUE_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE ${CHUNK_ROWS} AND status = 'FAILED'`;

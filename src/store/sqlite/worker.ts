@@ -141,7 +141,7 @@ function prepare() {
     readTransmission: db.prepare(SQL.READ_TRANSMISSION).pluck(),
     insertTransmission: db.prepare(SQL.INSERT_TRANSMISSION),
     pruneTransmissions: db.prepare(SQL.PRUNE_TRANSMISSIONS),
-    purgeProcessedPayloads: db.prepare(SQL.PURGE_PROCESSED_PAYLOADS).pluck(),
+    purgePayloads: db.prepare(SQL.PURGE_PAYLOADS).pluck(),
     pendingNotice: db.prepare(SQL.PENDING_NOTICE).pluck(),
     markNotice: db.prepare(SQL.MARK_NOTICE),
     selectInbox: db.prepare(SQL.SELECT_INBOX),
@@ -192,8 +192,8 @@ const ops: Ops = {
   // One statement, its own transaction: a bounded batch, so accepts wait behind it only briefly.
   pruneTransmissions: ({ provider, receivedBeforeMs, limit }: { provider: string; receivedBeforeMs: number; limit: number }) =>
     st().pruneTransmissions.run(provider, receivedBeforeMs, limit).changes,
-  purgeProcessedPayloads: ({ after, below, receivedBeforeMs, limit }: { after: string; below: string; receivedBeforeMs: number; limit: number }) => {
-    const ids = st().purgeProcessedPayloads.all(after, below, receivedBeforeMs, limit) as string[];
+  purgePayloads: ({ status, after, below, receivedBeforeMs, limit }: { status: string; after: string; below: string; receivedBeforeMs: number; limit: number }) => {
+    const ids = st().purgePayloads.all(after, below, status, receivedBeforeMs, limit) as string[];
     // RETURNING's order is not the subquery's: the cursor is the highest id deleted.
     return { deleted: ids.length, last: ids.reduce<string | undefined>((m, id) => (m === undefined || id > m ? id : m), undefined) };
   },
