@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { uuidv7Floor } from '../../src/crypto/ids.js';
 import { openStore } from '../../src/store/open.js';
 import type { InboxStore } from '../../src/store/port.js';
 import * as SQL from '../../src/store/postgres/sql.js';
@@ -42,12 +43,13 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
 
   const FULL_SCAN = /Seq Scan on webhook_(inbox|outbox|payload)\b/;
 
-  it('the accept pool’s winners lookup and the work pool’s claims, lease reads, payload reads, relay settles and requeues probe indexes', async () => {
+  it('the accept pool’s winners lookup and retention purge, and the work pool’s claims, lease reads, payload reads, relay settles and requeues probe indexes', async () => {
     const accept = await connect(ACCEPT_PLANS);
     const work = await connect(WORK_PLANS);
     const now = Date.now();
     const statements: [pg.Client, string, string, string][] = [
       [accept, 'winners', SQL.SELECT_WINNERS, `('{stripe}', '{ep}', '{evt_absent}')`],
+      [accept, 'purge_payloads', SQL.PURGE_PAYLOADS.text, `('${NIL}', '${uuidv7Floor(now)}', ${now}, 1000, 'FAILED')`],
       [work, 'claim_inbox', W.CLAIM_INBOX.text, `(10, 'owner', ${now}, ${now + 30_000})`],
       [work, 'claim_outbox', W.CLAIM_OUTBOX.text, `(10, 'owner', ${now}, ${now + 30_000})`],
       [work, 'read_leased', W.READ_LEASED.text, `('{${NIL}}', 'owner')`],
@@ -81,6 +83,8 @@ describe.runIf(await pgAvailable())('PostgreSQL plans made on an empty database'
     expect(plans.winners).toMatch(/Index Scan using webhook_inbox_provider_endpoint_id_provider_event_id_key/);
     expect(plans.claim_inbox).toMatch(/Index Scan using webhook_inbox_pkey|Bitmap Index Scan on webhook_inbox_pkey/);
     expect(plans.lock_leased).toMatch(/webhook_inbox_pkey/);
+    // Retention walks the payload refs in range, not the whole inbox.
+    expect(plans.purge_payloads).toMatch(/Index Scan using webhook_inbox_payload on webhook_inbox/);
   });
 
   it('the /metrics backlog reads the rows still to do, not every processed one', async () => {

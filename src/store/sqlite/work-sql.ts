@@ -224,10 +224,13 @@ export const INBOX_STATE = `SELECT status, raw_payload_ref IS NULL AS purged FRO
 /** The next chunk of FAILED rows with one of @reasons to requeue (CHUNK_AFTER). */
 export const REQUEUE_FAILED_CHUNK = `
   SELECT rowid AS rid, failure_reason AS reason FROM webhook_inbox
-  WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons)) AND raw_payload_ref IS NOT NULL AND ${CHUNK_AFTER}`;
+  WHERE status = 'FAILED' AND failure_reason IN (SELECT value FROM json_each(@reasons)) AND ${CHUNK_AFTER}`;
 
-/** The rows of one REQUEUE_FAILED_CHUNK. */
-export const REQUEUE_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE ${CHUNK_ROWS} AND status = 'FAILED'`;
+/**
+ * The rows of one REQUEUE_FAILED_CHUNK, but those whose payload retention deleted (they could only
+ * fail again). Tested here, by key, so the chunk's read stays on its covering index.
+ */
+export const REQUEUE_FAILED = `UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE ${CHUNK_ROWS} AND status = 'FAILED' AND raw_payload_ref IS NOT NULL`;
 
 /** Its condition is a partial index's predicate, as on PostgreSQL (postgres/work-sql.ts BACKLOG). */
 export const BACKLOG = `
