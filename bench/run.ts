@@ -37,7 +37,7 @@ import { ACHIEVED_MIN, everyStepPasses, maxSustained as sustainedOf, P99_LIMIT_M
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
 import { f0, f1, ms, readMetrics, table } from './format.js';
-import { cpuDelta, cpuOfCommands, diskWrites, KDAMOND, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
+import { cpuDelta, cpuOfCommands, diskWrites, KDAMOND, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, procMinorFaults, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
 export let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
@@ -225,6 +225,12 @@ export interface Usage {
   machineBusyPct: number;
   /** Whole machine: flush requests reaching the disks per second over the window (absent from older records). */
   diskFlushesPerS?: number;
+  /**
+   * The server's minor page faults in the window's first second and per second after it (absent
+   * from older records): a server still faulting in its memory when the window starts pays
+   * `machine.freshPageUs` per fault in it.
+   */
+  faults?: { firstSecond: number; perSecondAfter: number };
   windowS: number;
   commit?: {
     meanBatch: number; meanCommitMs: number; batches: number;
@@ -291,6 +297,8 @@ export interface CpuWindow {
   /** Whole machine, to its disks: MiB written and flush requests, per second. */
   readonly diskWriteMiBps: number;
   readonly diskFlushesPerS: number;
+  /** The server's minor page faults in the window's first second, and per second after it. */
+  readonly faults: { readonly firstSecond: number; readonly perSecondAfter: number };
 }
 
 export function cpuSampler(pid: number): { start(): void; end(): void; readonly ended: boolean; result(): CpuWindow } {
@@ -301,9 +309,17 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
   let wait0 = NaN, wait1 = NaN;
   let m0: [number, number] = [0, 0], m1: [number, number] = [0, 0];
   let d0 = diskWrites(), d1 = d0;
+  // The server's minor faults at the window's start, 1 s into it, and at its end.
+  let flt0 = NaN, fltFirst = NaN, flt1 = NaN, tFirst = 0;
+  let firstTimer: NodeJS.Timeout | undefined;
   return {
     start() {
       d0 = diskWrites();
+      flt0 = procMinorFaults(pid) ?? NaN;
+      firstTimer = setTimeout(() => {
+        fltFirst = procMinorFaults(pid) ?? NaN;
+        tFirst = performance.now();
+      }, 1000);
       t0 = performance.now();
       cpu0 = procCpuMs(pid) ?? 0;
       th0 = threadCpuMs(pid);
@@ -313,6 +329,8 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
     },
     end() {
       t1 = performance.now();
+      clearTimeout(firstTimer);
+      flt1 = procMinorFaults(pid) ?? NaN;
       cpu1 = procCpuMs(pid) ?? cpu0;
       th1 = threadCpuMs(pid);
       wait1 = threadRunQueueWaitMs(pid, pid);
@@ -338,6 +356,7 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
         machineBusyPct: m1[1] > m0[1] ? (100 * (m1[0] - m0[0])) / (m1[1] - m0[1]) : NaN,
         diskWriteMiBps: windowS > 0 ? (d1.bytes - d0.bytes) / 1024 ** 2 / windowS : NaN,
         diskFlushesPerS: windowS > 0 ? (d1.flushes - d0.flushes) / windowS : NaN,
+        faults: { firstSecond: fltFirst - flt0, perSecondAfter: tFirst > 0 && t1 > tFirst ? ((flt1 - fltFirst) * 1000) / (t1 - tFirst) : NaN },
       };
     },
   };
@@ -396,6 +415,7 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
       otherThreadCpuPct: c.otherThreadCpuPct,
       machineBusyPct: c.machineBusyPct,
       diskFlushesPerS: c.diskFlushesPerS,
+      faults: c.faults,
       windowS: c.windowS,
       ...(commit ? { commit } : {}),
     };
@@ -647,6 +667,9 @@ function renderReport(
     if (commits.length) out.push(`Group commit (server /metrics, incl. warm-up) and event-loop delay (measured window): ${commits.join('; ')}.`);
     const stalls = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.result.stalls).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${s.result.stalls.slices}/${s.result.stalls.of}`));
     if (stalls.length) out.push(`Stalled 100 ms slices of the window (by scheduled send time, the slice's median request over 50 ms: everything waited, not a few requests; a few of them set a step's p99): ${stalls.join('; ')}.`);
+    const faulted = targets.flatMap((t) => [...(ladder.get(t) ?? []), ...(repeatsA.get(t) ?? [])].filter((s) => s.usage.faults && Number.isFinite(s.usage.faults.firstSecond))
+      .map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f0(s.usage.faults!.firstSecond)} / ${f0(s.usage.faults!.perSecondAfter)}`));
+    if (faulted.length) out.push(`The server's minor page faults in the measured window, its first second / per second after it (ladder steps, then the repeated 2,000 req/s ones; a first touch of memory is one, at ${ms(machine.speed.freshPageUs)} µs each on this box: a server still growing when the window starts pays them in it): ${faulted.join('; ')}.`);
     const scans = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.scannerCpuPct !== undefined).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.scannerCpuPct!)}`));
     if (machine.damon !== 'none' && scans.length) out.push(`DAMON's kdamond (the platform's memory scanner, part of "other CPU"; on PostgreSQL steps its passes lined up with the slow 100 ms windows: RESULTS.md, 2026-12-02 06:45) over the measured window, % of one core: ${scans.join('; ')}.`);
     out.push('');

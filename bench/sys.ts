@@ -28,6 +28,17 @@ export function procCpuMs(pid: number): number | null {
   }
 }
 
+/** Minor page faults of a process so far (its first touches of memory, among others), or null. */
+export function procMinorFaults(pid: number): number | null {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // minflt is field 10 (1-based), the 8th after "(comm)".
+    return Number(s.slice(s.lastIndexOf(')') + 2).split(' ')[7]);
+  } catch {
+    return null;
+  }
+}
+
 function statusField(pid: number, field: string): number | null {
   try {
     const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
