@@ -1,8 +1,6 @@
 import { maxToleranceSeconds, type EndpointConfig } from '../config/schema.js';
 import type { InboxStore } from '../store/port.js';
-import type { PruneTask } from '../store/pruner.js';
-
-const DAY_MS = 86_400_000;
+import { DAY_MS, type PruneTask } from '../store/pruner.js';
 
 /**
  * How long a provider's transmission bindings (webhook_transmission) must be kept, in ms.

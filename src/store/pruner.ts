@@ -28,6 +28,8 @@ export interface PruneCounters {
   readonly pruneFailures: { inc(): void };
 }
 
+export const DAY_MS = 86_400_000;
+
 export const DEFAULT_PRUNE_SCHEDULE: PruneSchedule = { firstAfterMs: 60_000, everyMs: 3_600_000, batch: 1000 };
 
 /**

@@ -1,9 +1,7 @@
 import type { Config } from '../config/schema.js';
 import { transmissionPruneTasks } from '../http/transmission-pruner.js';
 import type { InboxStore, PurgeableStatus } from './port.js';
-import type { PruneTask } from './pruner.js';
-
-const DAY_MS = 86_400_000;
+import { DAY_MS, type PruneTask } from './pruner.js';
 
 /**
  * The config's payload retention as prune tasks (none when it sets none), one per terminal status.
