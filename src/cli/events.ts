@@ -129,15 +129,13 @@ export function runRetry(configFile: string, inboxId: string): Promise<number> {
       console.log(`requeued ${inboxId}: PENDING, due now`);
       return 0;
     }
-    if (r === 'not_found') {
-      console.error(`webhook-inbox retry: no event ${inboxId}`);
-      return 1;
-    }
-    // Read again for the message: a purge that committed meanwhile makes a FAILED row refused too.
-    const e = await store.getEvent(inboxId);
-    if (r === 'payload_purged' || (e?.status === 'FAILED' && e.rawPayloadRef === null)) {
+    if (r === 'not_found') console.error(`webhook-inbox retry: no event ${inboxId}`);
+    else if (r === 'payload_purged') {
       console.error(`webhook-inbox retry: refused — event ${inboxId} is FAILED and its raw payload was deleted by retention (retention.failedPayloadDays): it cannot be processed again`);
-    } else console.error(`webhook-inbox retry: refused — event ${inboxId} is ${e?.status}, only FAILED events can be retried`);
+    } else {
+      const e = await store.getEvent(inboxId);
+      console.error(`webhook-inbox retry: refused — event ${inboxId} is ${e?.status}, only FAILED events can be retried`);
+    }
     return 1;
   });
 }

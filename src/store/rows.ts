@@ -2,7 +2,7 @@ import { bytes } from '../threads.js';
 import type { PayloadEncoding } from '../crypto/payload-cipher.js';
 import type { InboxRow, StoredPayload } from './port.js';
 import type {
-  BacklogStat, ClaimedInbox, EffectKeyUsage, EffectRow, EffectSettlement, EffectToReseal, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats, ResealRef, Settlement,
+  BacklogStat, ClaimedInbox, EffectKeyUsage, EffectRow, EffectSettlement, EffectToReseal, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats, ResealRef, RetryOutcome, Settlement,
 } from './work-port.js';
 
 /**
@@ -57,6 +57,12 @@ export function toInboxDetail(r: RawRow): InboxDetail {
     handlerVersion: r.handler_version as string | null,
     processedAtMs: ms(r.processed_at),
   };
+}
+
+/** Why retryFailed did not requeue a row, from its INBOX_STATE (`status`, `purged`; undefined: no such row). */
+export function retryRefusal(r: RawRow | undefined): Exclude<RetryOutcome, 'requeued'> {
+  if (!r) return 'not_found';
+  return r.status === 'FAILED' && Boolean(r.purged) ? 'payload_purged' : 'not_failed';
 }
 
 export function toClaimedInbox(r: RawRow): ClaimedInbox {

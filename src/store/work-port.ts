@@ -308,6 +308,9 @@ export interface TxOptions {
   readonly idleLimitMs?: number;
 }
 
+/** What `retryFailed` did: requeued the row, or why not. */
+export type RetryOutcome = 'requeued' | 'not_found' | 'not_failed' | 'payload_purged';
+
 export interface WorkStore {
   /**
    * A handler transaction open longer than this is rolled back by the store (SQLite: it holds the
@@ -375,7 +378,7 @@ export interface WorkStore {
    * FAILED → PENDING (due now), keeping attempt_count history out of the way: resets it to 0.
    * Not a FAILED row whose payload retention deleted (`payload_purged`): it could only fail again.
    */
-  retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed' | 'payload_purged'>;
+  retryFailed(inboxId: string, nowMs: number): Promise<RetryOutcome>;
   /** Every FAILED row whose failure_reason is in `reasons` and whose payload is still stored → PENDING due now; returns the count. */
   requeueFailed(reasons: readonly string[], nowMs: number): Promise<number>;
   /** Inbox counts and oldest age by endpoint, type and status, of the non-terminal rows (FAILED ones: queueStats). */

@@ -260,4 +260,27 @@ describe.runIf(await pgAvailable())('payload retention racing a requeue [postgre
       await operator.end();
     }
   });
+
+  it('a retry that waited for a purge of its row is refused as payload_purged, not as "not FAILED"', async () => {
+    app = await startTestApp('postgres', { ...FAST_WORKERS }, {}, { workers: true, handlers: handlers(), pruneSchedule: { firstAfterMs: 1e9, everyMs: 1e9, batch: 1 } });
+    const failed = acceptedAgo('evt_purged_meanwhile', 40 * DAY, 'charge.failed');
+    expect((await app.store.acceptBatch([failed]))[0]!.duplicate).toBe(false);
+    await waitFor(async () => (await app!.store.getInbox(failed.inboxId))!.status === 'FAILED' || undefined, 15_000, 'the event failed');
+    const purger = new pg.Client({ connectionString: app.db.url });
+    await purger.connect();
+    try {
+      // A purge, not yet committed: its foreign key's SET NULL holds the inbox row.
+      await purger.query('BEGIN');
+      expect((await purger.query('DELETE FROM webhook_payload WHERE payload_id = $1', [failed.payloadId])).rowCount).toBe(1);
+      let settled = false;
+      const retry = app.store.retryFailed(failed.inboxId, Date.now()).finally(() => { settled = true; });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(settled).toBe(false); // waiting for the row
+      await purger.query('COMMIT');
+      expect(await retry).toBe('payload_purged');
+      expect((await app.store.getInbox(failed.inboxId))!.status).toBe('FAILED');
+    } finally {
+      await purger.end();
+    }
+  });
 });

@@ -6,11 +6,11 @@ import { assertSchemaCurrent, migrationStep, MIGRATIONS } from '../migrations.js
 import type { AcceptRecord, AcceptResult, InboxRow, InboxStore, PurgeableStatus, StoredPayload, TransmissionBinding } from '../port.js';
 import {
   eventListLimit, toBacklogStat, toClaimedInbox, toEffectKeyUsage, toEffectRow, toEffectToReseal, toInboxDetail, toInboxRow,
-  toFailedEffect, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, type RawRow,
+  toFailedEffect, toOutboxClaim, toParkedOutbox, toPayloadKeyUsage, toQueueStats, toResealRef, toStoredPayload, retryRefusal, type RawRow,
 } from '../rows.js';
 import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectKeyUsage, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
-  Resealed, ResealedEffect, ResealRef, SealedSamples, StoreTx, EffectToReseal, TxOptions,
+  Resealed, ResealedEffect, ResealRef, RetryOutcome, SealedSamples, StoreTx, EffectToReseal, TxOptions,
 } from '../work-port.js';
 import { acceptValues, COLS, insertUnique, queryOn, warmPool } from './accept.js';
 import type { BindByReferenceQuery } from './bind-by-reference.js';
@@ -471,10 +471,10 @@ export class PostgresStore implements InboxStore {
     return row ? toInboxDetail(row) : null;
   }
 
-  async retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed' | 'payload_purged'> {
+  async retryFailed(inboxId: string, nowMs: number): Promise<RetryOutcome> {
     if (!UUID_RE.test(inboxId)) return 'not_found';
-    const [r] = await this.rows(W.RETRY_FAILED, [inboxId, nowMs]);
-    return r!.requeued ? 'requeued' : r!.purged ? 'payload_purged' : r!.found ? 'not_failed' : 'not_found';
+    if ((await this.rows(W.RETRY_FAILED, [inboxId, nowMs])).length > 0) return 'requeued';
+    return retryRefusal((await this.rows(W.INBOX_STATE, [inboxId]))[0]);
   }
 
   async requeueFailed(reasons: readonly string[], nowMs: number): Promise<number> {

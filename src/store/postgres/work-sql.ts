@@ -295,15 +295,17 @@ export function listEventsQuery(f: { status?: string; endpointId?: string; event
 const REQUEUE_SET = `status = 'PENDING', attempt_count = 0, next_attempt_at = ${ts('$2')}, failure_reason = NULL,
   lease_owner = NULL, lease_until = NULL`;
 
-/**
- * One round trip: whether the row was requeued, whether it exists at all, and whether it is a
- * FAILED one without its payload (retention deleted it: processing it again could only fail). $1
- * id, $2 now ms.
- */
+/** Not a row whose payload retention deleted: processing it again could only fail. $1 id, $2 now ms. */
 export const RETRY_FAILED = named('retry_failed', `
-  WITH upd AS (UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE inbox_id = $1 AND status = 'FAILED' AND raw_payload_ref IS NOT NULL RETURNING 1)
-  SELECT EXISTS (SELECT 1 FROM upd) AS requeued, f.found, f.purged
-  FROM (SELECT count(*) > 0 AS found, bool_or(status = 'FAILED' AND raw_payload_ref IS NULL) AS purged FROM webhook_inbox WHERE inbox_id = $1) f`);
+  UPDATE webhook_inbox SET ${REQUEUE_SET} WHERE inbox_id = $1 AND status = 'FAILED' AND raw_payload_ref IS NOT NULL RETURNING 1`);
+
+/**
+ * Why RETRY_FAILED left a row (rows.ts retryRefusal). A statement of its own, after it: one in the
+ * same statement read the snapshot from before a purge that the update had waited for, and called
+ * a row whose payload had just gone "not FAILED".
+ */
+export const INBOX_STATE = named('inbox_state', `
+  SELECT status, raw_payload_ref IS NULL AS purged FROM webhook_inbox WHERE inbox_id = $1`);
 
 /** $1 failure reasons, $2 now ms. Not the rows whose payload retention deleted. */
 export const REQUEUE_FAILED = named('requeue_failed', `

@@ -11,7 +11,7 @@ import {
 } from '../rows.js';
 import type {
   BacklogStat, ClaimedInbox, EffectRow, EffectKeyUsage, EffectSettlement, EventFilter, FailedEffect, InboxDetail, OutboxClaim, OutboxSettle, ParkedOutbox, PayloadKeyUsage, QueueStats,
-  Resealed, ResealedEffect, ResealRef, SealedSamples, StoreTx, EffectToReseal,
+  Resealed, ResealedEffect, ResealRef, RetryOutcome, SealedSamples, StoreTx, EffectToReseal,
 } from '../work-port.js';
 import { LeaseLostError } from '../work-port.js';
 import { SqliteTx } from './tx.js';
@@ -258,7 +258,7 @@ export class SqliteStore implements InboxStore {
     return r ? toInboxDetail(r) : null;
   }
 
-  retryFailed(inboxId: string, nowMs: number): Promise<'requeued' | 'not_found' | 'not_failed'> {
+  retryFailed(inboxId: string, nowMs: number): Promise<RetryOutcome> {
     return this.call('retryFailed', { id: inboxId, nowMs });
   }
 

@@ -1,5 +1,5 @@
 import type Database from 'better-sqlite3';
-import { effectSettlementColumns, eventListLimit, outboxSettlementColumns, settlementColumns } from '../rows.js';
+import { effectSettlementColumns, eventListLimit, outboxSettlementColumns, retryRefusal, settlementColumns, type RawRow } from '../rows.js';
 import { assertStillLeased, type BatchOutcome, type EffectSettlement, type EventFilter, type EventKey, type OutboxSettle, type ProcessedMarker, type ResealedEffect } from '../work-port.js';
 import { bytes } from '../../threads.js';
 import * as W from './work-sql.js';
@@ -98,8 +98,7 @@ export function workOps(db: Database.Database): { free: Ops; inTx: Ops } {
 
   const retryFailed = db.transaction((a: { id: string; nowMs: number }) => {
     if (st(W.RETRY_FAILED).run({ id: a.id, now: a.nowMs }).changes === 1) return 'requeued';
-    const row = st(W.INBOX_STATE).get(a.id) as { status: string; purged: number } | undefined;
-    return !row ? 'not_found' : row.status === 'FAILED' && row.purged ? 'payload_purged' : 'not_failed';
+    return retryRefusal(st(W.INBOX_STATE).get(a.id) as RawRow | undefined);
   });
 
   const resealPayloads = db.transaction((items: ResealArg[]) => {
