@@ -16,27 +16,32 @@ const CLK_TCK = (() => {
   }
 })();
 
-/** utime+stime of a process in ms; null if it is gone. */
-export function procCpuMs(pid: number): number | null {
+/**
+ * The fields of a `/proc/…/stat` file after "(comm)" (a command may hold spaces and parentheses),
+ * or null if the process or thread is gone. 0-based here: state is [0], minflt [7], utime [11],
+ * stime [12] (fields 3, 10, 14 and 15 of proc(5)).
+ */
+function statAfterComm(path: string): string[] | null {
   try {
-    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after "(comm)": state is field 3, utime 14, stime 15 (1-based).
-    const rest = s.slice(s.lastIndexOf(')') + 2).split(' ');
-    return ((Number(rest[11]) + Number(rest[12])) * 1000) / CLK_TCK;
+    const s = readFileSync(path, 'utf8');
+    return s.slice(s.lastIndexOf(')') + 2).split(' ');
   } catch {
     return null;
   }
 }
 
+const cpuMsOf = (rest: readonly string[]): number => ((Number(rest[11]) + Number(rest[12])) * 1000) / CLK_TCK;
+
+/** utime+stime of a process in ms; null if it is gone. */
+export function procCpuMs(pid: number): number | null {
+  const rest = statAfterComm(`/proc/${pid}/stat`);
+  return rest ? cpuMsOf(rest) : null;
+}
+
 /** Minor page faults of a process so far (its first touches of memory, among others), or null. */
 export function procMinorFaults(pid: number): number | null {
-  try {
-    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // minflt is field 10 (1-based), the 8th after "(comm)".
-    return Number(s.slice(s.lastIndexOf(')') + 2).split(' ')[7]);
-  } catch {
-    return null;
-  }
+  const rest = statAfterComm(`/proc/${pid}/stat`);
+  return rest ? Number(rest[7]) : null;
 }
 
 function statusField(pid: number, field: string): number | null {
@@ -246,14 +251,8 @@ export function threadCpuMs(pid: number): Map<number, number> {
   const out = new Map<number, number>();
   try {
     for (const t of readdirSync(`/proc/${pid}/task`)) {
-      const tid = Number(t);
-      try {
-        const s = readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8');
-        const rest = s.slice(s.lastIndexOf(')') + 2).split(' ');
-        out.set(tid, ((Number(rest[11]) + Number(rest[12])) * 1000) / CLK_TCK);
-      } catch {
-        /* thread gone */
-      }
+      const rest = statAfterComm(`/proc/${pid}/task/${t}/stat`);
+      if (rest) out.set(Number(t), cpuMsOf(rest)); // else the thread is gone
     }
   } catch {
     /* process gone */
