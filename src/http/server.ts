@@ -238,7 +238,7 @@ export function closeSilentConnections(server: Server, silentMs = SILENT_MS): vo
  */
 class OwedAnswers {
   /** Per connection: answers owed, the latest request's response (its `req` is that request), what runs when they are written. */
-  private readonly bySocket = new WeakMap<Duplex, { owed: number; last: ServerResponse; then?: () => void; until: number }>();
+  private readonly bySocket = new WeakMap<Duplex, { owed: number; last?: ServerResponse; then?: () => void; until: number }>();
 
   opened(req: IncomingMessage, res: ServerResponse): void {
     const socket = req.socket;
@@ -253,12 +253,17 @@ class OwedAnswers {
     const s = state;
     // 'close' comes after the answer is written, or when the connection dies: either way it is no longer owed.
     res.once('close', () => {
-      if (--s.owed > s.until || !s.then) return;
+      // Nothing owed, nothing waiting, and the request all read: let the request go. Kept as
+      // `last`, an answered request (its body, its handler's closures) lived as long as its
+      // keep-alive connection idled, up to maxBodyBytes per idle connection outside the in-flight
+      // body budget (test/http/idle-connection-memory.test.ts).
+      if (--s.owed === 0 && !s.then && s.last?.req.complete) return void (s.last = undefined);
+      if (s.owed > s.until || !s.then) return;
       const next = s.then;
       s.then = undefined;
       // The request in error was answered by its own handler meanwhile (its body too slow): that
       // answer stands; the connection only closes after it.
-      if (s.until === 1 && s.last.writableEnded) return void socket.end();
+      if (s.until === 1 && s.last?.writableEnded) return void socket.end();
       next();
     });
   }
@@ -266,7 +271,7 @@ class OwedAnswers {
   /** The latest request on `socket` if it is still arriving, its answer owed (a handler is reading it). */
   reading(socket: Duplex): IncomingMessage | undefined {
     const state = this.bySocket.get(socket);
-    return state !== undefined && state.owed > 0 && !state.last.req.complete ? state.last.req : undefined;
+    return state?.last !== undefined && state.owed > 0 && !state.last.req.complete ? state.last.req : undefined;
   }
 
   /**
@@ -276,7 +281,7 @@ class OwedAnswers {
    */
   answeredMidBody(socket: Duplex): boolean {
     const state = this.bySocket.get(socket);
-    return state !== undefined && state.owed === 0 && !state.last.req.complete;
+    return state?.last !== undefined && state.owed === 0 && !state.last.req.complete;
   }
 
   /**
