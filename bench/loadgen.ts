@@ -182,6 +182,8 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
   const total = warmupN + measuredN;
 
   const latency = new Float64Array(measuredN).fill(NaN);
+  // The warm-up's latencies, for --timeline only: a cold server's backlog can last into the window.
+  const warmLatency = spec.timelineFile ? new Float64Array(warmupN).fill(NaN) : undefined;
   const sendLag = new Float64Array(measuredN);
   const outcomes: Record<string, number> = {};
   let okInWindow = 0;
@@ -224,7 +226,7 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
       latency[m] = now - scheduled;
       outcomes[key] = (outcomes[key] ?? 0) + 1;
       if (isOk) ok++;
-    }
+    } else if (warmLatency) warmLatency[i] = now - scheduled;
     pump();
   };
 
@@ -296,7 +298,7 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
   }
   pool.destroy();
   const perSlice = slices(latency, interval);
-  if (spec.timelineFile) writeTimeline(spec.timelineFile, perSlice, windowStart);
+  if (spec.timelineFile) writeTimeline(spec.timelineFile, [...warmUpSlices(warmLatency!, (i) => at(i) - at(warmupN)), ...perSlice], windowStart);
 
   const sentMeasured = Math.max(0, Math.min(next, total) - warmupN);
   return {
@@ -329,6 +331,19 @@ function slices(latency: Float64Array, interval: number): { startMs: number; req
     out.push({ startMs: i * interval, requests: Math.min(per, latency.length - i), p: percentiles(latency.subarray(i, i + per)) });
   }
   return out;
+}
+
+/** The warm-up's requests in 100 ms slices by scheduled time (its rate ramps), before the window: negative start times. */
+function warmUpSlices(latency: Float64Array, sinceWindowMs: (i: number) => number): ReturnType<typeof slices> {
+  const bySlice = new Map<number, number[]>();
+  for (let i = 0; i < latency.length; i++) {
+    if (Number.isNaN(latency[i]!)) continue; // not answered before the step ended
+    const start = Math.floor(sinceWindowMs(i) / 100) * 100;
+    let values = bySlice.get(start);
+    if (!values) bySlice.set(start, (values = []));
+    values.push(latency[i]!);
+  }
+  return [...bySlice].sort((a, b) => a[0] - b[0]).map(([startMs, values]) => ({ startMs, requests: values.length, p: percentiles(values) }));
 }
 
 function writeTimeline(file: string, perSlice: ReturnType<typeof slices>, windowStart: number): void {
