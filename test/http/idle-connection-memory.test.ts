@@ -53,7 +53,7 @@ describe('idle keep-alive connections', () => {
       expect(requests).toHaveLength(4);
 
       // The connections stay open. A WeakRef keeps its target until the current job ends: collect
-      // from a later turn of the event loop, twice (a first pass may only free what held them).
+      // from later turns of the event loop, in three passes (one may only free what held the next).
       const gc = collector();
       for (let pass = 0; pass < 3; pass++) {
         await new Promise((r) => setTimeout(r, 20));
