@@ -37,7 +37,7 @@ import { ACHIEVED_MIN, everyStepPasses, maxSustained as sustainedOf, P99_LIMIT_M
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
 import { f0, f1, ms, readMetrics, table } from './format.js';
-import { cpuDelta, cpuOfCommands, diskWrites, KDAMOND, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procCpuMs, procMinorFaults, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
+import { cpuDelta, cpuOfCommands, diskWrites, KDAMOND, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procUsage, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
 
 export let SERVER_MAIN = join(ROOT, 'dist', 'cli', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
@@ -315,13 +315,14 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
   return {
     start() {
       d0 = diskWrites();
-      flt0 = procMinorFaults(pid) ?? NaN;
+      const u0 = procUsage(pid);
+      flt0 = u0?.minorFaults ?? NaN;
       firstTimer = setTimeout(() => {
-        fltFirst = procMinorFaults(pid) ?? NaN;
+        fltFirst = procUsage(pid)?.minorFaults ?? NaN;
         tFirst = performance.now();
       }, 1000);
       t0 = performance.now();
-      cpu0 = procCpuMs(pid) ?? 0;
+      cpu0 = u0?.cpuMs ?? 0;
       th0 = threadCpuMs(pid);
       wait0 = threadRunQueueWaitMs(pid, pid);
       [pg0, sc0] = cpuOfCommands('postgres', KDAMOND);
@@ -330,8 +331,9 @@ export function cpuSampler(pid: number): { start(): void; end(): void; readonly 
     end() {
       t1 = performance.now();
       clearTimeout(firstTimer);
-      flt1 = procMinorFaults(pid) ?? NaN;
-      cpu1 = procCpuMs(pid) ?? cpu0;
+      const u1 = procUsage(pid);
+      flt1 = u1?.minorFaults ?? NaN;
+      cpu1 = u1?.cpuMs ?? cpu0;
       th1 = threadCpuMs(pid);
       wait1 = threadRunQueueWaitMs(pid, pid);
       [pg1, sc1] = cpuOfCommands('postgres', KDAMOND);

@@ -32,16 +32,18 @@ function statAfterComm(path: string): string[] | null {
 
 const cpuMsOf = (rest: readonly string[]): number => ((Number(rest[11]) + Number(rest[12])) * 1000) / CLK_TCK;
 
-/** utime+stime of a process in ms; null if it is gone. */
-export function procCpuMs(pid: number): number | null {
+/**
+ * A process's utime+stime in ms and its minor page faults so far (its first touches of memory,
+ * among others), from one read of its stat file; null if it is gone.
+ */
+export function procUsage(pid: number): { cpuMs: number; minorFaults: number } | null {
   const rest = statAfterComm(`/proc/${pid}/stat`);
-  return rest ? cpuMsOf(rest) : null;
+  return rest ? { cpuMs: cpuMsOf(rest), minorFaults: Number(rest[7]) } : null;
 }
 
-/** Minor page faults of a process so far (its first touches of memory, among others), or null. */
-export function procMinorFaults(pid: number): number | null {
-  const rest = statAfterComm(`/proc/${pid}/stat`);
-  return rest ? Number(rest[7]) : null;
+/** utime+stime of a process in ms; null if it is gone. */
+export function procCpuMs(pid: number): number | null {
+  return procUsage(pid)?.cpuMs ?? null;
 }
 
 function statusField(pid: number, field: string): number | null {
