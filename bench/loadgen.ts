@@ -196,6 +196,9 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
   // two cores the server is measured on, and stall the sends behind them. Signatures carry this
   // moment's timestamp; a step lasts well under the 300 s tolerance.
   const requests = prepareRequests(spec, factory, rnd, pool, total);
+  // Which requests carry a 1 MiB body, for --timeline: a seed fixes where they cluster, and a
+  // slice holding several can be slow for every request in it (bench/README.md: the load's seed).
+  const largeAt = spec.timelineFile ? Uint8Array.from(requests, (r) => (r!.large ? 1 : 0)) : undefined;
   let largeSent = 0;
   let dupSent = 0;
   for (let i = warmupN; i < total; i++) {
@@ -297,8 +300,8 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
     outcomes.timeout = (outcomes.timeout ?? 0) + 1;
   }
   pool.destroy();
-  const perSlice = slices(latency, interval);
-  if (spec.timelineFile) writeTimeline(spec.timelineFile, [...warmUpSlices(warmLatency!, (i) => at(i) - at(warmupN)), ...perSlice], windowStart);
+  const perSlice = slices(latency, interval, largeAt?.subarray(warmupN));
+  if (spec.timelineFile) writeTimeline(spec.timelineFile, [...warmUpSlices(warmLatency!, (i) => at(i) - at(warmupN), largeAt!), ...perSlice], windowStart);
 
   const sentMeasured = Math.max(0, Math.min(next, total) - warmupN);
   return {
@@ -324,34 +327,36 @@ async function runRate(spec: RateSpec): Promise<RateResult> {
 const STALL_MS = 50;
 
 /** Latency per 100 ms slice of the window, by scheduled send time. */
-function slices(latency: Float64Array, interval: number): { startMs: number; requests: number; p: Percentiles }[] {
+function slices(latency: Float64Array, interval: number, largeAt?: Uint8Array): { startMs: number; requests: number; large: number; p: Percentiles }[] {
   const per = Math.max(1, Math.round(100 / interval));
   const out = [];
   for (let i = 0; i < latency.length; i += per) {
-    out.push({ startMs: i * interval, requests: Math.min(per, latency.length - i), p: percentiles(latency.subarray(i, i + per)) });
+    const large = largeAt ? largeAt.subarray(i, i + per).reduce((n, l) => n + l, 0) : 0;
+    out.push({ startMs: i * interval, requests: Math.min(per, latency.length - i), large, p: percentiles(latency.subarray(i, i + per)) });
   }
   return out;
 }
 
 /** The warm-up's requests in 100 ms slices by scheduled time (its rate ramps), before the window: negative start times. */
-function warmUpSlices(latency: Float64Array, sinceWindowMs: (i: number) => number): ReturnType<typeof slices> {
-  const bySlice = new Map<number, number[]>();
+function warmUpSlices(latency: Float64Array, sinceWindowMs: (i: number) => number, largeAt: Uint8Array): ReturnType<typeof slices> {
+  const bySlice = new Map<number, { values: number[]; large: number }>();
   for (let i = 0; i < latency.length; i++) {
     if (Number.isNaN(latency[i]!)) continue; // not answered before the step ended
     const start = Math.floor(sinceWindowMs(i) / 100) * 100;
-    let values = bySlice.get(start);
-    if (!values) bySlice.set(start, (values = []));
-    values.push(latency[i]!);
+    let slice = bySlice.get(start);
+    if (!slice) bySlice.set(start, (slice = { values: [], large: 0 }));
+    slice.values.push(latency[i]!);
+    slice.large += largeAt[i]!;
   }
-  return [...bySlice].sort((a, b) => a[0] - b[0]).map(([startMs, values]) => ({ startMs, requests: values.length, p: percentiles(values) }));
+  return [...bySlice].sort((a, b) => a[0] - b[0]).map(([startMs, { values, large }]) => ({ startMs, requests: values.length, large, p: percentiles(values) }));
 }
 
 function writeTimeline(file: string, perSlice: ReturnType<typeof slices>, windowStart: number): void {
   // epoch_ms lines a window up with a server's own timestamped logs (BENCH_KEEP_LOGS).
   const epoch0 = performance.timeOrigin + windowStart;
-  const lines = ['t_ms,epoch_ms,requests,p50_ms,p99_ms,max_ms'];
-  for (const { startMs, requests, p } of perSlice) {
-    lines.push(`${Math.round(startMs)},${Math.round(epoch0 + startMs)},${requests},${p.p50.toFixed(2)},${p.p99.toFixed(2)},${p.max.toFixed(2)}`);
+  const lines = ['t_ms,epoch_ms,requests,p50_ms,p99_ms,max_ms,large_1mib'];
+  for (const { startMs, requests, large, p } of perSlice) {
+    lines.push(`${Math.round(startMs)},${Math.round(epoch0 + startMs)},${requests},${p.p50.toFixed(2)},${p.p99.toFixed(2)},${p.max.toFixed(2)},${large}`);
   }
   writeFileSync(file, lines.join('\n') + '\n');
 }

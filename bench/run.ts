@@ -20,6 +20,7 @@
  *   npm run bench -- --node-args='--initial-old-space-size=64 --trace-gc' ...  (our server under Node/V8 flags; the `=` is needed)
  *   npm run bench -- --only postgres --rates 4000 --log-level info    (with the one log line per request)
  *   npm run bench -- --only postgres --rates 2000 --large-fraction 0  (no 1 MiB bodies: prices them)
+ *   npm run bench -- --only postgres --rates 2000 --seed 7 --timeline /tmp/tl  (another schedule of duplicates and 1 MiB bodies)
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -70,6 +71,7 @@ const { values: args } = parseArgs({
     'log-level': { type: 'string' },
     timeline: { type: 'string' },
     'large-fraction': { type: 'string' },
+    seed: { type: 'string' },
     server: { type: 'string' },
     'node-args': { type: 'string' },
     'server-config': { type: 'string' },
@@ -90,15 +92,22 @@ if (args.help) {
 }
 
 export const quick = Boolean(args.quick);
-const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v));
+/** A numeric option's value, or its default when absent; a value that is not a number is an error that names the option. */
+const num = (name: keyof typeof args, d: number): number => {
+  const v = args[name];
+  if (v === undefined) return d;
+  const n = Number(v);
+  if (typeof v !== 'string' || v.trim() === '' || !Number.isFinite(n)) throw new Error(`bench: --${String(name)} ${String(v)}: not a number`);
+  return n;
+};
 export const opts = {
   rates: (args.rates ?? (quick ? '2000,4000' : '1000,2000,3000,4000,5000,6000')).split(',').map(Number),
-  durationS: num(args.duration, quick ? 5 : 10),
-  warmupS: num(args.warmup, 3),
-  drainS: num(args.drain, 5),
-  connections: num(args.connections, 256),
-  floodConcurrency: num(args['flood-concurrency'], 200),
-  floodDurationS: num(args['flood-duration'], quick ? 4 : 8),
+  durationS: num('duration', quick ? 5 : 10),
+  warmupS: num('warmup', 3),
+  drainS: num('drain', 5),
+  connections: num('connections', 256),
+  floodConcurrency: num('flood-concurrency', 200),
+  floodDurationS: num('flood-duration', quick ? 4 : 8),
   memory: !args['no-memory'],
   ladder: !args['no-ladder'],
   keepGoing: Boolean(args['keep-going']),
@@ -107,16 +116,16 @@ export const opts = {
    * bring a 1,000-wide bracket to 100 (1,500, 1,300, 1,200, 1,100): with two, Express's bracket
    * stayed 1,000-1,300 and the ≥3× verdict on PostgreSQL straddled 3× run after run.
    */
-  refine: num(args.refine, quick ? 0 : 4),
+  refine: num('refine', quick ? 0 : 4),
   /**
    * Extra steps at scenario (a)'s rate for our targets, after their ladder: a p99 at 2,000 req/s
    * swings with the box from step to step, so one step cannot say whether the target holds.
    */
-  repeatA: num(args['repeat-a'], quick ? 0 : 3),
+  repeatA: num('repeat-a', quick ? 0 : 3),
   extend: !quick && !args['no-extend'],
   write: !args['no-write'],
   profile: Boolean(args.profile),
-  inflightMiB: num(args['inflight-mib'], 64),
+  inflightMiB: num('inflight-mib', 64),
   /** Our server's log.level: warn (no line per request, as the references write none); `info` prices the per-request log. */
   logLevel: args['log-level'] ?? 'warn',
   timelineDir: args.timeline ? resolve(args.timeline) : undefined,
@@ -128,10 +137,15 @@ export const opts = {
   handlersRead: Boolean(args['handlers-read']),
   dupFraction: 0.01,
   /** Share of 1 MiB bodies (the issue's "a few at 1 MiB"); --large-fraction 0 prices them. */
-  largeFraction: num(args['large-fraction'], 0.003),
+  largeFraction: num('large-fraction', 0.003),
+  /**
+   * The first step's load seed (each later step takes the next): it fixes which requests are
+   * duplicates and which carry 1 MiB bodies, so single steps with one seed share one schedule.
+   */
+  seed: num('seed', 1),
   // bench/engine.ts
-  backlog: num(args.backlog, quick ? 20_000 : 100_000),
-  e2eDurationS: num(args['e2e-duration'], quick ? 6 : 15),
+  backlog: num('backlog', quick ? 20_000 : 100_000),
+  e2eDurationS: num('e2e-duration', quick ? 6 : 15),
   stores: (args.stores ?? 'sqlite,postgres').split(',').map((s) => s.trim()).filter(Boolean),
   /** Merged into the engine scenarios' `workers` config (default: the built-in defaults). */
   workers: args.workers ? (JSON.parse(args.workers) as Record<string, unknown>) : {},
@@ -521,7 +535,7 @@ async function main(): Promise<void> {
   /** Our targets' extra steps at A_RATE (--repeat-a), kept out of the ladder's max-rate verdict. */
   const repeatsA = new Map<TargetName, StepRecord<RateResult>[]>();
   const floods: StepRecord<FloodResult>[] = [];
-  let seed = 1;
+  let seed = opts.seed;
 
   if (opts.ladder && targets.length) {
     console.log(table(RATE_HEAD, []).split('\n').slice(0, 2).join('\n'));

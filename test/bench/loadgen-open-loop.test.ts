@@ -1,4 +1,7 @@
 import { fork } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -44,5 +47,39 @@ describe('bench load generator, open loop', () => {
     expect(r.latency.max).toBeGreaterThan(1800);
     expect(r.sendLag.max).toBeGreaterThan(1700);
     expect(r.achieved).toBeLessThan(25);
+  }, 30_000);
+
+  it("--timeline counts each slice's 1 MiB bodies where the server received them", async () => {
+    // The server logs each body's size by its arrival order; the loadgen sends in schedule order
+    // on one connection, so arrival order is schedule order.
+    const sizes: number[] = [];
+    server = createServer((req, res) => {
+      let n = 0;
+      req.on('data', (c: Buffer) => (n += c.length));
+      req.on('end', () => {
+        sizes.push(n);
+        res.writeHead(200, { 'content-length': '2' }).end('{}');
+      });
+    });
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const dir = mkdtempSync(join(tmpdir(), 'wi-timeline-'));
+    const timelineFile = join(dir, 'step.csv');
+    try {
+      const r = await runLoadgen({
+        mode: 'rate', url, path: '/x', secret: 'whsec_test', rate: 50, warmupS: 0, durationS: 2, drainS: 10, connections: 1,
+        dupFraction: 0, largeFraction: 0.3, seed: 5, tag: 'tl', timelineFile,
+      });
+      expect(r.ok).toBe(100);
+      const [head, ...rows] = readFileSync(timelineFile, 'utf8').trim().split('\n');
+      expect(head!.split(',')).toEqual(['t_ms', 'epoch_ms', 'requests', 'p50_ms', 'p99_ms', 'max_ms', 'large_1mib']);
+      // 5 requests per 100 ms slice at 50 req/s: slice k holds requests 5k..5k+4.
+      const counted = rows.map((line) => Number(line.split(',')[6]));
+      const received = Array.from({ length: rows.length }, (_, k) => sizes.slice(5 * k, 5 * k + 5).filter((n) => n >= 1024 * 1024).length);
+      expect(counted).toEqual(received);
+      expect(counted.reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }, 30_000);
 });
