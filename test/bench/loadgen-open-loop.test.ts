@@ -50,8 +50,8 @@ describe('bench load generator, open loop', () => {
   }, 30_000);
 
   it("--timeline counts each slice's 1 MiB bodies where the server received them", async () => {
-    // The server logs each body's size by its arrival order; the loadgen sends in schedule order
-    // on one connection, so arrival order is schedule order.
+    // The server records each body's size in arrival order; on one connection the loadgen sends
+    // in schedule order, so arrival order is schedule order.
     const sizes: number[] = [];
     server = createServer((req, res) => {
       let n = 0;
