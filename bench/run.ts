@@ -48,7 +48,8 @@ export const PATH = '/webhooks/stripe-bench';
 
 // ---------------------------------------------------------------- options
 
-const { values: args } = parseArgs({
+// parseArgs' own errors (an unknown option, a missing value) are usage errors too.
+const { values: args } = orUsage(() => parseArgs({
   options: {
     quick: { type: 'boolean' },
     only: { type: 'string' },
@@ -83,7 +84,7 @@ const { values: args } = parseArgs({
     help: { type: 'boolean', short: 'h' },
   },
   strict: true,
-});
+}));
 
 if (args.server) SERVER_MAIN = resolve(args.server);
 if (args.help) {
@@ -92,16 +93,48 @@ if (args.help) {
 }
 
 export const quick = Boolean(args.quick);
+/** A bad option: one line naming it, exit status 2 (as parseArgs' own errors), nothing started. */
+function usage(message: string): never {
+  console.error(`bench: ${message} (npm run bench -- --help)`);
+  process.exit(2);
+}
+function orUsage<T>(parse: () => T): T {
+  try {
+    return parse();
+  } catch (err) {
+    usage((err as Error).message);
+  }
+}
 /** A numeric option's value, or its default when absent; a value that is not a number is an error that names the option. */
 const num = (name: keyof typeof args, d: number): number => {
   const v = args[name];
   if (v === undefined) return d;
   const n = Number(v);
-  if (typeof v !== 'string' || v.trim() === '' || !Number.isFinite(n)) throw new Error(`bench: --${String(name)} ${String(v)}: not a number`);
+  if (typeof v !== 'string' || v.trim() === '' || !Number.isFinite(n)) usage(`--${String(name)} ${String(v)}: not a number`);
   return n;
 };
+/** A comma-separated list of rates, each a positive number; the error names the item as typed. */
+const rateList = (v: string): number[] =>
+  v.split(',').map((item) => {
+    const n = Number(item);
+    if (item.trim() === '' || !Number.isFinite(n) || !(n > 0)) usage(`--rates ${v}: "${item}" is not a positive rate`);
+    return n;
+  });
+/** A JSON object option, or {} when absent; anything else is an error that names the option. */
+const jsonObject = (name: 'server-config' | 'workers'): Record<string, unknown> => {
+  const v = args[name];
+  if (v === undefined) return {};
+  let o: unknown;
+  try {
+    o = JSON.parse(v);
+  } catch (err) {
+    usage(`--${name}: not JSON (${(err as Error).message})`);
+  }
+  if (typeof o !== 'object' || o === null || Array.isArray(o)) usage(`--${name}: not a JSON object`);
+  return o as Record<string, unknown>;
+};
 export const opts = {
-  rates: (args.rates ?? (quick ? '2000,4000' : '1000,2000,3000,4000,5000,6000')).split(',').map(Number),
+  rates: rateList(args.rates ?? (quick ? '2000,4000' : '1000,2000,3000,4000,5000,6000')),
   durationS: num('duration', quick ? 5 : 10),
   warmupS: num('warmup', 3),
   drainS: num('drain', 5),
@@ -132,7 +165,7 @@ export const opts = {
   /** Node/V8 flags for our server in the ladder (e.g. `--initial-old-space-size=64`), to price one. */
   nodeArgs: (args['node-args'] ?? '').split(' ').filter(Boolean),
   /** Top-level keys merged over our server's bench config, e.g. '{"groupCommit":{"maxWaitMs":2}}'. */
-  serverConfig: JSON.parse(args['server-config'] ?? '{}') as Record<string, unknown>,
+  serverConfig: jsonObject('server-config'),
   /** The engine scenarios' handler parses every body (bench/reading-handlers.mjs) instead of reading none. */
   handlersRead: Boolean(args['handlers-read']),
   dupFraction: 0.01,
@@ -148,15 +181,14 @@ export const opts = {
   e2eDurationS: num('e2e-duration', quick ? 6 : 15),
   stores: (args.stores ?? 'sqlite,postgres').split(',').map((s) => s.trim()).filter(Boolean),
   /** Merged into the engine scenarios' `workers` config (default: the built-in defaults). */
-  workers: args.workers ? (JSON.parse(args.workers) as Record<string, unknown>) : {},
+  workers: jsonObject('workers'),
 };
 const ALL_TARGETS = ['plain', 'express', 'sqlite', 'postgres'] as const;
 type TargetName = (typeof ALL_TARGETS)[number];
 const KNOWN: readonly string[] = [...ALL_TARGETS, ...ENGINE_SCENARIOS];
 const only = (args.only ?? KNOWN.join(',')).split(',').map((s) => s.trim()).filter(Boolean);
-for (const o of only) if (!KNOWN.includes(o)) throw new Error(`--only: unknown target "${o}" (known: ${KNOWN.join(', ')})`);
-for (const st of opts.stores) if (st !== 'sqlite' && st !== 'postgres') throw new Error(`--stores: unknown store "${st}" (sqlite, postgres)`);
-for (const r of opts.rates) if (!(r > 0)) throw new Error(`--rates: bad rate "${r}"`);
+for (const o of only) if (!KNOWN.includes(o)) usage(`--only: unknown target "${o}" (known: ${KNOWN.join(', ')})`);
+for (const st of opts.stores) if (st !== 'sqlite' && st !== 'postgres') usage(`--stores: unknown store "${st}" (sqlite, postgres)`);
 
 export const CORES = os.availableParallelism();
 export const A_RATE = 2000;
