@@ -28,29 +28,37 @@ export function randomBytesFromPool(n: number): Buffer {
   return out;
 }
 
-const HEX: string[] = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
+/** Lower-case hex digits as ASCII codes. */
+const HEX_DIGITS = Buffer.from('0123456789abcdef', 'latin1');
+/**
+ * One UUID's text as ASCII, its dashes in place: uuidv7 fills the digits and reads it out as one
+ * string. Built in a string, an id was ~20 intermediate strings and a Buffer view (~0.8 KB of
+ * garbage; three ids per accepted event were ~8 % of the server's allocations) and ~1.7x the time.
+ */
+const text = Buffer.from('00000000-0000-0000-0000-000000000000', 'latin1');
 
 /**
  * UUIDv7 (RFC 9562): 48-bit Unix milliseconds + 74 random bits. Time-ordered ids keep
  * B-tree inserts local (PostgreSQL `uuid`, SQLite TEXT) and sort by arrival.
  */
 export function uuidv7(nowMs: number = Date.now()): string {
-  const at = take(16);
-  const b = pool.subarray(at, at + 16); // read here into the string; never escapes
-  b[0] = Math.floor(nowMs / 2 ** 40) & 0xff;
-  b[1] = Math.floor(nowMs / 2 ** 32) & 0xff;
-  b[2] = (nowMs >>> 24) & 0xff;
-  b[3] = (nowMs >>> 16) & 0xff;
-  b[4] = (nowMs >>> 8) & 0xff;
-  b[5] = nowMs & 0xff;
-  b[6] = 0x70 | (b[6]! & 0x0f);
-  b[8] = 0x80 | (b[8]! & 0x3f);
-  let s = '';
+  const at = take(16); // these pool bytes are never handed out again: the id is built in place
+  pool[at] = Math.floor(nowMs / 2 ** 40) & 0xff;
+  pool[at + 1] = Math.floor(nowMs / 2 ** 32) & 0xff;
+  pool[at + 2] = (nowMs >>> 24) & 0xff;
+  pool[at + 3] = (nowMs >>> 16) & 0xff;
+  pool[at + 4] = (nowMs >>> 8) & 0xff;
+  pool[at + 5] = nowMs & 0xff;
+  pool[at + 6] = 0x70 | (pool[at + 6]! & 0x0f);
+  pool[at + 8] = 0x80 | (pool[at + 8]! & 0x3f);
+  let o = 0;
   for (let i = 0; i < 16; i++) {
-    if (i === 4 || i === 6 || i === 8 || i === 10) s += '-';
-    s += HEX[b[i]!];
+    if (i === 4 || i === 6 || i === 8 || i === 10) o++; // past a dash
+    const v = pool[at + i]!;
+    text[o++] = HEX_DIGITS[v >>> 4]!;
+    text[o++] = HEX_DIGITS[v & 0x0f]!;
   }
-  return s;
+  return text.toString('latin1', 0, 36);
 }
 
 /** The all-zero UUID: below every other id (a cursor's start). */

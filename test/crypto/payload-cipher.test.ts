@@ -182,4 +182,16 @@ describe('uuidv7', () => {
     expect(a < b).toBe(true);
     expect(parseInt(a.replace(/-/g, '').slice(0, 12), 16)).toBe(1_800_000_000_000);
   });
+
+  it('gives distinct ids within one millisecond, each with its own random bits, across pool refills', () => {
+    // 1,000 ids take 16,000 random bytes: the 4 KiB pool is refilled several times on the way.
+    const ids = Array.from({ length: 1000 }, () => uuidv7(1_800_000_000_000));
+    expect(new Set(ids).size).toBe(1000);
+    for (const id of ids) {
+      expect(id).toMatch(/^01a3185c-5000-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    }
+    // The 74 random bits vary: every hex digit position after the version shows several values.
+    const tails = ids.map((id) => id.replace(/-/g, '').slice(13));
+    for (let k = 0; k < 19; k++) expect(new Set(tails.map((t) => t[k])).size).toBeGreaterThan(2);
+  });
 });
