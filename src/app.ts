@@ -10,7 +10,7 @@ import { Ingress } from './http/ingress.js';
 import { listenOn } from './http/listen.js';
 import { Pruner, type PruneSchedule } from './store/pruner.js';
 import { configuredPruneTasks } from './store/retention.js';
-import { OffloadLane, offloadThreshold } from './http/offload.js';
+import { OffloadLane, offloadThreshold, offloadWhenInFlight } from './http/offload.js';
 import { commonProblems, createAdminServer, type AdminHandlers } from './http/admin.js';
 import { closeSilentConnections, createHttpServer } from './http/server.js';
 import { createLogger } from './log.js';
@@ -126,7 +126,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const engine = new Engine({ config, store, keyring, handlers, registry: metrics.registry, log, env, freshBodies: workersRun });
   const budget = new BodyBudget(config.limits.maxInFlightBodyBytes, config.limits.minBodyBytesPerSecond);
   const offloadBytes = offloadThreshold(config.limits.offloadBodyBytes, workersRun);
-  const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes, env) : undefined;
+  const lane = offloadBytes > 0 ? new OffloadLane(offloadBytes, offloadWhenInFlight(config.limits.offloadWhenInFlight, store.kind), env) : undefined;
   const ingress = new Ingress(config.endpoints, { keyring, committer, binder, metrics, log, budget, maxHeaders: config.limits.maxHeaders, destinations: config.destinations, lane, fresh: engine.fresh });
   // What this start has made, released when it fails before listening (with the store, by abandon).
   const release = async (): Promise<void> => {

@@ -57,6 +57,13 @@ export interface Config {
      */
     readonly offloadBodyBytes: number | undefined;
     /**
+     * With the helper thread on (offloadBodyBytes): from this many webhook requests in progress,
+     * every verified body is parsed and sealed there, not only a large one, so a busy event loop
+     * keeps only HTTP and verification; 0 = never; undefined = the store's default (PostgreSQL
+     * 16, SQLite 0: http/offload.ts offloadWhenInFlight).
+     */
+    readonly offloadWhenInFlight: number | undefined;
+    /**
      * Verified bodies of at least this many bytes are stored brotli-compressed (then sealed), if
      * that makes them smaller; 0 = never. Opening a payload always gives back the exact raw bytes.
      */
@@ -243,7 +250,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   }
 
   const limp = 'limits';
-  const lim = asObject(o.limits ?? {}, limp, ['maxHeaders', 'maxHeaderBytes', 'headersTimeoutMs', 'requestTimeoutMs', 'keepAliveTimeoutMs', 'maxInFlightBodyBytes', 'minBodyBytesPerSecond', 'offloadBodyBytes', 'compressBodyBytes']);
+  const lim = asObject(o.limits ?? {}, limp, ['maxHeaders', 'maxHeaderBytes', 'headersTimeoutMs', 'requestTimeoutMs', 'keepAliveTimeoutMs', 'maxInFlightBodyBytes', 'minBodyBytesPerSecond', 'offloadBodyBytes', 'offloadWhenInFlight', 'compressBodyBytes']);
   const limits = {
     maxHeaders: optInt(lim, 'maxHeaders', limp, 8, 1000) ?? 100,
     maxHeaderBytes: optInt(lim, 'maxHeaderBytes', limp, 1024, 1024 * 1024) ?? 16 * 1024,
@@ -253,6 +260,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     maxInFlightBodyBytes: optInt(lim, 'maxInFlightBodyBytes', limp, 1024, 16 * 1024 ** 3) ?? 64 * 1024 * 1024,
     minBodyBytesPerSecond: optInt(lim, 'minBodyBytesPerSecond', limp, 0, 1024 ** 3) ?? 64 * 1024,
     offloadBodyBytes: optInt(lim, 'offloadBodyBytes', limp, 0, 64 * 1024 * 1024),
+    offloadWhenInFlight: optInt(lim, 'offloadWhenInFlight', limp, 0, 1_000_000),
     compressBodyBytes: optInt(lim, 'compressBodyBytes', limp, 0, 1024 ** 3) ?? DEFAULT_COMPRESS_BODY_BYTES,
   };
   // Node refuses to create a server whose headers timeout is longer than its request timeout.

@@ -32,7 +32,7 @@ export interface IngressDeps {
   readonly budget: BodyBudget;
   readonly maxHeaders: number;
   readonly destinations: readonly DestinationConfig[];
-  /** Parses and seals large bodies off the event loop (limits.offloadBodyBytes); absent = never. */
+  /** Parses and seals large bodies off the event loop (limits.offloadBodyBytes), and every body when busy (limits.offloadWhenInFlight); absent = never. */
   readonly lane?: OffloadLane;
   /** Accepted bodies for this process's workers (present when they run here). */
   readonly fresh?: FreshBodies;
@@ -79,6 +79,8 @@ const hasOtherTransferCoding = (value: string): boolean => value.split(',').some
  */
 export class Ingress {
   private readonly endpoints = new Map<string, EndpointRuntime>();
+  /** Webhook requests to a configured endpoint between arrival and answer (the offload lane's "busy"). */
+  private inProgress = 0;
 
   constructor(endpoints: readonly EndpointConfig[], private readonly deps: IngressDeps) {
     for (const e of endpoints) {
@@ -95,6 +97,7 @@ export class Ingress {
     }
     // So are the requests that name no configured endpoint, with the outcomes they can have.
     deps.metrics.requests.inc([UNKNOWN, 'rejected'], 0);
+    if (deps.lane) for (const why of ['large', 'busy'] as const) deps.metrics.offloaded.inc([why], 0);
     for (const outcome of ['malformed', 'rejected'] as const) deps.metrics.requests.inc([UNPARSED, outcome], 0);
   }
 
@@ -111,7 +114,12 @@ export class Ingress {
     try {
       if (refusal) throw refusal;
       if (!ep) throw new IngressError('unknown_endpoint', `no endpoint "${endpointId}"`);
-      result = await this.pipeline(req, res, ep, startedAt, verified);
+      this.inProgress++;
+      try {
+        result = await this.pipeline(req, res, ep, startedAt, verified);
+      } finally {
+        this.inProgress--;
+      }
     } catch (err) {
       let e = toIngressError(err, this.deps.log);
       // server.ts answered the connection itself (a request timeout's 408, bytes the parser refused),
@@ -239,7 +247,9 @@ export class Ingress {
       // 7. Only now parse the verified body: one or more logical events. A large one is parsed
       // and sealed on the helper thread (after which `body` may be empty: its memory moved there).
       const lane = this.deps.lane;
-      const sent = lane?.applies(adapter, body) ? lane.run(config, snapshot, meta, body, cipher) : null;
+      const why = lane?.applies(adapter, body, this.inProgress);
+      const sent = why ? lane!.run(config, snapshot, meta, body, cipher) : null;
+      if (sent) this.deps.metrics.offloaded.inc([why!]);
       const offloaded = sent ? await sent : undefined;
       // An offloaded envelope was made storable on the helper thread, where its body is.
       const envelopes: readonly Envelope[] = offloaded ? [offloaded.envelope]

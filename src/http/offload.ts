@@ -41,11 +41,34 @@ export function offloadThreshold(configured: number | undefined, workersInProces
   return configured ?? (workersInProcess ? 0 : DEFAULT_OFFLOAD_BODY_BYTES);
 }
 
+/** Why a verified body went to the helper thread: its size, or an event loop with many requests in progress. */
+export type OffloadReason = 'large' | 'busy';
+
+/**
+ * limits.offloadWhenInFlight's default on PostgreSQL: from this many webhook requests in progress
+ * (received, not yet answered), every verified body goes to the helper thread, not only a large
+ * one. There the event loop is the bottleneck at high rates (the database works in its own
+ * process), and a small body's parse, hash and seal (~35 µs of a 10 KiB event) cost it more than
+ * the round trip to the thread does once messages come many per wake-up. Measured on 2 cores
+ * (bench/RESULTS.md, 2026-12-06 "Latest"): at 6,500-7,000 req/s the server achieved 6,077-6,468
+ * req/s against 5,689-5,934 without it; at 2,000 req/s, where fewer requests are in progress,
+ * it changed nothing that showed; a threshold of 64 came too late (p99 at 6,000 req/s 277-326 ms
+ * against 48-97 at 16). On SQLite it is off: its writer thread is ours too and needs that core
+ * (at 6,500 req/s p99 265 against 63 ms, more CPU per request).
+ */
+export const DEFAULT_OFFLOAD_WHEN_IN_FLIGHT = 16;
+
+/** limits.offloadWhenInFlight, or its default for the store (0 = only large bodies go to the helper thread). */
+export function offloadWhenInFlight(configured: number | undefined, store: 'sqlite' | 'postgres'): number {
+  return configured ?? (store === 'postgres' ? DEFAULT_OFFLOAD_WHEN_IN_FLIGHT : 0);
+}
+
 /**
  * One helper thread that parses and seals large verified bodies, so the event loop never holds
  * a 1 MiB JSON.parse, its 1 MiB strings and their garbage while every other request waits
  * (measured: event-loop delay max 63 ms at 2,000 req/s with 0.3 % of bodies at 1 MiB). Small
- * bodies stay on the event loop: for them the round trip costs more than the parse. Verification
+ * bodies stay on the event loop while it has time for them: one at a time, the round trip costs
+ * more than the parse; with many requests in progress (whenInFlight) they go too. Verification
  * never moves: only bytes whose signature and freshness were checked are sent here.
  */
 export class OffloadLane {
@@ -68,14 +91,23 @@ export class OffloadLane {
     stopped: (cause) => new Error(`parse thread stopped: ${cause.message}`),
   });
 
-  constructor(readonly minBytes: number, private readonly env: NodeJS.ProcessEnv = process.env) {}
+  constructor(
+    readonly minBytes: number,
+    /** From this many requests in progress, smaller bodies go too (0 = never): offloadWhenInFlight. */
+    readonly whenInFlight = 0,
+    private readonly env: NodeJS.ProcessEnv = process.env,
+  ) {}
 
   /**
-   * Only single-event adapters with a pure `envelope` (their answer does not depend on which
-   * events were accepted): a multi-event adapter may hand verify's work to `envelopes` by Buffer.
+   * Whether this verified body goes to the helper thread, and why; undefined = it stays on the
+   * event loop. Only single-event adapters with a pure `envelope` (their answer does not depend
+   * on which events were accepted): a multi-event adapter may hand verify's work to `envelopes`
+   * by Buffer. `inProgress` counts this request too.
    */
-  applies(adapter: ProviderAdapter, body: Buffer): boolean {
-    return this.minBytes > 0 && body.length >= this.minBytes && !adapter.envelopes && !adapter.acceptedReply;
+  applies(adapter: ProviderAdapter, body: Buffer, inProgress: number): OffloadReason | undefined {
+    if (this.minBytes <= 0 || adapter.envelopes || adapter.acceptedReply) return undefined;
+    if (body.length >= this.minBytes) return 'large';
+    return this.whenInFlight > 0 && inProgress >= this.whenInFlight ? 'busy' : undefined;
   }
 
   /**

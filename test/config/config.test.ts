@@ -55,6 +55,7 @@ describe('config validation names the bad path', () => {
     ['maxConnections on a nats destination', { ...base(), destinations: [{ id: 'bus', type: 'nats', url: 'nats://127.0.0.1:4222', subject: 's', maxConnections: 4 }] }, /^destinations\[0\]\.maxConnections: unknown key/],
     ['groupCommit.maxBatchBytes below 64 KiB', { ...base(), groupCommit: { maxBatchBytes: 1000 } }, /^groupCommit\.maxBatchBytes: must be an integer from 65536/],
     ['offloadBodyBytes negative', { ...base(), limits: { offloadBodyBytes: -1 } }, /^limits\.offloadBodyBytes: must be an integer/],
+    ['offloadWhenInFlight not an integer', { ...base(), limits: { offloadWhenInFlight: 1.5 } }, /^limits\.offloadWhenInFlight: must be an integer/],
     ['compressBodyBytes not a number', { ...base(), limits: { compressBodyBytes: 'big' } }, /^limits\.compressBodyBytes: must be an integer/],
     ['a body the in-flight budget can never hold', { ...base(), limits: { maxInFlightBodyBytes: 1048576 }, endpoints: [{ id: 's', provider: 'stripe', secrets: [{ version: 'v1', value: 'whsec_x' }], maxBodyBytes: 8388608 }] },
       /^endpoints\[0\]\.maxBodyBytes: 8388608 is more than a body can ever hold in memory: .*at most 524288/],
@@ -164,6 +165,7 @@ describe('config validation names the bad path', () => {
     expect(c.endpoints[0]).toMatchObject({ maxBodyBytes: 1048576, toleranceSeconds: 300, events: undefined, rateLimit: undefined });
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
     expect(c.limits.offloadBodyBytes).toBeUndefined(); // the process decides: http/offload.ts offloadThreshold
+    expect(c.limits.offloadWhenInFlight).toBeUndefined(); // the store decides: http/offload.ts offloadWhenInFlight
     expect(c.limits.compressBodyBytes).toBe(256 * 1024);
     expect(c.limits.minBodyBytesPerSecond).toBe(64 * 1024);
     expect(c.groupCommit).toEqual({ maxBatch: 256, maxBatchBytes: 4 * 1024 * 1024, maxWaitMs: undefined, maxInFlight: undefined, commitTimeoutMs: 10_000 });

@@ -2,11 +2,12 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
 import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
-import { OFFLOAD_THREAD_NICE_STEPS, OffloadLane, offloadThreshold } from '../../src/http/offload.js';
+import { DEFAULT_OFFLOAD_WHEN_IN_FLIGHT, OFFLOAD_THREAD_NICE_STEPS, OffloadLane, offloadThreshold, offloadWhenInFlight } from '../../src/http/offload.js';
 import { viewOf } from '../../src/http/request-view.js';
 import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
+import { changes, scrape } from '../helpers/metric-samples.js';
 import { describeEachStore } from '../helpers/stores.js';
 import { CASES } from './cases/index.js';
 import { RICH, signed } from './cases/types.js';
@@ -120,6 +121,73 @@ describe('a request snapshot cloned to the helper thread', () => {
     expect(view.all('__proto__')).toEqual([]);
     expect(view.mediaType).toBe('application/json');
     expect(view.target).toBe('/webhooks/x?a=1');
+  });
+});
+
+describeEachStore('small bodies on the helper thread while many requests are in progress (limits.offloadWhenInFlight)', (kind) => {
+  const stripe = CASES.find((c) => c.name === 'stripe')!;
+  const OFFLOADED = 'webhook_offloaded_bodies_total';
+  let apps: TestApp[] = [];
+  const start = async (whenInFlight: number) => {
+    // Large bodies from 256 KiB (the default where no workers share the process): RICH events are ~2 KiB.
+    const app = await startTestApp(kind, { endpoints: [stripe.config], limits: { offloadBodyBytes: 256 * 1024, offloadWhenInFlight: whenInFlight } });
+    apps.push(app);
+    return app;
+  };
+  afterAll(async () => {
+    await Promise.all(apps.map((a) => a.stop()));
+    apps = [];
+  });
+  /** Posts events and checks each is stored exactly (row, hash, the sealed bytes), as on the event loop. */
+  const postAndCheck = async (app: TestApp, events: ReturnType<typeof stripe.make>[]) => {
+    const answers = await Promise.all(events.map((m) => post(`${app.url}/webhooks/${stripe.endpoint}`, m.body, signed(stripe, m))));
+    for (const [i, r] of answers.entries()) {
+      expect(r.status, r.text).toBe(200);
+      expect(r.json()).toEqual({ inbox_id: expect.any(String), duplicate: false });
+      const row = (await app.store.getInbox(r.json().inbox_id))!;
+      expect(row.providerEventId).toBe(events[i]!.key);
+      expect(row.payloadHash.equals(sha256(events[i]!.body))).toBe(true);
+      const sealed = await app.store.getPayload(row.rawPayloadRef!);
+      expect(app.keyring.cipher!.open(sealed!, { provider: 'stripe', endpointId: stripe.endpoint, providerEventId: events[i]!.key }).equals(events[i]!.body)).toBe(true);
+    }
+    return answers;
+  };
+
+  it('from 1 in progress (every request counts itself), a small body goes there as "busy" and is stored exactly; its retry is a duplicate', async () => {
+    const app = await start(1);
+    const before = await scrape(app.url);
+    const m = stripe.make(RICH);
+    expect(m.body.length).toBeLessThan(256 * 1024);
+    const [r] = await postAndCheck(app, [m]);
+    const again = await post(`${app.url}/webhooks/${stripe.endpoint}`, m.body, signed(stripe, m));
+    expect(again.json()).toEqual({ inbox_id: r!.json().inbox_id, duplicate: true });
+    expect(changes(before, await scrape(app.url), OFFLOADED)).toEqual({ [`${OFFLOADED}{reason="busy"}`]: 2 });
+  });
+
+  it('below the threshold a small body stays on the event loop: one request at a time never reaches 3 in progress', async () => {
+    const app = await start(3);
+    const before = await scrape(app.url);
+    for (let i = 0; i < 5; i++) await postAndCheck(app, [stripe.make(RICH)]);
+    expect(changes(before, await scrape(app.url), OFFLOADED)).toEqual({});
+  });
+
+  it('30 sent at once: those past the threshold go there, and every one is stored exactly', async () => {
+    const app = await start(3);
+    const before = await scrape(app.url);
+    await postAndCheck(app, Array.from({ length: 30 }, () => stripe.make(RICH)));
+    const busy = changes(before, await scrape(app.url), OFFLOADED)[`${OFFLOADED}{reason="busy"}`] ?? 0;
+    expect(busy).toBeGreaterThan(0);
+    expect(busy).toBeLessThanOrEqual(28); // the first two to arrive found fewer than 3 in progress
+  });
+});
+
+describe('offloadWhenInFlight', () => {
+  it('defaults to on for PostgreSQL and off for SQLite (whose writer thread needs the other core); a configured value always wins', () => {
+    expect(offloadWhenInFlight(undefined, 'postgres')).toBe(DEFAULT_OFFLOAD_WHEN_IN_FLIGHT);
+    expect(DEFAULT_OFFLOAD_WHEN_IN_FLIGHT).toBe(16);
+    expect(offloadWhenInFlight(undefined, 'sqlite')).toBe(0);
+    expect(offloadWhenInFlight(0, 'postgres')).toBe(0);
+    expect(offloadWhenInFlight(4, 'sqlite')).toBe(4);
   });
 });
 
