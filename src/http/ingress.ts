@@ -244,8 +244,9 @@ export class Ingress {
         sendReply(res, handshake);
         return { status: handshake.status, outcome: 'handshake' };
       }
-      // 7. Only now parse the verified body: one or more logical events. A large one is parsed
-      // and sealed on the helper thread (after which `body` may be empty: its memory moved there).
+      // 7. Only now parse the verified body: one or more logical events. A large one, and any one
+      // while many requests are in progress, is parsed and sealed on the helper thread (after
+      // which `body` may be empty: its memory moved there).
       const lane = this.deps.lane;
       const why = lane?.applies(adapter, body, this.inProgress);
       const sent = why ? lane!.run(config, snapshot, meta, body, cipher) : null;
