@@ -57,10 +57,10 @@ export interface Config {
      */
     readonly offloadBodyBytes: number | undefined;
     /**
-     * With the helper thread on (offloadBodyBytes): from this many webhook requests in progress,
-     * every verified body is parsed and sealed there, not only a large one, so a busy event loop
-     * keeps only HTTP and verification; 0 = never; undefined = the store's default (PostgreSQL
-     * 16, SQLite 0: http/offload.ts offloadWhenInFlight).
+     * With the helper thread on (offloadBodyBytes): once this many webhook requests have been in
+     * progress for BUSY_HOLD_MS (250), every verified body is parsed and sealed there, not only a
+     * large one, so a saturated event loop keeps only HTTP and verification; 0 = never; undefined
+     * = the store's default (PostgreSQL 16, SQLite 0: http/offload.ts offloadWhenInFlight).
      */
     readonly offloadWhenInFlight: number | undefined;
     /**

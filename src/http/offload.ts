@@ -51,12 +51,22 @@ export type OffloadReason = 'large' | 'busy';
  * process), and a small body's parse, hash and seal (~35 µs of a 10 KiB event) cost it more than
  * the round trip to the thread does once messages come many per wake-up. Measured on 2 cores
  * (bench/RESULTS.md, 2026-12-06 "Latest"): at 6,500-7,000 req/s the server achieved 6,077-6,468
- * req/s against 5,689-5,934 without it; at 2,000 req/s, where fewer requests are in progress,
- * it changed nothing that showed; a threshold of 64 came too late (p99 at 6,000 req/s 277-326 ms
- * against 48-97 at 16). On SQLite it is off: its writer thread is ours too and needs that core
+ * req/s against 5,689-5,934 without it (with no hold); at 2,000 req/s it is reached only in
+ * bursts, which BUSY_HOLD_MS leaves alone; a threshold of 64 came too late (p99 at 6,000 req/s
+ * 277-326 ms against 48-97 at 16). On SQLite it is off: its writer thread is ours too and needs that core
  * (at 6,500 req/s p99 265 against 63 ms, more CPU per request).
  */
 export const DEFAULT_OFFLOAD_WHEN_IN_FLIGHT = 16;
+
+/**
+ * "Busy" must last this long (every request sampled at its step 7 at or over whenInFlight since)
+ * before small bodies go: a stall of the box at a moderate rate also piles up requests for ~100 ms,
+ * and handing them to a thread 10 nice steps down then lengthened it (at 2,000 req/s p99 worse in
+ * 12 of 15 alternating pairs with thresholds 8-48 and no hold); a server past what its event loop
+ * can do stays busy. With 250 ms: at 2,000 req/s 21.3 / 29.9 / 27.3 against 25.7 / 24.7 / 52.8 ms,
+ * and at 6,500 req/s still 6-7 % more achieved (bench/RESULTS.md, 2026-12-06 "Latest").
+ */
+export const BUSY_HOLD_MS = 250;
 
 /** limits.offloadWhenInFlight, or its default for the store (0 = only large bodies go to the helper thread). */
 export function offloadWhenInFlight(configured: number | undefined, store: 'sqlite' | 'postgres'): number {
@@ -72,6 +82,8 @@ export function offloadWhenInFlight(configured: number | undefined, store: 'sqli
  * never moves: only bytes whose signature and freshness were checked are sent here.
  */
 export class OffloadLane {
+  /** When the requests in progress last reached whenInFlight (undefined: below it at the last sample). */
+  private busySince: number | undefined;
   // A dead thread fails the requests it held (nothing of them was accepted: each answers 503
   // and the provider retries); the next large body starts a new one.
   private readonly calls = new WorkerCalls<Reply>({
@@ -102,12 +114,19 @@ export class OffloadLane {
    * Whether this verified body goes to the helper thread, and why; undefined = it stays on the
    * event loop. Only single-event adapters with a pure `envelope` (their answer does not depend
    * on which events were accepted): a multi-event adapter may hand verify's work to `envelopes`
-   * by Buffer. `inProgress` counts this request too.
+   * by Buffer. `inProgress` counts this request too; a small body goes only once that count has
+   * stayed at or over whenInFlight for BUSY_HOLD_MS.
    */
   applies(adapter: ProviderAdapter, body: Buffer, inProgress: number): OffloadReason | undefined {
     if (this.minBytes <= 0 || adapter.envelopes || adapter.acceptedReply) return undefined;
     if (body.length >= this.minBytes) return 'large';
-    return this.whenInFlight > 0 && inProgress >= this.whenInFlight ? 'busy' : undefined;
+    if (this.whenInFlight <= 0 || inProgress < this.whenInFlight) {
+      this.busySince = undefined;
+      return undefined;
+    }
+    const now = performance.now();
+    this.busySince ??= now;
+    return now - this.busySince >= BUSY_HOLD_MS ? 'busy' : undefined;
   }
 
   /**

@@ -1,8 +1,9 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
 import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
-import { DEFAULT_OFFLOAD_WHEN_IN_FLIGHT, OFFLOAD_THREAD_NICE_STEPS, OffloadLane, offloadThreshold, offloadWhenInFlight } from '../../src/http/offload.js';
+import { BUSY_HOLD_MS, DEFAULT_OFFLOAD_WHEN_IN_FLIGHT, OFFLOAD_THREAD_NICE_STEPS, OffloadLane, offloadThreshold, offloadWhenInFlight } from '../../src/http/offload.js';
 import { viewOf } from '../../src/http/request-view.js';
 import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
@@ -153,11 +154,15 @@ describeEachStore('small bodies on the helper thread while many requests are in 
     return answers;
   };
 
-  it('from 1 in progress (every request counts itself), a small body goes there as "busy" and is stored exactly; its retry is a duplicate', async () => {
+  it('from 1 in progress (every request counts itself), busy once it has lasted BUSY_HOLD_MS: the first body stays, a later one goes as "busy"; both stored exactly', async () => {
     const app = await start(1);
     const before = await scrape(app.url);
+    const first = stripe.make(RICH);
+    expect(first.body.length).toBeLessThan(256 * 1024);
+    await postAndCheck(app, [first]); // starts the hold: not yet busy long enough
+    expect(changes(before, await scrape(app.url), OFFLOADED)).toEqual({});
+    await sleep(BUSY_HOLD_MS + 50);
     const m = stripe.make(RICH);
-    expect(m.body.length).toBeLessThan(256 * 1024);
     const [r] = await postAndCheck(app, [m]);
     const again = await post(`${app.url}/webhooks/${stripe.endpoint}`, m.body, signed(stripe, m));
     expect(again.json()).toEqual({ inbox_id: r!.json().inbox_id, duplicate: true });
@@ -167,17 +172,43 @@ describeEachStore('small bodies on the helper thread while many requests are in 
   it('below the threshold a small body stays on the event loop: one request at a time never reaches 3 in progress', async () => {
     const app = await start(3);
     const before = await scrape(app.url);
-    for (let i = 0; i < 5; i++) await postAndCheck(app, [stripe.make(RICH)]);
+    for (let i = 0; i < 4; i++) await postAndCheck(app, [stripe.make(RICH)]);
+    await sleep(BUSY_HOLD_MS + 50);
+    await postAndCheck(app, [stripe.make(RICH)]);
     expect(changes(before, await scrape(app.url), OFFLOADED)).toEqual({});
   });
 
-  it('30 sent at once: those past the threshold go there, and every one is stored exactly', async () => {
-    const app = await start(3);
-    const before = await scrape(app.url);
-    await postAndCheck(app, Array.from({ length: 30 }, () => stripe.make(RICH)));
-    const busy = changes(before, await scrape(app.url), OFFLOADED)[`${OFFLOADED}{reason="busy"}`] ?? 0;
-    expect(busy).toBeGreaterThan(0);
-    expect(busy).toBeLessThanOrEqual(28); // the first two to arrive found fewer than 3 in progress
+});
+
+describe('OffloadLane.applies: when a small body counts as busy', () => {
+  const stripeAdapter = CASES.find((c) => c.name === 'stripe')!.adapter;
+  const small = Buffer.alloc(1000);
+  it('only after every sample for BUSY_HOLD_MS was at or over the threshold; one sample below starts it again', async () => {
+    const lane = new OffloadLane(256 * 1024, 16);
+    expect(lane.applies(stripeAdapter, Buffer.alloc(256 * 1024), 0)).toBe('large');
+    expect(lane.applies(stripeAdapter, small, 15)).toBeUndefined();
+    expect(lane.applies(stripeAdapter, small, 16)).toBeUndefined(); // busy starts now
+    await sleep(BUSY_HOLD_MS / 2);
+    expect(lane.applies(stripeAdapter, small, 40)).toBeUndefined();
+    await sleep(BUSY_HOLD_MS / 2 + 20);
+    expect(lane.applies(stripeAdapter, small, 17)).toBe('busy');
+    expect(lane.applies(stripeAdapter, small, 3)).toBeUndefined(); // a burst ended: the hold starts again
+    expect(lane.applies(stripeAdapter, small, 20)).toBeUndefined();
+    await sleep(BUSY_HOLD_MS + 20);
+    expect(lane.applies(stripeAdapter, small, 20)).toBe('busy');
+    await lane.close();
+  });
+
+  it('never with whenInFlight 0, nor for a multi-event adapter', async () => {
+    const off = new OffloadLane(256 * 1024, 0);
+    expect(off.applies(stripeAdapter, small, 1000)).toBeUndefined();
+    const multi = CASES.find((c) => c.adapter.envelopes)!.adapter;
+    const lane = new OffloadLane(256 * 1024, 1);
+    lane.applies(stripeAdapter, small, 5);
+    await sleep(BUSY_HOLD_MS + 20);
+    expect(lane.applies(multi, small, 5)).toBeUndefined();
+    expect(lane.applies(stripeAdapter, small, 5)).toBe('busy');
+    await Promise.all([off.close(), lane.close()]);
   });
 });
 
