@@ -63,8 +63,9 @@ export const DEFAULT_OFFLOAD_WHEN_IN_FLIGHT = 16;
  * before small bodies go: a stall of the box at a moderate rate also piles up requests for ~100 ms,
  * and handing them to a thread 10 nice steps down then lengthened it (at 2,000 req/s p99 worse in
  * 12 of 15 alternating pairs with thresholds 8-48 and no hold); a server past what its event loop
- * can do stays busy. With 250 ms: at 2,000 req/s 21.3 / 29.9 / 27.3 against 25.7 / 24.7 / 52.8 ms,
- * and at 6,500 req/s still 6-7 % more achieved (bench/RESULTS.md, 2026-12-06 "Latest").
+ * can do stays busy. With 250 ms, 12 pairs at 2,000 req/s: median p99 27.7 against 25.5 ms, over
+ * 50 ms once each (no difference the pairs can show); at 6,500 req/s still 6-7 % more achieved
+ * (bench/RESULTS.md, 2026-12-06 "Latest").
  */
 export const BUSY_HOLD_MS = 250;
 
