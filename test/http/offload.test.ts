@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
-import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
+import { PayloadCipher, sha256, type PayloadBinding } from '../../src/crypto/payload-cipher.js';
 import { BUSY_HOLD_MS, DEFAULT_OFFLOAD_WHEN_IN_FLIGHT, OFFLOAD_THREAD_NICE_STEPS, OffloadLane, offloadThreshold, offloadWhenInFlight } from '../../src/http/offload.js';
 import { viewOf } from '../../src/http/request-view.js';
 import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
@@ -19,6 +19,12 @@ import { RICH, signed } from './cases/types.js';
  * it: the stored row, hash and bytes must be exactly what the event-loop path stores, and a
  * parse failure there must answer as it does on the event loop.
  */
+
+/** A row's stored payload, opened under the binding its event should have (it fails to open under any other). */
+async function storedBytes(app: TestApp, row: { readonly rawPayloadRef: string | null }, binding: PayloadBinding): Promise<Buffer> {
+  const sealed = await app.store.getPayload(row.rawPayloadRef!);
+  return app.keyring.cipher!.open(sealed!, binding);
+}
 
 describeEachStore('large bodies parsed and sealed off the event loop', (kind) => {
   let app: TestApp;
@@ -49,8 +55,7 @@ describeEachStore('large bodies parsed and sealed off the event loop', (kind) =>
     const row = (await app.store.getInbox(r.json().inbox_id))!;
     expect(row).toMatchObject({ provider: c.name, endpointId: c.endpoint, providerEventId: m.key, eventType: m.type, matchedSecretVersion: 'v2' });
     expect(row.payloadHash.equals(sha256(m.body))).toBe(true);
-    const sealed = await app.store.getPayload(row.rawPayloadRef!);
-    expect(app.keyring.cipher!.open(sealed!, { provider: c.name, endpointId: c.endpoint, providerEventId: m.key }).equals(m.body)).toBe(true);
+    expect((await storedBytes(app, row, { provider: c.name, endpointId: c.endpoint, providerEventId: m.key })).equals(m.body)).toBe(true);
     const again = await post(`${app.url}/webhooks/${c.endpoint}`, m.body, headers);
     expect(again.json()).toEqual({ inbox_id: row.inboxId, duplicate: true });
   });
@@ -81,8 +86,7 @@ describeEachStore('large bodies parsed and sealed off the event loop', (kind) =>
       expect(r.status, r.text).toBe(200);
       const row = (await app.store.getInbox(r.json().inbox_id))!;
       expect(row.providerEventId).toBe(bodies[i]!.key);
-      const sealed = await app.store.getPayload(row.rawPayloadRef!);
-      expect(app.keyring.cipher!.open(sealed!, { provider: 'stripe', endpointId: stripe.endpoint, providerEventId: bodies[i]!.key }).equals(bodies[i]!.body)).toBe(true);
+      expect((await storedBytes(app, row, { provider: 'stripe', endpointId: stripe.endpoint, providerEventId: bodies[i]!.key })).equals(bodies[i]!.body)).toBe(true);
     }
   });
 });
@@ -107,8 +111,7 @@ describe('an adapter whose options hold ${env:} secrets, on the helper thread', 
     expect(r.status, r.text).toBe(200);
     const row = (await app.store.getInbox(r.json().inbox_id))!;
     expect(row.providerEventId).toBe(m.key);
-    const sealed = await app.store.getPayload(row.rawPayloadRef!);
-    expect(app.keyring.cipher!.open(sealed!, { provider: 'checkout', endpointId: checkout.endpoint, providerEventId: m.key }).equals(m.body)).toBe(true);
+    expect((await storedBytes(app, row, { provider: 'checkout', endpointId: checkout.endpoint, providerEventId: m.key })).equals(m.body)).toBe(true);
   });
 });
 
@@ -148,8 +151,7 @@ describeEachStore('small bodies on the helper thread while many requests are in 
       const row = (await app.store.getInbox(r.json().inbox_id))!;
       expect(row.providerEventId).toBe(events[i]!.key);
       expect(row.payloadHash.equals(sha256(events[i]!.body))).toBe(true);
-      const sealed = await app.store.getPayload(row.rawPayloadRef!);
-      expect(app.keyring.cipher!.open(sealed!, { provider: 'stripe', endpointId: stripe.endpoint, providerEventId: events[i]!.key }).equals(events[i]!.body)).toBe(true);
+      expect((await storedBytes(app, row, { provider: 'stripe', endpointId: stripe.endpoint, providerEventId: events[i]!.key })).equals(events[i]!.body)).toBe(true);
     }
     return answers;
   };
