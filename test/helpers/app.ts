@@ -3,6 +3,7 @@ import pino, { type Logger } from 'pino';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { parseConfig } from '../../src/config/schema.js';
 import type { PruneSchedule } from '../../src/store/pruner.js';
+import type { PayloadBinding } from '../../src/crypto/payload-cipher.js';
 import { freshDatabase, type TestDatabase } from './stores.js';
 
 export const PAYLOAD_KEY = Buffer.alloc(32, 7).toString('base64');
@@ -60,4 +61,19 @@ export async function startTestApp(
       await db.cleanup();
     },
   });
+}
+
+/**
+ * A row's stored payload, opened under `binding` (by default the row's own key). Pass the binding
+ * the event should have, not the row, where the row's key is itself under test: a ciphertext
+ * opens under its own binding only.
+ */
+export async function storedBytes(
+  app: Pick<RunningApp, 'store' | 'keyring'>,
+  row: { readonly rawPayloadRef: string | null } & PayloadBinding,
+  binding: PayloadBinding = row,
+): Promise<Buffer> {
+  const sealed = await app.store.getPayload(row.rawPayloadRef!);
+  if (!sealed) throw new Error(`no stored payload for ${row.providerEventId}`);
+  return app.keyring.cipher!.open(sealed, binding);
 }

@@ -2,10 +2,10 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
-import { PayloadCipher, sha256, type PayloadBinding } from '../../src/crypto/payload-cipher.js';
+import { PayloadCipher, sha256 } from '../../src/crypto/payload-cipher.js';
 import { BUSY_HOLD_MS, DEFAULT_OFFLOAD_WHEN_IN_FLIGHT, OFFLOAD_THREAD_NICE_STEPS, OffloadLane, offloadThreshold, offloadWhenInFlight } from '../../src/http/offload.js';
 import { viewOf } from '../../src/http/request-view.js';
-import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
+import { configDoc, startTestApp, storedBytes, type TestApp } from '../helpers/app.js';
 import { stripeEvent, stripeHeaders } from '../helpers/events.js';
 import { post } from '../helpers/http.js';
 import { changes, scrape } from '../helpers/metric-samples.js';
@@ -19,12 +19,6 @@ import { RICH, signed } from './cases/types.js';
  * it: the stored row, hash and bytes must be exactly what the event-loop path stores, and a
  * parse failure there must answer as it does on the event loop.
  */
-
-/** A row's stored payload, opened under the binding its event should have (it fails to open under any other). */
-async function storedBytes(app: TestApp, row: { readonly rawPayloadRef: string | null }, binding: PayloadBinding): Promise<Buffer> {
-  const sealed = await app.store.getPayload(row.rawPayloadRef!);
-  return app.keyring.cipher!.open(sealed!, binding);
-}
 
 describeEachStore('large bodies parsed and sealed off the event loop', (kind) => {
   let app: TestApp;

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sha256 } from '../../src/crypto/payload-cipher.js';
 import type { InboxRow } from '../../src/store/port.js';
-import { startTestApp, type TestApp } from '../helpers/app.js';
+import { startTestApp, storedBytes, type TestApp } from '../helpers/app.js';
 import { post, rawExchange, statusOf } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
 import { CASES } from './cases/index.js';
@@ -80,8 +80,7 @@ describeEachStore('signature verification over HTTP', (kind) => {
       expect(m.body.length).toBeGreaterThan(m.body.toString('utf8').length); // more bytes than UTF-16 code units
       const row = await expectAccepted(c, m, signed(c, m));
       expect(row.matchedSecretVersion).toBe('v2');
-      const sealed = await app.store.getPayload(row.rawPayloadRef!);
-      const plain = app.keyring.cipher!.open(sealed!, { provider: c.name, endpointId: c.endpoint, providerEventId: m.key });
+      const plain = await storedBytes(app, row, { provider: c.name, endpointId: c.endpoint, providerEventId: m.key });
       expect(plain.equals(m.body)).toBe(true);
     });
 

@@ -10,9 +10,8 @@ import type { ProviderAdapter, SignatureMetadata } from '../../src/providers/con
 import { JsonSliceError, topLevelArrayElements } from '../../src/providers/json-slices.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
 import type { InboxRow } from '../../src/store/port.js';
-import { configDoc } from '../helpers/app.js';
 import { reasonOf, thrownBy, trustedKeys, view } from '../helpers/adapter.js';
-import { startTestApp, type TestApp } from '../helpers/app.js';
+import { configDoc, startTestApp, storedBytes, type TestApp } from '../helpers/app.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
 
@@ -661,11 +660,6 @@ describeEachStore('adyen over HTTP', (kind) => {
     return rows.filter((r): r is InboxRow => r !== null && r.endpointId === endpointId && r.providerEventId === key);
   }
 
-  async function storedBytes(row: InboxRow): Promise<Buffer> {
-    const sealed = await app.store.getPayload(row.rawPayloadRef!);
-    return app.keyring.cipher!.open(sealed!, { provider: 'adyen', endpointId: row.endpointId, providerEventId: row.providerEventId });
-  }
-
   async function expectRejected(body: Buffer, status: number, reason: string, headers: Record<string, string> = {}, endpoint = ENDPOINT): Promise<void> {
     const before = await app.store.countRows();
     const r = await send(body, headers, endpoint);
@@ -709,12 +703,12 @@ describeEachStore('adyen over HTTP', (kind) => {
       expect(row).toMatchObject({ provider: 'adyen', eventType: d.items[i]!.eventCode, objectId: d.payment, matchedSecretVersion: 'v2', status: 'PENDING', verification: 'signature' });
       const slice = Buffer.from(d.elements[i]!, 'utf8');
       expect(row.payloadHash.equals(sha256(slice))).toBe(true);
-      expect((await storedBytes(row)).equals(slice)).toBe(true);
+      expect((await storedBytes(app, row)).equals(slice)).toBe(true);
     }
     const first = (await rowsFor(ENDPOINT, d.keys[0]!))[0]!;
     expect(first.objectVersion).toBe('2024-05-01T10:00:00.000Z');
     expect(first.providerCreatedAtMs).toBe(Date.parse('2024-05-01T10:00:00Z'));
-    expect(JSON.parse((await storedBytes(first)).toString('utf8')).NotificationRequestItem.merchantReference).toBe(`order ${RICH}`);
+    expect(JSON.parse((await storedBytes(app, first)).toString('utf8')).NotificationRequestItem.merchantReference).toBe(`order ${RICH}`);
   });
 
   it('redelivery of the same 3 items → [accepted], 3 duplicates: no new row, the same inbox ids', async () => {
@@ -750,7 +744,7 @@ describeEachStore('adyen over HTTP', (kind) => {
     const changed = Buffer.from(d.body.toString('utf8').replace('"authCode": "058705"', '"authCode": "FORGED"'));
     await expectAccepted(changed, 3);
     const row = (await rowsFor(ENDPOINT, d.keys[0]!))[0]!;
-    expect((await storedBytes(row)).toString('utf8')).toContain('"authCode": "FORGED"');
+    expect((await storedBytes(app, row)).toString('utf8')).toContain('"authCode": "FORGED"');
   });
 
   it('wrong key → 401 invalid_signature; a retired version (v0) → 401 invalid_signature', async () => {

@@ -4,7 +4,7 @@ import { parseConfig } from '../../src/config/schema.js';
 import { HandlerRegistry, type InboxEvent } from '../../src/engine/handlers.js';
 import type { ProviderAdapter } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
-import { configDoc, startTestApp, type TestApp } from '../helpers/app.js';
+import { configDoc, startTestApp, storedBytes, type TestApp } from '../helpers/app.js';
 import { reasonOf, trustedKeys, verifyWith, view } from '../helpers/adapter.js';
 import { FAST_WORKERS, waitFor } from '../helpers/engine.js';
 import { post } from '../helpers/http.js';
@@ -110,7 +110,7 @@ describeEachStore('mollie classic notices over HTTP', (kind) => {
     expect(r.json()).toEqual({ inbox_id: expect.any(String), duplicate: false });
     const row = await app.store.getInbox(r.json().inbox_id);
     expect(row).toMatchObject({ provider: 'mollie', endpointId: 'mollie-classic', eventType: 'payment.changed', objectId: 'tr_first1', verification: 'fetch-required', matchedSecretVersion: 'unsigned', status: 'PENDING' });
-    const plain = app.keyring.cipher!.open((await app.store.getPayload(row!.rawPayloadRef!))!, { provider: 'mollie', endpointId: 'mollie-classic', providerEventId: row!.providerEventId });
+    const plain = await storedBytes(app, row!);
     expect(plain.toString()).toBe('id=tr_first1');
     // What operators see (`events show`) says so too.
     expect((await app.store.getEvent(row!.inboxId))!.verification).toBe('fetch-required');

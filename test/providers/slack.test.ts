@@ -5,7 +5,7 @@ import { hmac, type TrustedKey } from '../../src/crypto/hmac.js';
 import type { ProviderAdapter, SignatureMetadata } from '../../src/providers/contract.js';
 import { PROVIDERS } from '../../src/providers/registry.js';
 import { expectedFirst, reasonOf, trustedKeys, verifyWith, view } from '../helpers/adapter.js';
-import { startTestApp, type TestApp } from '../helpers/app.js';
+import { startTestApp, storedBytes, type TestApp } from '../helpers/app.js';
 import { post } from '../helpers/http.js';
 import { describeEachStore } from '../helpers/stores.js';
 
@@ -375,8 +375,7 @@ describeEachStore('slack over HTTP', (kind) => {
       expect(rows).toHaveLength(1);
       expect(rows[0]).toMatchObject({ provider: 'slack', eventType: '/deploy', objectId: 'C2147483705', matchedSecretVersion: 'v2', status: 'PENDING' });
       // The stored bytes are exactly what arrived, and parse into the command's fields for the handler.
-      const sealed = await app.store.getPayload(rows[0]!.rawPayloadRef!);
-      const plain = app.keyring.cipher!.open(sealed!, { provider: 'slack', endpointId: 'slack-app', providerEventId: `command:${trigger}` });
+      const plain = await storedBytes(app, rows[0]!, { provider: 'slack', endpointId: 'slack-app', providerEventId: `command:${trigger}` });
       expect(plain.equals(body)).toBe(true);
       expect(adapter.parsePayload!(plain)).toMatchObject({ command: '/deploy', text: 'prod café ☕', trigger_id: trigger });
       // The same request replayed (re-signed a moment later): acknowledged, still one row.
