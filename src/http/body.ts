@@ -87,9 +87,9 @@ export function readBody(
     let pace: NodeJS.Timeout | undefined;
     // Started a microtask later, by when a body that came in the same read as its headers (most
     // do) has been delivered: it then needs no timer at all. One that has not gets its timer, due
-    // as if set when the read began; only the saving depends on that order. A timer set and cleared per request
-    // was ~1 % of the event loop's time at PostgreSQL's top rate (timer-list insert and removal,
-    // the Timeout object); deferred, timers are ~0.1 % and the microtask ~0.25 %.
+    // as if set when the read began; only the saving depends on that order. A timer set and
+    // cleared per request was ~1 % of the event loop's time at PostgreSQL's top rate (timer-list
+    // insert and removal, the Timeout object); deferred, timers are ~0.1 % and the microtask ~0.25 %.
     const startPace = () => {
       if (done || minRate <= 0 || (declaredLength !== null && received >= declaredLength)) return;
       pace = setTimeout(checkPace, PACE_GRACE_MS + PACE_CHECK_MS - (performance.now() - started));

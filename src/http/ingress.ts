@@ -245,8 +245,8 @@ export class Ingress {
         return { status: handshake.status, outcome: 'handshake' };
       }
       // 7. Only now parse the verified body: one or more logical events. A large one, and any one
-      // while many requests have been in progress for a while, is parsed and sealed on the helper thread (after
-      // which `body` may be empty: its memory moved there).
+      // while many requests have been in progress for a while, is parsed and sealed on the helper
+      // thread (after which `body` may be empty: its memory moved there).
       const lane = this.deps.lane;
       const why = lane?.applies(adapter, body, this.inProgress);
       const sent = why ? lane!.run(config, snapshot, meta, body, cipher) : null;
