@@ -120,6 +120,35 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
       await withOptions.close();
     }
   });
+  /**
+   * backend_flush_after (session-defaults.ts): set on both pools' connections, before their first
+   * query, where the server's default (0) is in force; a value anyone chose is kept.
+   */
+  it('both pools start writeback of evicted pages early, unless the database or the URL chose a value', async () => {
+    const flushAfter = async (pool: pg.Pool) => ((await pool.query('SHOW backend_flush_after')).rows[0] as { backend_flush_after: string }).backend_flush_after;
+    const pools = (s: PostgresStore) => s as unknown as { pool: pg.Pool; workPool: pg.Pool };
+    const plain = (await admin.query('SHOW backend_flush_after')).rows[0].backend_flush_after;
+    expect(plain).toBe('0'); // the server's default: what a connection gets without us
+
+    expect(await flushAfter(pools(store).pool)).toBe('256kB');
+    expect(await flushAfter(pools(store).workPool)).toBe('256kB');
+
+    const url = new URL(db.url);
+    url.searchParams.set('options', '-c backend_flush_after=64kB');
+    const byUrl = new PostgresStore(url.toString());
+    const name = url.pathname.slice(1);
+    await admin.query(`ALTER DATABASE "${name}" SET backend_flush_after = 0`);
+    const byDatabase = new PostgresStore(db.url);
+    try {
+      expect(await flushAfter(pools(byUrl).pool)).toBe('64kB');
+      expect(await flushAfter(pools(byUrl).workPool)).toBe('64kB');
+      expect(await flushAfter(pools(byDatabase).pool)).toBe('0');
+      expect(await flushAfter(pools(byDatabase).workPool)).toBe('0');
+    } finally {
+      await byUrl.close();
+      await byDatabase.close();
+    }
+  });
   it('ping (for /readyz) fails on a database without this build\'s schema, and passes once migrated', async () => {
     const bare = await freshDatabase('postgres');
     const fresh = new PostgresStore(bare.url);

@@ -19,6 +19,7 @@ import { PgListener } from './listener.js';
 import { inLockOrder } from './lock-order.js';
 import { Notifier } from './notifier.js';
 import * as SQL from './sql.js';
+import { fillSessionDefaults } from './session-defaults.js';
 import { TxSlots } from './tx-slots.js';
 import { PgTx } from './tx.js';
 import * as W from './work-sql.js';
@@ -125,6 +126,7 @@ export class PostgresStore implements InboxStore {
       keepAlive: true,
       application_name: 'webhook-inbox',
       ...withStartupOptions(url, `${ACCEPT_PLANS} ${DURABLE}`),
+      onConnect: fillSessionDefaults,
     };
     // The accept connections stay open while idle (min = max), and with them their prepared statements (warm).
     const size = opts.poolSize ?? 4;

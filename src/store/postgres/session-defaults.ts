@@ -1,0 +1,28 @@
+import type pg from 'pg';
+
+/**
+ * Writeback of the data pages our backends evict, started as they go (PostgreSQL's own value for
+ * its checkpointer on Linux, checkpoint_flush_after). The server's default is 0: the kernel kept
+ * those pages dirty (for up to 30 s, or 10 % of memory) until the checkpoint's fsync, which then flushed
+ * ~500 MB at once and held every commit's WAL flush behind it. At 4,500 req/s on PostgreSQL that
+ * was the step's whole tail: each checkpoint's sync (0.57-0.64 s, one file 0.2 s) stalled every
+ * request for ~1 s (p99 137 and 274 ms over 30 s); with this, sync 0.16-0.20 s, p99 19.7 and
+ * 43.4 ms (bench/RESULTS.md, 2026-12-07).
+ */
+export const BACKEND_FLUSH_AFTER = '256kB';
+
+/**
+ * Only where nobody chose: a value from postgresql.conf, ALTER DATABASE / ROLE or the URL's
+ * `options` has another source than 'default' and stays. One statement per new connection.
+ */
+export const FILL_SESSION_DEFAULTS = `SELECT set_config(name, '${BACKEND_FLUSH_AFTER}', false) FROM pg_settings
+  WHERE name = 'backend_flush_after' AND source = 'default'`;
+
+/**
+ * Applies FILL_SESSION_DEFAULTS to a new connection: the pool's onConnect hook, so the pool hands
+ * the connection out only after it. A failure changes nothing but this setting (a server built
+ * without writeback control refuses a non-zero value): the connection goes on.
+ */
+export async function fillSessionDefaults(client: pg.ClientBase): Promise<void> {
+  await client.query(FILL_SESSION_DEFAULTS).catch(() => undefined);
+}
