@@ -130,8 +130,8 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
     const plain = (await admin.query('SHOW backend_flush_after')).rows[0].backend_flush_after;
     expect(plain).toBe('0'); // the server's default: what a connection gets without us
 
-    expect(await flushAfter(pools(store).pool)).toBe('256kB');
-    expect(await flushAfter(pools(store).workPool)).toBe('256kB');
+    expect(await flushAfter(pools(store).pool)).toBe('2MB');
+    expect(await flushAfter(pools(store).workPool)).toBe('2MB');
 
     const url = new URL(db.url);
     url.searchParams.set('options', '-c backend_flush_after=64kB');

@@ -1,18 +1,19 @@
 import type pg from 'pg';
 
 /**
- * Writeback of the data pages our backends evict, started as they go (PostgreSQL's own value for
- * its checkpointer on Linux, checkpoint_flush_after). The server's default is 0: the kernel kept
- * those pages dirty (for up to 30 s, or 10 % of memory) until the checkpoint's fsync, which then
- * flushed ~500 MB at once and held every commit's WAL flush behind it. At 4,500 req/s on
- * PostgreSQL that was the step's whole tail: each checkpoint's sync (0.57-0.64 s, one file 0.2 s)
- * stalled every request for ~1 s (p99 137 and 274 ms over 30 s); with this, sync 0.16-0.20 s, p99
- * 19.7 and 43.4 ms; at 6,000 req/s 159/244 against 46/50 ms. The price: a stretch shorter than a
- * checkpoint cycle pays its disk writes now instead of after it (the bench ladder's 10 s steps at
- * 7,000 req/s: p99 73-234 ms with it, 52-162 without). A server runs through checkpoints
+ * Writeback of the data pages our backends evict, started every 2 MB they write (the most the
+ * setting takes). The server's default is 0: the kernel kept those pages dirty (for up to 30 s,
+ * or 10 % of memory) until the checkpoint's fsync, which then flushed ~500 MB at once and held
+ * every commit's WAL flush behind it. At 4,500 req/s on PostgreSQL that was the step's whole
+ * tail: each checkpoint's sync (0.57-0.64 s, one file 0.2 s) stalled every request for ~1 s (p99
+ * 137 and 274 ms over 30 s); with this, sync 0.16-0.20 s, p99 19.7 and 43.4 ms; at 6,000 req/s
+ * 159/244 against 46/50 ms (all at 256kB). At 256kB a stretch shorter than a checkpoint cycle
+ * paid for it: the bench ladder's 10 s steps at 7,000 req/s, p99 73-234 ms against 52-162
+ * without. At 2 MB the checkpoints' sync stays as short, and those steps came out as without
+ * (p99 103-294 against 40.5-128 ms, 3 pairs) and better than at 256kB in 4 of 5 pairs
  * (bench/RESULTS.md, 2026-12-07).
  */
-export const BACKEND_FLUSH_AFTER = '256kB';
+export const BACKEND_FLUSH_AFTER = '2MB';
 
 /**
  * Only where nobody chose: a value from postgresql.conf, ALTER DATABASE / ROLE or the URL's
