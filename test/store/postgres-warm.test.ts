@@ -30,6 +30,10 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
   /** Connections of this store's accept pool (the engine's are named apart). */
   const acceptConnections = async () =>
     Number((await admin.query("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'webhook-inbox'")).rows[0].n);
+  /** A setting as a session on `on` has it. */
+  const show = async (on: pg.Pool | pg.Client, name: string): Promise<string> => ((await on.query(`SHOW ${name}`)).rows[0] as Record<string, string>)[name]!;
+  /** A store's two pools (the engine's is private). */
+  const poolsOf = (s: PostgresStore) => s as unknown as { pool: pg.Pool; workPool: pg.Pool };
 
   it('opens all four accept connections and prepares each batch size on them, inserting nothing; they stay open through a quiet spell', async () => {
     expect(await acceptConnections()).toBe(1); // the one migrate used
@@ -73,11 +77,9 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
     await plain.connect();
     const lax = new PostgresStore(db.url);
     try {
-      const setting = async (q: { query: pg.Pool['query'] } | pg.Client) => ((await q.query('SHOW synchronous_commit')).rows[0] as { synchronous_commit: string }).synchronous_commit;
-      expect(await setting(plain)).toBe('off'); // what every new session of this database now gets
-      const pools = lax as unknown as { pool: pg.Pool; workPool: pg.Pool };
-      expect(await setting(pools.pool)).toBe('on');
-      expect(await setting(pools.workPool)).toBe('on');
+      expect(await show(plain, 'synchronous_commit')).toBe('off'); // what every new session of this database now gets
+      expect(await show(poolsOf(lax).pool, 'synchronous_commit')).toBe('on');
+      expect(await show(poolsOf(lax).workPool, 'synchronous_commit')).toBe('on');
     } finally {
       await plain.end();
       await lax.close();
@@ -110,12 +112,10 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
       expect(rows).toEqual(['evt_batch_0', 'evt_batch_1', 'evt_batch_2', 'evt_batch_3', 'evt_here'].map((event_id) => ({
         event_id, sync: 'on', timeout: '12345ms', // ours wins; the URL's other option still applies
       })));
-      const pools = withOptions as unknown as { pool: pg.Pool; workPool: pg.Pool };
-      for (const pool of [pools.pool, pools.workPool]) {
-        expect((await pool.query('SHOW synchronous_commit')).rows[0]).toEqual({ synchronous_commit: 'on' });
-      }
-      expect((await pools.pool.query('SHOW plan_cache_mode')).rows[0]).toEqual({ plan_cache_mode: 'force_generic_plan' });
-      expect((await pools.workPool.query('SHOW plan_cache_mode')).rows[0]).toEqual({ plan_cache_mode: 'force_custom_plan' });
+      const pools = poolsOf(withOptions);
+      for (const pool of [pools.pool, pools.workPool]) expect(await show(pool, 'synchronous_commit')).toBe('on');
+      expect(await show(pools.pool, 'plan_cache_mode')).toBe('force_generic_plan');
+      expect(await show(pools.workPool, 'plan_cache_mode')).toBe('force_custom_plan');
     } finally {
       await withOptions.close();
     }
@@ -125,13 +125,11 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
    * query, where the server's default (0) is in force; a value anyone chose is kept.
    */
   it('both pools start writeback of evicted pages early, unless the database or the URL chose a value', async () => {
-    const flushAfter = async (pool: pg.Pool) => ((await pool.query('SHOW backend_flush_after')).rows[0] as { backend_flush_after: string }).backend_flush_after;
-    const pools = (s: PostgresStore) => s as unknown as { pool: pg.Pool; workPool: pg.Pool };
-    const plain = (await admin.query('SHOW backend_flush_after')).rows[0].backend_flush_after;
-    expect(plain).toBe('0'); // the server's default: what a connection gets without us
+    const flushAfter = (pool: pg.Pool) => show(pool, 'backend_flush_after');
+    expect(await show(admin, 'backend_flush_after')).toBe('0'); // the server's default: what a connection gets without us
 
-    expect(await flushAfter(pools(store).pool)).toBe('2MB');
-    expect(await flushAfter(pools(store).workPool)).toBe('2MB');
+    expect(await flushAfter(poolsOf(store).pool)).toBe('2MB');
+    expect(await flushAfter(poolsOf(store).workPool)).toBe('2MB');
 
     const url = new URL(db.url);
     url.searchParams.set('options', '-c backend_flush_after=64kB');
@@ -140,10 +138,10 @@ describe.runIf(await pgAvailable())('PostgreSQL warm-up', () => {
     await admin.query(`ALTER DATABASE "${name}" SET backend_flush_after = 0`);
     const byDatabase = new PostgresStore(db.url);
     try {
-      expect(await flushAfter(pools(byUrl).pool)).toBe('64kB');
-      expect(await flushAfter(pools(byUrl).workPool)).toBe('64kB');
-      expect(await flushAfter(pools(byDatabase).pool)).toBe('0');
-      expect(await flushAfter(pools(byDatabase).workPool)).toBe('0');
+      expect(await flushAfter(poolsOf(byUrl).pool)).toBe('64kB');
+      expect(await flushAfter(poolsOf(byUrl).workPool)).toBe('64kB');
+      expect(await flushAfter(poolsOf(byDatabase).pool)).toBe('0');
+      expect(await flushAfter(poolsOf(byDatabase).workPool)).toBe('0');
     } finally {
       await byUrl.close();
       await byDatabase.close();
