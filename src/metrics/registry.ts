@@ -2,6 +2,7 @@
  * A minimal Prometheus registry: counters and histograms with label values joined into one
  * map key. Updating is a map lookup and an add — nothing on the hot path allocates beyond that.
  */
+import { BUSY_HOLD_MS } from '../http/offload.js';
 import { eventLoopDelay } from './event-loop.js';
 
 type Labels = readonly string[];
@@ -130,7 +131,7 @@ export function ingressMetrics() {
     batchSize: registry.register(new Histogram('webhook_commit_batch_size', 'Events per group-commit transaction (new and duplicate; failed transactions included).', BATCH_SIZES)),
     commitFailures: registry.register(new Counter('webhook_commit_failures_total', 'Group-commit transactions that failed or timed out.')),
     secretMatches: registry.register(new Counter('webhook_secret_version_matches_total', 'Verified requests by endpoint and the secret version that matched.', ['endpoint', 'version'])),
-    offloaded: registry.register(new Counter('webhook_offloaded_bodies_total', 'Verified bodies parsed and sealed on the helper thread, by why: large (limits.offloadBodyBytes) or busy (limits.offloadWhenInFlight requests in progress for 250 ms).', ['reason'])),
+    offloaded: registry.register(new Counter('webhook_offloaded_bodies_total', `Verified bodies parsed and sealed on the helper thread, by why: large (limits.offloadBodyBytes) or busy (limits.offloadWhenInFlight requests in progress for ${BUSY_HOLD_MS} ms).`, ['reason'])),
     inFlightBodyBytes: registry.register(new Gauge('webhook_inflight_body_bytes', 'Request body bytes currently held in memory (raw + ciphertext).')),
     commitQueue: registry.register(new Gauge('webhook_commit_queue_depth', 'Verified events waiting for the next group commit.')),
     pruned: registry.register(new Counter('webhook_pruned_rows_total', 'Rows deleted by this server\'s hourly prune tasks, by what: payload (retention.processedPayloadDays, failedPayloadDays) or transmission (bindings past their horizon).', ['what'])),
