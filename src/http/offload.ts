@@ -50,11 +50,13 @@ export type OffloadReason = 'large' | 'busy';
  * one. There the event loop is the bottleneck at high rates (the database works in its own
  * process), and a small body's parse, hash and seal (~35 µs of a 10 KiB event) cost it more than
  * the round trip to the thread does once messages come many per wake-up. Measured on 2 cores
- * (bench/RESULTS.md, 2026-12-06 "Latest"): at 6,500-7,000 req/s the server achieved 6,077-6,468
+ * (bench/RESULTS.md, 2026-12-06 21:30): at 6,500-7,000 req/s the server achieved 6,077-6,468
  * req/s against 5,689-5,934 without it (with no hold); at 2,000 req/s it is reached only in
  * bursts, which BUSY_HOLD_MS leaves alone; a threshold of 64 came too late (p99 at 6,000 req/s
  * 277-326 ms against 48-97 at 16). On SQLite it is off: its writer thread is ours too and needs that core
- * (at 6,500 req/s p99 265 against 63 ms, more CPU per request).
+ * (at 6,500 req/s p99 265 against 63 ms, more CPU per request). On a slow machine whose cores are
+ * full at the top rate it loses (2026-12-07 05:30: at 3,500 req/s p99 ≤ 500 ms in 1 of 8 pairs
+ * against 6 of 8 with 0); the default follows the fast machines, where 3× Express is at stake.
  */
 export const DEFAULT_OFFLOAD_WHEN_IN_FLIGHT = 16;
 
@@ -65,7 +67,7 @@ export const DEFAULT_OFFLOAD_WHEN_IN_FLIGHT = 16;
  * 12 of 15 alternating pairs with thresholds 8-48 and no hold); a server past what its event loop
  * can do stays busy. With 250 ms, 12 pairs at 2,000 req/s: median p99 27.7 against 25.5 ms, over
  * 50 ms once each (no difference the pairs can show); at 6,500 req/s still 6-7 % more achieved
- * (bench/RESULTS.md, 2026-12-06 "Latest").
+ * (bench/RESULTS.md, 2026-12-06 21:30).
  */
 export const BUSY_HOLD_MS = 250;
 
