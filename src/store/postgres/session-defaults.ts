@@ -10,8 +10,8 @@ import type pg from 'pg';
  * 159/244 against 46/50 ms (all at 256kB). At 256kB a stretch shorter than a checkpoint cycle
  * paid for it: the bench ladder's 10 s steps at 7,000 req/s, p99 73-234 ms against 52-162
  * without. At 2 MB the checkpoints' sync stays as short, and those steps came out as without
- * (p99 103-294 against 40.5-128 ms, 3 pairs) and better than at 256kB in 4 of 5 pairs
- * (bench/RESULTS.md, 2026-12-07).
+ * (p99 107, 294, 103 against 128, 40.5, 126 ms, 3 pairs: lower in 2) and better than at 256kB
+ * in 4 of 5 pairs (bench/RESULTS.md, 2026-12-07).
  */
 export const BACKEND_FLUSH_AFTER = '2MB';
 
