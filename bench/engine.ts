@@ -23,7 +23,7 @@ import { seedEvents } from './records.js';
 import { openProbe, waitDrained, type Latency, type Probe, type StoreKind } from './probe.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { launch, RUN_DIR, type Running } from './children.js';
-import { dropDb, pgAdmin, recreateDb } from './databases.js';
+import { dropDb, ensureWalSupply, pgAdmin, recreateDb } from './databases.js';
 import { ROOT, runLoad } from './load.js';
 import { passes } from './verdict.js';
 import {
@@ -146,6 +146,7 @@ async function drain(store: StoreKind, tag: string): Promise<DrainResult> {
     const cfg = join(db.dir, 'config.json');
     writeFileSync(cfg, JSON.stringify(serverConfig(db.url, workersCfg), null, 2));
     probe = await openProbe(store, db.url);
+    if (store === 'postgres') await ensureWalSupply();
     await waitQuiet();
     const profileDir = profileDirFor(`drain-${store}`);
     const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
@@ -216,6 +217,7 @@ async function e2e(store: StoreKind, mode: WorkersMode, tag: string, seed: numbe
     const workers = parseWorkers(workersCfg);
     const cfg = join(db.dir, 'config.json');
     writeFileSync(cfg, JSON.stringify(serverConfig(db.url, workersCfg), null, 2));
+    if (store === 'postgres') await ensureWalSupply();
     await waitQuiet();
     const profileDir = workersOn ? profileDirFor(`e2e-${store}`) : undefined;
     const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];

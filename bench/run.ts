@@ -33,7 +33,7 @@ import type { FloodResult, FloodSpec, LoadResult, RateResult, RateSpec } from '.
 import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js';
 import { killAll, launch, RUN_DIR, type Running } from './children.js';
 import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
-import { dropDb, PG_ADMIN, pgAdmin, recreateDb } from './databases.js';
+import { dropDb, ensureWalSupply, PG_ADMIN, pgAdmin, recreateDb, walFiles } from './databases.js';
 import { ACHIEVED_MIN, everyStepPasses, maxSustained as sustainedOf, P99_LIMIT_MS, passes, timesVerdict, type Sustained } from './verdict.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
@@ -277,6 +277,12 @@ export interface Usage {
    * `machine.freshPageUs` per fault in it.
    */
   faults?: { firstSecond: number; perSecondAfter: number };
+  /**
+   * WAL segment files PostgreSQL created during the step, warm-up included (files at the end less
+   * files at the start; targets writing to PostgreSQL only): each stalled every commit on the
+   * server for its zero-fill and fsync (databases.ts ensureWalSupply).
+   */
+  walFilesMade?: number;
   windowS: number;
   commit?: {
     meanBatch: number; meanCommitMs: number; batches: number;
@@ -414,6 +420,9 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
   const ours = target === 'sqlite' || target === 'postgres';
   const profileDir = opts.profile && ours ? join(ROOT, 'dist-bench', 'profiles', `${new Date().toISOString().replace(/[:.]/g, '-')}-${target}-${spec.mode === 'rate' ? spec.rate : 'flood'}`) : undefined;
   if (profileDir) mkdirSync(profileDir, { recursive: true });
+  const writesPg = target === 'postgres' || target === 'express';
+  // Before the quiet wait, so the box is quiet again after PostgreSQL wrote the top-up.
+  if (writesPg) await ensureWalSupply();
   await waitQuiet();
   const srv = await startTarget(target, profileDir);
   try {
@@ -435,6 +444,7 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
     // A first scrape before the load, as Prometheus makes one at start-up: its one-off cost (the
     // queue gauges open the work pool's connections) is not part of the measured window.
     if (ours) await fetch(`${srv.url}/metrics`).then((r) => r.text());
+    const wal0 = writesPg ? await walFiles() : undefined;
     const cpu = cpuSampler(srv.pid);
     // A scrape at the window's start resets the server's event-loop delay window (its end-of-step
     // scrape then covers the measured window, not start-up and warm-up).
@@ -450,6 +460,7 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
     const peak = Math.max(canReset ? hwm : 0, sampledPeak);
     const c = cpu.result();
     const commit = ours ? await scrapeCommitStats(srv.url) : undefined;
+    const wal1 = wal0 === undefined ? undefined : await walFiles();
     const usage: Usage = {
       serverCpuMs: c.cpuMs,
       serverCpuPct: c.cpuPct,
@@ -464,6 +475,7 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
       machineBusyPct: c.machineBusyPct,
       diskFlushesPerS: c.diskFlushesPerS,
       faults: c.faults,
+      ...(wal0 !== undefined && wal1 !== undefined ? { walFilesMade: Math.max(0, wal1 - wal0) } : {}),
       windowS: c.windowS,
       ...(commit ? { commit } : {}),
     };
@@ -498,7 +510,7 @@ export function outcomesText(o: Record<string, number>, okKeys = ['200']): strin
 }
 
 
-const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'main thr wait %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'disk flushes/s', 'non-2xx/errors', 'dups acked', 'pass'];
+const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'main thr wait %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'disk flushes/s', 'WAL files made', 'non-2xx/errors', 'dups acked', 'pass'];
 /** Whole-box CPU over the window not explained by server, PostgreSQL and loadgen (% of one core): interference. */
 function otherCpuPct(s: StepRecord<RateResult>): number {
   const lgPct = s.result.loadgenCpuMs / 10 / (s.result.windowMs / 1000);
@@ -514,7 +526,7 @@ function rateRow(s: StepRecord<RateResult>): string[] {
   return [
     LABELS[s.target], f0(r.offered), f0(r.achieved), ms(r.latency.p50), ms(r.latency.p95), ms(r.latency.p99), ms(r.latency.max),
     f0(u.serverCpuPct), f0(u.mainThreadCpuPct), u.mainThreadWaitPct === undefined ? '–' : f0(u.mainThreadWaitPct), f0(u.otherThreadCpuPct), f0(perReq), f0(u.peakRssMiB), f0(u.pgCpuPct), f0(lgPct), f0(other),
-    ms(r.sendLag.p99), u.diskFlushesPerS === undefined ? '–' : f0(u.diskFlushesPerS), outcomesText(r.outcomes), s.target === 'sqlite' || s.target === 'postgres' ? `${r.dupAcked}/${r.dupSent}` : `–/${r.dupSent}`,
+    ms(r.sendLag.p99), u.diskFlushesPerS === undefined ? '–' : f0(u.diskFlushesPerS), u.walFilesMade === undefined ? '–' : f0(u.walFilesMade), outcomesText(r.outcomes), s.target === 'sqlite' || s.target === 'postgres' ? `${r.dupAcked}/${r.dupSent}` : `–/${r.dupSent}`,
     (passes(r) ? 'yes' : 'NO') + (other > NOISY_PCT ? ' (noisy)' : ''),
   ];
 }
