@@ -34,37 +34,54 @@ export async function dropDb(name: string): Promise<void> {
  * no free one is left, the backend that needs the next creates it — zero-fills it and fsyncs it —
  * holding the WAL write lock, so every commit on the server waits: 60–90 ms per segment on the
  * AMD EPYC of 2026-12-07, where each creation lined up with a stalled 100 ms slice of a
- * PostgreSQL step (bench/README.md). A server under sustained load keeps up to max_wal_size of recycled segments
- * (its checkpoints come from WAL volume, and it recycles up to that); a bench step after a slower
- * one, or the first after PostgreSQL started, finds few. So before each step that writes to
- * PostgreSQL (the Express reference's and ours) the bench tops the free segments up to that
- * steady state: it writes the missing WAL as logical messages (no table; nothing decodes them)
- * and checkpoints, which recycles it. The steps' "WAL files made" column shows what remains.
+ * PostgreSQL step (bench/README.md). A server under sustained load has recycled files for what it
+ * writes between checkpoints; a bench step after a slower one, or the first after PostgreSQL
+ * started, finds few. So before each step that writes to PostgreSQL (the Express reference's and
+ * ours) the bench tops the free files up to what the step will write (`wantBytes`, at most 90 % of
+ * max_wal_size, past which PostgreSQL checkpoints on its own): it writes the missing WAL as
+ * logical messages (no table; nothing decodes them) and checkpoints, which recycles it. The
+ * steps' "WAL files made" column shows what remains.
  */
-export async function ensureWalSupply(): Promise<void> {
-  if (walSupplyFailed) return;
+export async function ensureWalSupply(wantBytes: number, adminUrl = PG_ADMIN): Promise<{ aheadBefore: number; aheadAfter: number } | undefined> {
+  if (walSupplyFailed) return undefined;
   try {
-    await pgAdmin(async (c) => {
-      const target = WAL_SUPPLY_SHARE * Math.min(WAL_SUPPLY_MAX, Number((await c.query<{ b: string }>(`SELECT setting::bigint * 1024 * 1024 AS b FROM pg_settings WHERE name = 'max_wal_size'`)).rows[0]!.b));
-      for (let round = 0; round < 4; round++) {
-        const { aheadBytes } = await walState(c);
-        if (aheadBytes >= target) return;
-        const mib = Math.ceil((target - aheadBytes) / 2 ** 20);
-        await c.query(`SELECT count(pg_logical_emit_message(false, 'webhook-inbox-bench', repeat('x', 1048576))) FROM generate_series(1, $1::int)`, [mib]);
+    return await pgAdmin(async (c) => {
+      const maxWal = Number((await c.query<{ b: string }>(`SELECT setting::bigint * 1024 * 1024 AS b FROM pg_settings WHERE name = 'max_wal_size'`)).rows[0]!.b);
+      const target = Math.min(wantBytes, 0.9 * maxWal);
+      const aheadBefore = (await walState(c)).aheadBytes;
+      let ahead = aheadBefore;
+      if (ahead < target && ahead < walCeiling) {
+        // The whole target, not the shortfall: WAL written first fills the free files, and only
+        // what runs past them makes new ones. (It also lifts the checkpoint's estimate of the WAL
+        // between checkpoints, which bounds how far ahead it recycles: ~2.09× the estimate.)
+        await c.query(`SELECT count(pg_logical_emit_message(false, 'webhook-inbox-bench', repeat('x', 1048576))) FROM generate_series(1, $1::int)`, [Math.ceil(target / 2 ** 20)]);
         await c.query('CHECKPOINT');
+        const now = (await walState(c)).aheadBytes;
+        // Past max_wal_size / (1 + checkpoint_completion_target) of WAL PostgreSQL checkpoints on
+        // its own and recycles the files written so far, so a top-up past that reuses them rather
+        // than making more (seen: 42 files, 656 MiB, with max_wal_size 1 GB): no later top-up
+        // gets further, and none is tried.
+        if (now < target) walCeiling = now;
+        ahead = now;
       }
-    });
+      return { aheadBefore, aheadAfter: ahead };
+    }, adminUrl);
   } catch (e) {
     walSupplyFailed = true;
     console.warn(`bench: could not top up PostgreSQL's free WAL segments (${(e as Error).message}); PostgreSQL steps may include WAL file creation`);
+    return undefined;
   }
 }
 
 let walSupplyFailed = false;
-/** Top up to this share of max_wal_size (a checkpoint recycles up to max_wal_size ahead of it). */
-const WAL_SUPPLY_SHARE = 0.9;
-/** A server configured with a huge max_wal_size is topped up to 1 GiB: no step writes more. */
-const WAL_SUPPLY_MAX = 2 ** 30;
+/** The free WAL a top-up could not raise (see above): later top-ups stop there. */
+let walCeiling = Infinity;
+
+/**
+ * The WAL that `requests` bench requests write, with room: 230 MB per 2,000 req/s step of ~23,000
+ * requests (mean body 10 KiB) on 2026-12-07, i.e. ~10 KB each; counted as 16 KiB.
+ */
+export const walForRequests = (requests: number): number => requests * 16 * 1024;
 
 /** Bytes in WAL segment files ahead of the insert position (free for reuse), and all segment files. */
 export async function walState(c: pg.Client): Promise<{ aheadBytes: number; files: number }> {

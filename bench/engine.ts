@@ -23,7 +23,7 @@ import { seedEvents } from './records.js';
 import { openProbe, waitDrained, type Latency, type Probe, type StoreKind } from './probe.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { launch, RUN_DIR, type Running } from './children.js';
-import { dropDb, ensureWalSupply, pgAdmin, recreateDb } from './databases.js';
+import { dropDb, ensureWalSupply, pgAdmin, recreateDb, walForRequests } from './databases.js';
 import { ROOT, runLoad } from './load.js';
 import { passes } from './verdict.js';
 import {
@@ -146,7 +146,8 @@ async function drain(store: StoreKind, tag: string): Promise<DrainResult> {
     const cfg = join(db.dir, 'config.json');
     writeFileSync(cfg, JSON.stringify(serverConfig(db.url, workersCfg), null, 2));
     probe = await openProbe(store, db.url);
-    if (store === 'postgres') await ensureWalSupply();
+    // Settling an event writes its row again (status, processed marker, outbox): as an accept.
+    if (store === 'postgres') await ensureWalSupply(walForRequests(n));
     await waitQuiet();
     const profileDir = profileDirFor(`drain-${store}`);
     const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
@@ -217,7 +218,7 @@ async function e2e(store: StoreKind, mode: WorkersMode, tag: string, seed: numbe
     const workers = parseWorkers(workersCfg);
     const cfg = join(db.dir, 'config.json');
     writeFileSync(cfg, JSON.stringify(serverConfig(db.url, workersCfg), null, 2));
-    if (store === 'postgres') await ensureWalSupply();
+    if (store === 'postgres') await ensureWalSupply(walForRequests(A_RATE * (opts.warmupS + opts.e2eDurationS)));
     await waitQuiet();
     const profileDir = workersOn ? profileDirFor(`e2e-${store}`) : undefined;
     const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];

@@ -33,7 +33,7 @@ import type { FloodResult, FloodSpec, LoadResult, RateResult, RateSpec } from '.
 import { ENGINE_SCENARIOS, runEngineBench, type EngineReport } from './engine.js';
 import { killAll, launch, RUN_DIR, type Running } from './children.js';
 import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
-import { dropDb, ensureWalSupply, PG_ADMIN, pgAdmin, recreateDb, walFiles } from './databases.js';
+import { dropDb, ensureWalSupply, PG_ADMIN, pgAdmin, recreateDb, walFiles, walForRequests } from './databases.js';
 import { ACHIEVED_MIN, everyStepPasses, maxSustained as sustainedOf, P99_LIMIT_MS, passes, timesVerdict, type Sustained } from './verdict.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
 import { EventFactory, prng } from './events.js';
@@ -421,8 +421,9 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
   const profileDir = opts.profile && ours ? join(ROOT, 'dist-bench', 'profiles', `${new Date().toISOString().replace(/[:.]/g, '-')}-${target}-${spec.mode === 'rate' ? spec.rate : 'flood'}`) : undefined;
   if (profileDir) mkdirSync(profileDir, { recursive: true });
   const writesPg = target === 'postgres' || target === 'express';
-  // Before the quiet wait, so the box is quiet again after PostgreSQL wrote the top-up.
-  if (writesPg) await ensureWalSupply();
+  // Before the quiet wait, so the box is quiet again after PostgreSQL wrote the top-up. A flood
+  // writes what the server takes (~85 MiB/s of 1 MiB bodies here): as much as may be.
+  if (writesPg) await ensureWalSupply(spec.mode === 'rate' ? walForRequests(spec.rate * (spec.warmupS + spec.durationS)) : Infinity);
   await waitQuiet();
   const srv = await startTarget(target, profileDir);
   try {
