@@ -38,9 +38,9 @@ export async function dropDb(name: string): Promise<void> {
  * writes between checkpoints; a bench step after a slower one, or the first after PostgreSQL
  * started, finds few. So before each step that writes to PostgreSQL (the Express reference's and
  * ours) the bench tops the free files up to what the step will write (`wantBytes`, at most 90 % of
- * max_wal_size, past which PostgreSQL checkpoints on its own): it writes the missing WAL as
- * logical messages (no table; nothing decodes them) and checkpoints, which recycles it. The
- * steps' "WAL files made" column shows what remains.
+ * max_wal_size): where fewer are free it writes that much WAL as logical messages (no table;
+ * nothing decodes them) and checkpoints, which recycles those files. The steps' "WAL files made"
+ * column shows what remains.
  */
 export async function ensureWalSupply(wantBytes: number, adminUrl = PG_ADMIN): Promise<{ aheadBefore: number; aheadAfter: number } | undefined> {
   if (walSupplyFailed) return undefined;

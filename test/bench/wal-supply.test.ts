@@ -11,7 +11,7 @@ describe.runIf(await pgAvailable())('bench WAL top-up [postgres]', () => {
     // More than is free now (64 MiB = 4 segment files), so the top-up must write and recycle. But
     // past max_wal_size / 1.9 of WAL PostgreSQL checkpoints by itself and reuses what it wrote, so
     // no top-up gets further than about that: after bench runs (the free files already there)
-    // this asks for what is free, and on a fresh server (CI) for 4 files more than it has.
+    // this asks for what is free, and on a server with fewer (a fresh one) for 4 files more.
     const target = Math.min(before.aheadBytes + 64 * 2 ** 20, Math.max(before.aheadBytes, maxWal / 2 - 32 * 2 ** 20));
     const r = await ensureWalSupply(target, PG_ADMIN_URL);
     expect(r).toBeDefined();
