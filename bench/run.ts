@@ -581,6 +581,13 @@ async function main(): Promise<void> {
   const repeatsA = new Map<TargetName, StepRecord<RateResult>[]>();
   const floods: StepRecord<FloodResult>[] = [];
   let seed = opts.seed;
+  // A rate measured again (the repeats at 2,000 req/s) gets its own timeline file: -2, -3, …
+  const timelineRuns = new Map<string, number>();
+  const timelineFile = (t: TargetName, rate: number): string => {
+    const n = (timelineRuns.get(`${t}-${rate}`) ?? 0) + 1;
+    timelineRuns.set(`${t}-${rate}`, n);
+    return join(opts.timelineDir!, `${t}-${rate}${n > 1 ? `-${n}` : ''}.csv`);
+  };
 
   if (opts.ladder && targets.length) {
     console.log(table(RATE_HEAD, []).split('\n').slice(0, 2).join('\n'));
@@ -591,7 +598,7 @@ async function main(): Promise<void> {
         const rec = await runStep<RateResult>(t, {
           mode: 'rate', path: PATH, secret: STRIPE_SECRET, rate, warmupS: opts.warmupS, durationS: opts.durationS, drainS: opts.drainS,
           connections: opts.connections, dupFraction: opts.dupFraction, largeFraction: opts.largeFraction, seed: seed++, tag: `${tag}_${t}_${rate}`,
-          ...(opts.timelineDir ? { timelineFile: join(opts.timelineDir, `${t}-${rate}.csv`) } : {}),
+          ...(opts.timelineDir ? { timelineFile: timelineFile(t, rate) } : {}),
         });
         console.log(table(RATE_HEAD, [rateRow(rec)]).split('\n')[2]);
         return rec;
