@@ -46,9 +46,8 @@ export async function ensureWalSupply(wantBytes: number, adminUrl = PG_ADMIN): P
   if (walSupplyFailed) return undefined;
   try {
     return await pgAdmin(async (c) => {
-      const maxWal = Number((await c.query<{ b: string }>(`SELECT setting::bigint * 1024 * 1024 AS b FROM pg_settings WHERE name = 'max_wal_size'`)).rows[0]!.b);
-      const target = Math.min(wantBytes, 0.9 * maxWal);
-      const aheadBefore = (await walState(c)).aheadBytes;
+      const { aheadBytes: aheadBefore, maxWalBytes } = await walState(c);
+      const target = Math.min(wantBytes, 0.9 * maxWalBytes);
       let ahead = aheadBefore;
       if (ahead < target && ahead < walCeiling) {
         // The whole target, not the shortfall: WAL written first fills the free files, and only
@@ -83,13 +82,14 @@ let walCeiling = Infinity;
  */
 export const walForRequests = (requests: number): number => requests * 16 * 1024;
 
-/** Bytes in WAL segment files ahead of the insert position (free for reuse), and all segment files. */
-export async function walState(c: pg.Client): Promise<{ aheadBytes: number; files: number }> {
-  const { rows } = await c.query<{ ahead: string; files: string }>(
-    `SELECT coalesce(sum(size) FILTER (WHERE name > pg_walfile_name(pg_current_wal_insert_lsn())), 0) AS ahead, count(*) AS files
+/** Bytes in WAL segment files ahead of the insert position (free for reuse), all segment files, and max_wal_size in bytes. */
+export async function walState(c: pg.Client): Promise<{ aheadBytes: number; files: number; maxWalBytes: number }> {
+  const { rows } = await c.query<{ ahead: string; files: string; max_wal: string }>(
+    `SELECT coalesce(sum(size) FILTER (WHERE name > pg_walfile_name(pg_current_wal_insert_lsn())), 0) AS ahead, count(*) AS files,
+            (SELECT setting::bigint * 1024 * 1024 FROM pg_settings WHERE name = 'max_wal_size') AS max_wal
        FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'`,
   );
-  return { aheadBytes: Number(rows[0]!.ahead), files: Number(rows[0]!.files) };
+  return { aheadBytes: Number(rows[0]!.ahead), files: Number(rows[0]!.files), maxWalBytes: Number(rows[0]!.max_wal) };
 }
 
 /** Segment files in pg_wal now, or undefined where the admin role may not list them. */

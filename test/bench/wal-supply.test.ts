@@ -7,12 +7,11 @@ import { pgAvailable, PG_ADMIN_URL } from '../helpers/pg.js';
 describe.runIf(await pgAvailable())('bench WAL top-up [postgres]', () => {
   it('leaves at least the asked-for bytes of WAL segment files ahead of the insert position', async () => {
     const before = await pgAdmin((c) => walState(c), PG_ADMIN_URL);
-    const maxWal = await pgAdmin(async (c) => Number((await c.query(`SELECT setting::bigint * 1024 * 1024 AS b FROM pg_settings WHERE name = 'max_wal_size'`)).rows[0].b), PG_ADMIN_URL);
     // More than is free now (64 MiB = 4 segment files), so the top-up must write and recycle. But
     // past max_wal_size / 1.9 of WAL PostgreSQL checkpoints by itself and reuses what it wrote, so
     // no top-up gets further than about that: after bench runs (the free files already there)
     // this asks for what is free, and on a server with fewer (a fresh one) for 4 files more.
-    const target = Math.min(before.aheadBytes + 64 * 2 ** 20, Math.max(before.aheadBytes, maxWal / 2 - 32 * 2 ** 20));
+    const target = Math.min(before.aheadBytes + 64 * 2 ** 20, Math.max(before.aheadBytes, before.maxWalBytes / 2 - 32 * 2 ** 20));
     const r = await ensureWalSupply(target, PG_ADMIN_URL);
     expect(r).toBeDefined();
     expect(r!.aheadAfter).toBeGreaterThanOrEqual(target);
