@@ -584,9 +584,10 @@ async function main(): Promise<void> {
   // A rate measured again (the repeats at 2,000 req/s) gets its own timeline file: -2, -3, …
   const timelineRuns = new Map<string, number>();
   const timelineFile = (t: TargetName, rate: number): string => {
-    const n = (timelineRuns.get(`${t}-${rate}`) ?? 0) + 1;
-    timelineRuns.set(`${t}-${rate}`, n);
-    return join(opts.timelineDir!, `${t}-${rate}${n > 1 ? `-${n}` : ''}.csv`);
+    const name = `${t}-${rate}`;
+    const n = (timelineRuns.get(name) ?? 0) + 1;
+    timelineRuns.set(name, n);
+    return join(opts.timelineDir!, `${name}${n > 1 ? `-${n}` : ''}.csv`);
   };
 
   if (opts.ladder && targets.length) {
