@@ -3,7 +3,7 @@ import { startApp, type RunningApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { databaseName } from './database-name.js';
 import { loadHandlers } from './handlers-module.js';
-import { tuneHeap } from './heap.js';
+import { tuneV8 } from './v8-tuning.js';
 import { exitAfterStop, reloadOnHangup, untilStopSignal } from './signals.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
@@ -19,7 +19,7 @@ export interface ServeOptions {
 }
 
 export async function runServe(configFile: string, opts: ServeOptions): Promise<number> {
-  tuneHeap();
+  tuneV8();
   // Logs 'secrets reloaded' with what is still missing (keepSecretsCurrent).
   const started = reloadOnHangup<RunningApp>((a) => void a.reloadSecrets());
   const loaded = loadConfigFile(configFile);

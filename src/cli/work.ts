@@ -2,7 +2,7 @@ import { loadConfigFile } from '../config/load.js';
 import { startWorkers, type RunningWorkers } from '../workers.js';
 import { databaseName } from './database-name.js';
 import { loadHandlers } from './handlers-module.js';
-import { tuneHeap } from './heap.js';
+import { tuneV8 } from './v8-tuning.js';
 import { exitAfterStop, reloadOnHangup, untilStopSignal } from './signals.js';
 
 export interface WorkOptions {
@@ -14,7 +14,7 @@ export interface WorkOptions {
 
 /** Runs the workers alone until SIGINT/SIGTERM; then finishes the batches in flight. */
 export async function runWork(configFile: string, o: WorkOptions = {}): Promise<number> {
-  tuneHeap();
+  tuneV8();
   // As `serve`: SIGHUP re-reads the secrets.
   const started = reloadOnHangup<RunningWorkers>((w) => void w.reloadSecrets().then(() => {
     console.error(w.keyring.problems.length ? `webhook-inbox: secrets reloaded; still unavailable: ${w.keyring.problems.join('; ')}` : 'webhook-inbox: secrets reloaded');
