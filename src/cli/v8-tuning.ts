@@ -19,10 +19,11 @@ export const V8_TUNING = {
   'heap-growing-percent': 150,
   /**
    * How much bytecode a function runs before V8 considers optimising it: a quarter of V8's
-   * default (67,584). A server started cold into heavy load ran its request path unoptimised for
-   * its first seconds, at ~2.5× its steady CPU per request, and queued (bench/RESULTS.md,
-   * 2026-12-07 15:30: PostgreSQL at 2,000 req/s on a slow 2-core box, p99 ≤ 50 ms in 7 of 7
-   * steps with it against 2 of 7 without). The steady state was cheaper too.
+   * default (67,584). A server started cold into heavy load runs its request path unoptimised
+   * for its first seconds, at ~2.5× its steady CPU per request, and queues. With this it caught
+   * up sooner (bench/RESULTS.md, 2026-12-07 16:00: PostgreSQL at 2,000 req/s on a slow 2-core
+   * box, p99 ≤ 50 ms in 12 of 15 steps against 7 of 16 without) and its steady CPU per request
+   * was ~3 % lower on both stores. An eighth of the default was no better.
    */
   'interrupt-budget': 16_896,
 } as const;
