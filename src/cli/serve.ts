@@ -3,8 +3,8 @@ import { startApp, type RunningApp } from '../app.js';
 import { loadConfigFile } from '../config/load.js';
 import { databaseName } from './database-name.js';
 import { loadHandlers } from './handlers-module.js';
-import { tuneV8 } from './v8-tuning.js';
 import { exitAfterStop, reloadOnHangup, untilStopSignal } from './signals.js';
+import { tuneV8 } from './v8-tuning.js';
 
 /** Runs until SIGINT/SIGTERM; then stops accepting, finishes in-flight commits, and exits. */
 export interface ServeOptions {

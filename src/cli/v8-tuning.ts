@@ -23,7 +23,7 @@ export const V8_TUNING = {
    * for its first seconds, at ~2.5× its steady CPU per request, and queues. With this it caught
    * up sooner (bench/RESULTS.md, 2026-12-07 16:00: PostgreSQL at 2,000 req/s on a slow 2-core
    * box, p99 ≤ 50 ms in 12 of 15 steps against 7 of 16 without) and its steady CPU per request
-   * was ~3 % lower on both stores. An eighth of the default was no better.
+   * was 3-5 % lower (SQLite, PostgreSQL). An eighth of the default was no better.
    */
   'interrupt-budget': 16_896,
 } as const;

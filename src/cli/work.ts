@@ -2,8 +2,8 @@ import { loadConfigFile } from '../config/load.js';
 import { startWorkers, type RunningWorkers } from '../workers.js';
 import { databaseName } from './database-name.js';
 import { loadHandlers } from './handlers-module.js';
-import { tuneV8 } from './v8-tuning.js';
 import { exitAfterStop, reloadOnHangup, untilStopSignal } from './signals.js';
+import { tuneV8 } from './v8-tuning.js';
 
 export interface WorkOptions {
   readonly handlers?: string;
