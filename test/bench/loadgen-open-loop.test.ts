@@ -49,6 +49,30 @@ describe('bench load generator, open loop', () => {
     expect(r.achieved).toBeLessThan(25);
   }, 30_000);
 
+  it('opens the warm-up with a 1 MiB body when the mix has any, and sends none with --large-fraction 0', async () => {
+    const sizes: number[] = [];
+    server = createServer((req, res) => {
+      let n = 0;
+      req.on('data', (c: Buffer) => (n += c.length));
+      req.on('end', () => {
+        sizes.push(n);
+        res.writeHead(200, { 'content-length': '2' }).end('{}');
+      });
+    });
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const spec = { mode: 'rate', url, path: '/x', secret: 'whsec_test', rate: 40, warmupS: 0.5, durationS: 0.5, drainS: 10, connections: 1, dupFraction: 0, seed: 3, tag: 'first' } as const;
+    const MiB = 1024 * 1024;
+    // 0.1 %: over these 30 requests the seed's own draw gives none, so the one is the warm-up's.
+    await runLoadgen({ ...spec, largeFraction: 0.001 });
+    expect(sizes[0]).toBe(MiB);
+    expect(sizes.slice(1).every((n) => n < MiB)).toBe(true);
+    sizes.length = 0;
+    await runLoadgen({ ...spec, largeFraction: 0 });
+    expect(sizes.length).toBeGreaterThan(20);
+    expect(sizes.every((n) => n < MiB)).toBe(true);
+  }, 30_000);
+
   it("--timeline counts each slice's 1 MiB bodies where the server received them", async () => {
     // The server records each body's size in arrival order; on one connection the loadgen sends
     // in schedule order, so arrival order is schedule order.
