@@ -153,8 +153,9 @@ function prepareRequests(spec: RateSpec, factory: EventFactory, rnd: () => numbe
     // The warm-up opens with a 1 MiB body (when the mix has any): a fresh server's first one is a
     // one-off cost (its helper thread starts, and code optimised on small one-chunk bodies meets a
     // body in many chunks), which the warm-up is there to take before the window. Left to chance
-    // it came 0.5-0.7 s into the ramp and, on a slow box, queued the server for up to ~1 s, into
-    // the window (bench/RESULTS.md, 2026-12-07 19:30). The draw is kept, so the rest of a seed's schedule is unchanged.
+    // it came 0.2-1.3 s into the ramp, where the server was busy enough to queue behind it for up
+    // to ~1 s, on a slow box into the window (bench/RESULTS.md, 2026-12-07 18:45). The draw is
+    // kept, so the rest of a seed's schedule is unchanged.
     const large = rnd() < spec.largeFraction || (i === 0 && spec.largeFraction > 0);
     const body = factory.make(`${spec.tag}_${i}`, large, rnd, nowSec);
     const sig = stripeSignature(spec.secret, body, nowSec);
