@@ -5,7 +5,7 @@ import { allRetired } from './config/retired.js';
 import { EDGE_SPACE } from './config/secrets.js';
 import { ListenError } from './errors.js';
 import { checkedSecretInterval, KeyRing, keepSecretsCurrent } from './crypto/keyring.js';
-import { BodyBudget } from './http/body.js';
+import { BodyBudget, warmBodyPath } from './http/body.js';
 import { Ingress } from './http/ingress.js';
 import { listenOn } from './http/listen.js';
 import { Pruner, type PruneSchedule } from './store/pruner.js';
@@ -70,6 +70,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const secretCheckMs = checkedSecretInterval(opts.secretCheckMs);
   const handlers = opts.handlers ?? new HandlerRegistry();
   handlers.sealFor(config.endpoints);
+  // Before anything is opened (nothing to release if it failed), and long before the first request.
+  await warmBodyPath();
   const log = opts.logger ?? createLogger(config.log.level);
   // The caller's env: given here, or the one it parsed the config with (its references were checked there).
   const env = opts.env ?? configEnv(config);
