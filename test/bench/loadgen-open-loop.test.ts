@@ -27,6 +27,21 @@ describe('bench load generator, open loop', () => {
     });
   }
 
+  /** A server that answers 200 and records each body's size in arrival order. */
+  async function sizeRecordingServer(): Promise<{ sizes: number[]; url: string }> {
+    const sizes: number[] = [];
+    server = createServer((req, res) => {
+      let n = 0;
+      req.on('data', (c: Buffer) => (n += c.length));
+      req.on('end', () => {
+        sizes.push(n);
+        res.writeHead(200, { 'content-length': '2' }).end('{}');
+      });
+    });
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+    return { sizes, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+  }
+
   it('counts the wait behind an exhausted connection pool from the scheduled send time', async () => {
     // 100 ms per request on each of 2 connections: 20 req/s of capacity, offered 40 req/s for 2 s.
     server = createServer((req, res) => {
@@ -50,17 +65,7 @@ describe('bench load generator, open loop', () => {
   }, 30_000);
 
   it('opens the warm-up with a 1 MiB body when the mix has any, and sends none with --large-fraction 0', async () => {
-    const sizes: number[] = [];
-    server = createServer((req, res) => {
-      let n = 0;
-      req.on('data', (c: Buffer) => (n += c.length));
-      req.on('end', () => {
-        sizes.push(n);
-        res.writeHead(200, { 'content-length': '2' }).end('{}');
-      });
-    });
-    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const { sizes, url } = await sizeRecordingServer();
     const spec = { mode: 'rate', url, path: '/x', secret: 'whsec_test', rate: 40, warmupS: 0.5, durationS: 0.5, drainS: 10, connections: 1, dupFraction: 0, seed: 3, tag: 'first' } as const;
     const MiB = 1024 * 1024;
     // 0.1 %: over these 30 requests the seed's own draw gives none, so the one is the warm-up's.
@@ -76,17 +81,7 @@ describe('bench load generator, open loop', () => {
   it("--timeline counts each slice's 1 MiB bodies where the server received them", async () => {
     // The server records each body's size in arrival order; on one connection the loadgen sends
     // in schedule order, so arrival order is schedule order.
-    const sizes: number[] = [];
-    server = createServer((req, res) => {
-      let n = 0;
-      req.on('data', (c: Buffer) => (n += c.length));
-      req.on('end', () => {
-        sizes.push(n);
-        res.writeHead(200, { 'content-length': '2' }).end('{}');
-      });
-    });
-    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const { sizes, url } = await sizeRecordingServer();
     const dir = mkdtempSync(join(tmpdir(), 'wi-timeline-'));
     const timelineFile = join(dir, 'step.csv');
     try {
