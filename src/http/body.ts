@@ -1,5 +1,6 @@
 import { IncomingMessage } from 'node:http';
 import { Socket } from 'node:net';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { IngressError, type Reason } from '../errors.js';
 
 /**
@@ -146,8 +147,9 @@ export function readBody(
 }
 
 /**
- * Runs a body in several chunks through readBody and Node's body stream once per start, before
- * the first request, with nothing received, stored, counted or logged (~7 ms). Why: a body that
+ * Runs a body in several chunks through readBody and Node's body stream once per process (V8's
+ * type feedback is the process's: a second app started in it has nothing to gain), before the
+ * first request, with nothing received, stored, counted or logged (~7 ms). Why: a body that
  * came with its head is buffered before the first read, while later chunks of a large one are
  * emitted as they arrive, through other branches of the same functions. V8 optimised those on
  * the small bodies alone and threw the code away at the first large body: a cold server
@@ -155,15 +157,20 @@ export function readBody(
  * 2-core box at 2,000 req/s on PostgreSQL, 20 alternating pairs: p99 ≤ 50 ms in 17 against 9,
  * server CPU per request lower in 16 (median 300 against 318 µs) (bench/RESULTS.md, 2026-12-07 18:45).
  */
-export async function warmBodyPath(): Promise<void> {
+export function warmBodyPath(): Promise<void> {
+  return (warmed ??= runBodiesThroughReader());
+}
+let warmed: Promise<void> | undefined;
+
+async function runBodiesThroughReader(): Promise<void> {
   const CHUNK = 64 * 1024;
   for (let n = 0; n < 3; n++) {
     const req = new IncomingMessage(new Socket());
     const read = readBody(req, 3 * CHUNK, new BodyBudget(3 * CHUNK * IN_MEMORY_COPIES), 3 * CHUNK);
     req.push(Buffer.alloc(CHUNK)); // before the first read: buffered, as a body that came with its head
-    await new Promise((resolve) => setImmediate(resolve));
+    await nextTurn();
     req.push(Buffer.alloc(CHUNK)); // flowing by now: emitted at once, as a large body's later chunks
-    await new Promise((resolve) => setImmediate(resolve));
+    await nextTurn();
     req.push(Buffer.alloc(CHUNK));
     req.complete = true; // as Node's parser marks a whole message before it ends the stream
     req.push(null);

@@ -10,7 +10,7 @@ import { warmBodyPath } from '../../src/http/body.js';
 describe('warmBodyPath', () => {
   it('ends, and leaves no socket, timer or handle behind', async () => {
     const before = process.getActiveResourcesInfo().sort();
-    for (let i = 0; i < 3; i++) await warmBodyPath(); // and again: each start may run it
+    for (let i = 0; i < 3; i++) await warmBodyPath(); // and again: every start in the process calls it
     // What readBody's stream left to end (its 'close', a socket's teardown) runs in the next turns.
     await new Promise((resolve) => setImmediate(resolve));
     await new Promise((resolve) => setImmediate(resolve));
