@@ -678,8 +678,8 @@ async function main(): Promise<void> {
 
 /**
  * Scenario (a) over the ladder's step and the repeats: 'met' only if each met it; with repeats, how
- * many and their p99s. A missed step whose window held a neighbour's burst says so beside its p99
- * (it still counts as missed: the note only says where to look).
+ * many and their p99s. A missed step whose window held a neighbour's burst says so beside its p99,
+ * and a missed verdict adds a count over the steps without one (the verdict stays every step's).
  */
 function verdictA(steps: StepRecord<RateResult>[]): string {
   const v = everyStepPasses(steps.map((s) => s.result), A_P99_TARGET_MS);
@@ -687,7 +687,7 @@ function verdictA(steps: StepRecord<RateResult>[]): string {
   const p99 = (s: StepRecord<RateResult>) => ms(s.result.latency.p99) + (!passes(s.result, A_P99_TARGET_MS) && disturbed(s) ? ` (${burstText(s.usage.neighbourBurst!)})` : '');
   const all = steps.length < 2 ? word + (v.met ? '' : ` (p99 ${p99(steps[0]!)})`) : `${word} (${v.passed}/${v.of}: p99 ${steps.map(p99).join(', ')})`;
   const quiet = steps.filter((s) => !disturbed(s));
-  if (quiet.length === steps.length) return all;
+  if (v.met || quiet.length === steps.length) return all;
   const q = everyStepPasses(quiet.map((s) => s.result), A_P99_TARGET_MS);
   return `${all}; in the ${q.of} without a neighbour's burst ${q.met ? 'met' : 'MISSED'} (${q.passed}/${q.of})`;
 }
