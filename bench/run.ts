@@ -799,8 +799,8 @@ function renderReport(
     const sustained = (m: { rate: number; capped: boolean }) => (m.rate ? `${f0(m.rate)}${m.capped ? '+' : ''}` : `< ${f0(Math.min(...opts.rates))}`);
     for (const t of targets) {
       const m = maxSustained(ladder.get(t));
-      const a = at(t, A_RATE);
       const aStep = ladder.get(t)?.find((x) => x.result.offered === A_RATE);
+      const a = aStep?.result;
       const ours = t === 'sqlite' || t === 'postgres';
       const vsExpress = !ours ? '' : refExpress.rate && m.rate
         ? `${refExpress.capped ? '≤ ' : ''}${ratio(m.rate, refExpress.rate)} (${ratioBracket(m, refExpress)}; ≥3× ${timesVerdict(m, refExpress, 3)})${noisyFail('express') ? ' (Express\'s failing step noisy)' : ''}`

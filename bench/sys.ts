@@ -99,10 +99,10 @@ export function cpuDelta(before: Map<number, number>, after: Map<number, number>
   return sum;
 }
 
-/** Whole-machine jiffies: [busy, total], for an idle% over an interval. */
 /** CPU time the whole machine has been busy so far, all cores, in ms (/proc/stat). */
 export const machineBusyMs = (): number => (machineJiffies()[0] * 1000) / CLK_TCK;
 
+/** Whole-machine jiffies: [busy, total], for an idle% over an interval. */
 export function machineJiffies(): [number, number] {
   const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
   const total = line.reduce((a, b) => a + b, 0);
