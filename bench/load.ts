@@ -27,13 +27,14 @@ export function buildChildren(): void {
   // dist-bench/ is under the repo root, whose package.json says "type": "module".
 }
 
-/** Forks the load generator on `spec`; `on` is called at the edges of its measured window (with the load generator's pid at its start). Resolves with its result. */
-export function runLoad<R extends LoadResult>(spec: RateSpec | FloodSpec, on: { windowStart(loadgenPid: number): void; windowEnd(): void }): Promise<R> {
+/** Forks the load generator on `spec`; `on` is called once it is forked (with its pid) and at the edges of its measured window. Resolves with its result. */
+export function runLoad<R extends LoadResult>(spec: RateSpec | FloodSpec, on: { loadStarts?(loadgenPid: number): void; windowStart(): void; windowEnd(): void }): Promise<R> {
   const lg = track(fork(join(BUILD, 'loadgen.js'), [JSON.stringify(spec)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: [] }));
+  on.loadStarts?.(lg.pid!);
   return new Promise<R>((res, rej) => {
     let got: R | undefined;
     lg.on('message', (m: LoadMessage) => {
-      if (m.type === 'window-start') on.windowStart(lg.pid!);
+      if (m.type === 'window-start') on.windowStart();
       else if (m.type === 'window-end') on.windowEnd();
       else if (m.type === 'result') got = m.result as R;
       else if (m.type === 'error') rej(new Error(`loadgen: ${m.message}`));

@@ -19,7 +19,7 @@ export const BURST_SPAN_MS = 500;
 export const BURST_MS = 200;
 
 export interface Slice {
-  /** Seconds from the window's start to the slice's end. */
+  /** Seconds from the window's start to the slice's end (negative in the warm-up). */
   readonly atS: number;
   /** CPU ms used in the slice by processes other than the bench's own. */
   readonly otherMs: number;
@@ -34,16 +34,18 @@ export interface Burst {
 }
 
 /**
- * Samples every SLICE_MS from `start()` to `stop()`. `ownPids` are counted as the bench's own,
- * and so is every process named one of `ownCommands` (looked for again each second: a pool may
- * open a backend mid-window). A process first seen mid-window counts from 0, as it was born in it.
+ * Samples every SLICE_MS from `start()` (the load's start, so the warm-up is seen too) to `stop()`;
+ * `windowStarts()` marks time 0 of the slices. `ownPids` are counted as the bench's own, and so is
+ * every process named one of `ownCommands` (looked for again each second: a pool may open a
+ * backend mid-window). A process first seen mid-window counts from 0, as it was born in it.
  */
 export function neighbourSampler(ownPids: readonly number[], ownCommands: readonly string[] = ['postgres']) {
   const last = new Map<number, number>();
   let commandPids: number[] = [];
   let t0 = 0, tPrev = 0, busyPrev = 0, ownPrev = 0, sinceScan = Infinity;
+  let windowAt: number | undefined;
   let timer: NodeJS.Timeout | undefined;
-  const slices: Slice[] = [];
+  const raw: { end: number; otherMs: number; ownMs: number }[] = [];
   const ownTotal = (): number => {
     if (sinceScan >= 1000 && ownCommands.length) {
       commandPids = cpuOfCommands(...ownCommands).flatMap((m) => [...m.keys()]);
@@ -61,7 +63,7 @@ export function neighbourSampler(ownPids: readonly number[], ownCommands: readon
     const now = performance.now();
     sinceScan += now - tPrev;
     const own = ownTotal(), busy = machineBusyMs();
-    slices.push({ atS: (now - t0) / 1000, ownMs: own - ownPrev, otherMs: busy - busyPrev - (own - ownPrev) });
+    raw.push({ end: now, ownMs: own - ownPrev, otherMs: busy - busyPrev - (own - ownPrev) });
     [tPrev, busyPrev, ownPrev] = [now, busy, own];
   };
   return {
@@ -72,18 +74,24 @@ export function neighbourSampler(ownPids: readonly number[], ownCommands: readon
       sinceScan = 0;
       timer = setInterval(tick, SLICE_MS);
     },
+    windowStarts(): void {
+      windowAt = performance.now();
+    },
     stop(): Slice[] {
-      if (timer === undefined) return slices;
-      clearInterval(timer);
-      timer = undefined;
-      tick();
-      return slices;
+      if (timer !== undefined) {
+        clearInterval(timer);
+        timer = undefined;
+        tick();
+      }
+      const zero = windowAt ?? t0;
+      return raw.map((r) => ({ atS: (r.end - zero) / 1000, otherMs: r.otherMs, ownMs: r.ownMs }));
     },
   };
 }
 
-/** The most CPU other processes used in any BURST_SPAN_MS of the slices (consecutive slices summed); undefined if none. */
-export function worstBurst(slices: readonly Slice[]): Burst | undefined {
+/** The most CPU other processes used in any BURST_SPAN_MS of the window's slices (consecutive slices summed; the warm-up's left out); undefined if none. */
+export function worstBurst(all: readonly Slice[]): Burst | undefined {
+  const slices = all.filter((s) => s.atS > 0);
   let best: Burst | undefined;
   for (let i = 0; i < slices.length; i++) {
     let sum = 0;

@@ -453,17 +453,20 @@ async function runStep<R extends LoadResult>(target: TargetName, spec: Omit<Rate
     let neighbours: ReturnType<typeof neighbourSampler> | undefined;
     // A scrape at the window's start resets the server's event-loop delay window (its end-of-step
     // scrape then covers the measured window, not start-up and warm-up).
-    const windowStart = (loadgenPid: number) => {
-      cpu.start();
+    const loadStarts = (loadgenPid: number) => {
       neighbours = neighbourSampler([srv.pid, loadgenPid]);
       neighbours.start();
+    };
+    const windowStart = () => {
+      cpu.start();
+      neighbours?.windowStarts();
       if (ours) void fetch(`${srv.url}/metrics`).then((r) => r.text()).catch(() => undefined);
     };
     const windowEnd = () => {
       cpu.end();
       neighbours?.stop();
     };
-    const result = await runLoad<R>({ ...spec, url: srv.url } as RateSpec | FloodSpec, { windowStart, windowEnd })
+    const result = await runLoad<R>({ ...spec, url: srv.url } as RateSpec | FloodSpec, { loadStarts, windowStart, windowEnd })
       .finally(() => clearInterval(sampler));
     if (!cpu.ended) cpu.end();
     const slices = neighbours?.stop();
