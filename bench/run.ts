@@ -36,7 +36,7 @@ import { BUILD, buildChildren, ROOT, runLoad } from './load.js';
 import { dropDb, ensureWalSupply, PG_ADMIN, pgAdmin, recreateDb, walFiles, walForRequests } from './databases.js';
 import { ACHIEVED_MIN, everyStepPasses, maxSustained as sustainedOf, P99_LIMIT_MS, passes, timesVerdict, type Sustained } from './verdict.js';
 import { formatSummary, profileFiles, summarizeProfile } from './profile-summary.js';
-import { BURST_MS, BURST_SPAN_MS, neighbourSampler, worstBurst, type Burst } from './neighbours.js';
+import { BURST_MS, BURST_SPAN_MS, neighbourSampler, SLICE_MS, worstBurst, type Burst } from './neighbours.js';
 import { EventFactory, prng } from './events.js';
 import { f0, f1, ms, readMetrics, table } from './format.js';
 import { cpuDelta, cpuOfCommands, diskWrites, KDAMOND, threadCpuMs, threadRunQueueWaitMs, machineInfo, machineJiffies, peakRssBytes, procUsage, resetPeakRss, rssBytes, type MachineInfo } from './sys.js';
@@ -771,7 +771,7 @@ function renderReport(
     const scans = targets.flatMap((t) => (ladder.get(t) ?? []).filter((s) => s.usage.scannerCpuPct !== undefined).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${f1(s.usage.scannerCpuPct!)}`));
     if (machine.damon !== 'none' && scans.length) out.push(`DAMON's kdamond (the platform's memory scanner, part of "other CPU"; on PostgreSQL steps its passes lined up with the slow 100 ms windows: RESULTS.md, 2026-12-02 06:45) over the measured window, % of one core: ${scans.join('; ')}.`);
     const bursts = targets.flatMap((t) => [...(ladder.get(t) ?? []), ...(repeatsA.get(t) ?? [])].filter(disturbed).map((s) => `${t} @ ${f0(s.result.offered)}/s: ${burstText(s.usage.neighbourBurst!)}`));
-    out.push(`Neighbours' bursts (bench/neighbours.ts: the machine's CPU not used by the server, the load generator, PostgreSQL or the bench, sampled every 250 ms; a step is listed when it reached ${f0(BURST_MS)} ms within ${f1(BURST_SPAN_MS / 1000)} s of its window, above a quiet span's 40-160 ms here): ${bursts.length ? bursts.join('; ') : 'none'}.`);
+    out.push(`Neighbours' bursts (bench/neighbours.ts: the machine's CPU not used by the server, the load generator, PostgreSQL or the bench, sampled every ${f0(SLICE_MS)} ms; a step is listed when it reached ${f0(BURST_MS)} ms within ${f1(BURST_SPAN_MS / 1000)} s of its window, above a quiet span's 40-160 ms here): ${bursts.length ? bursts.join('; ') : 'none'}.`);
     out.push('');
 
     out.push('### Summary');
@@ -779,7 +779,8 @@ function renderReport(
     const sum: string[][] = [];
     const refPlain = maxSustained(ladder.get('plain'));
     const refExpress = maxSustained(ladder.get('express'));
-    const at = (t: TargetName, rate: number) => ladder.get(t)?.find((s) => s.result.offered === rate)?.result;
+    const stepAt = (t: TargetName, rate: number) => ladder.get(t)?.find((s) => s.result.offered === rate);
+    const at = (t: TargetName, rate: number) => stepAt(t, rate)?.result;
     /** p50/p99 ratio at the highest rate where both ours and the reference passed. */
     const latRatio = (t: TargetName, ref: TargetName): string => {
       const common = (ladder.get(t) ?? []).filter((s) => passes(s.result) && at(ref, s.result.offered) && passes(at(ref, s.result.offered)!)).map((s) => s.result.offered);
@@ -791,18 +792,18 @@ function renderReport(
     };
     /** Target (c): peak RSS ≤ 300 MiB at the max sustained rate. */
     const peakAtMax = (t: TargetName, rate: number): string => {
-      const st = ladder.get(t)?.find((x) => x.result.offered === rate);
+      const st = stepAt(t, rate);
       return st ? `${f0(st.usage.peakRssMiB)} (${st.usage.peakRssMiB <= PEAK_RSS_TARGET_MIB ? 'met' : 'MISSED'})` : '–';
     };
     /** A reference's max is set by its lowest failed step: disturbed by other processes, it may understate the reference and flatter our ratio. */
     const noisyFail = (t: TargetName): boolean => {
-      const st = ladder.get(t)?.find((x) => x.result.offered === maxSustained(ladder.get(t)).failedAt);
+      const st = stepAt(t, maxSustained(ladder.get(t)).failedAt);
       return st !== undefined && otherCpuPct(st) > NOISY_PCT;
     };
     const sustained = (m: { rate: number; capped: boolean }) => (m.rate ? `${f0(m.rate)}${m.capped ? '+' : ''}` : `< ${f0(Math.min(...opts.rates))}`);
     for (const t of targets) {
       const m = maxSustained(ladder.get(t));
-      const aStep = ladder.get(t)?.find((x) => x.result.offered === A_RATE);
+      const aStep = stepAt(t, A_RATE);
       const a = aStep?.result;
       const ours = t === 'sqlite' || t === 'postgres';
       const vsExpress = !ours ? '' : refExpress.rate && m.rate
