@@ -27,8 +27,8 @@ import { dropDb, ensureWalSupply, pgAdmin, recreateDb, walForRequests } from './
 import { ROOT, runLoad } from './load.js';
 import { passes } from './verdict.js';
 import {
-  A_P99_TARGET_MS, A_RATE, CORES, NOISY_PCT, PATH, PAYLOAD_KEY, SERVER_MAIN, STRIPE_SECRET,
-  cpuSampler, opts, outcomesText, scrapeCommitStats, serverConfig, waitQuiet, type CpuWindow, type Usage,
+  A_P99_TARGET_MS, A_RATE, NOISY_PCT, PATH, PAYLOAD_KEY, SERVER_MAIN, STRIPE_SECRET,
+  cpuSampler, loadgenPct, opts, otherCpuPct, outcomesText, scrapeCommitStats, serverConfig, waitQuiet, type CpuWindow, type Usage,
 } from './run.js';
 import { f0, f1, ms, table } from './format.js';
 
@@ -111,8 +111,6 @@ function summarizeProfiles(dir: string | undefined): string | undefined {
   return text;
 }
 
-/** "other CPU": whole-box busy time not explained by the measured process and PostgreSQL. */
-const otherCpuPct = (c: CpuWindow, extraPct = 0) => Math.max(0, c.machineBusyPct * CORES - c.cpuPct - c.pgCpuPct - extraPct);
 
 interface DrainResult {
   readonly store: StoreKind;
@@ -277,7 +275,7 @@ const DRAIN_HEAD = ['store', 'backlog', 'body B (mean)', 'workers conc / batch',
   'work CPU %', 'main thr %', 'top other thr %', 'CPU µs/event', 'PG CPU %', 'other CPU %', 'disk write MiB/s', 'disk flushes/s', 'all PROCESSED', 'outbox unpublished at end'];
 function drainRow(r: DrainResult): string[] {
   const c = r.cpu;
-  const other = otherCpuPct(c);
+  const other = otherCpuPct(c.machineBusyPct, c.cpuPct, c.pgCpuPct);
   return [
     STORE_LABEL[r.store], f0(r.backlog), f0(r.meanBodyBytes), workersText(r.workers), r.seedS.toFixed(1), r.startupS.toFixed(2), r.drainS.toFixed(1),
     f0(r.eventsPerS) + noisy(other), pct(c.cpuPct), pct(c.mainThreadCpuPct), pct(c.otherThreadCpuPct), f0((c.cpuMs * 1000) / Math.max(1, r.eventsPerS * c.windowS)),
@@ -290,8 +288,8 @@ const E2E_HEAD = ['store', 'offered/s', 'achieved/s', 'ack p50 ms', 'ack p95 ms'
 function e2eRow(r: E2eResult): string[] {
   const l = r.load;
   const c = r.cpu;
-  const lgPct = l.loadgenCpuMs / 10 / (l.windowMs / 1000);
-  const other = otherCpuPct(c, lgPct);
+  const lgPct = loadgenPct(l);
+  const other = otherCpuPct(c.machineBusyPct, c.cpuPct, c.pgCpuPct, lgPct);
   return [
     STORE_LABEL[r.store] + MODE_LABEL[r.mode], f0(l.offered), f0(l.achieved), ms(l.latency.p50), ms(l.latency.p95), ms(l.latency.p99) + noisy(other), ms(l.latency.max), outcomesText(l.outcomes),
     !r.workersOn || r.e2e.processed === r.e2e.rows ? f0(r.e2e.rows) : `${f0(r.e2e.processed)} of ${f0(r.e2e.rows)}`,

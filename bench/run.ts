@@ -529,18 +529,19 @@ export function outcomesText(o: Record<string, number>, okKeys = ['200']): strin
 
 
 const RATE_HEAD = ['target', 'offered/s', 'achieved/s', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'srv CPU %', 'main thr %', 'main thr wait %', 'top other thr %', 'CPU µs/req', 'peak RSS MiB', 'PG CPU %', 'loadgen CPU %', 'other CPU %', 'send lag p99 ms', 'disk flushes/s', 'WAL files made', 'non-2xx/errors', 'dups acked', 'pass'];
-/** Whole-box CPU over the window not explained by server, PostgreSQL and loadgen (% of one core): interference. */
-function otherCpuPct(s: StepRecord<RateResult>): number {
-  const lgPct = s.result.loadgenCpuMs / 10 / (s.result.windowMs / 1000);
-  return Math.max(0, s.usage.machineBusyPct * CORES - s.usage.serverCpuPct - s.usage.pgCpuPct - lgPct);
-}
+/** The load generator's CPU over its window as it reports it, % of one core. */
+export const loadgenPct = (r: { readonly loadgenCpuMs: number; readonly windowMs: number }): number => r.loadgenCpuMs / 10 / (r.windowMs / 1000);
+/** "Other CPU %": the whole box's busy CPU over a window less what the processes named used (% of one core): interference. */
+export const otherCpuPct = (machineBusyPct: number, ...ownPcts: number[]): number => Math.max(0, machineBusyPct * CORES - ownPcts.reduce((a, b) => a + b, 0));
+/** A step's interference: what the server, PostgreSQL and the load generator do not explain. */
+const stepOtherPct = (s: StepRecord<RateResult>): number => otherCpuPct(s.usage.machineBusyPct, s.usage.serverCpuPct, s.usage.pgCpuPct, loadgenPct(s.result));
 
 function rateRow(s: StepRecord<RateResult>): string[] {
   const r = s.result;
   const u = s.usage;
   const perReq = (u.serverCpuMs * 1000) / Math.max(1, r.achieved * u.windowS);
-  const lgPct = r.loadgenCpuMs / 10 / (r.windowMs / 1000);
-  const other = otherCpuPct(s);
+  const lgPct = loadgenPct(r);
+  const other = stepOtherPct(s);
   return [
     LABELS[s.target], f0(r.offered), f0(r.achieved), ms(r.latency.p50), ms(r.latency.p95), ms(r.latency.p99), ms(r.latency.max),
     f0(u.serverCpuPct), f0(u.mainThreadCpuPct), u.mainThreadWaitPct === undefined ? '–' : f0(u.mainThreadWaitPct), f0(u.otherThreadCpuPct), f0(perReq), f0(u.peakRssMiB), f0(u.pgCpuPct), f0(lgPct), f0(other),
@@ -798,7 +799,7 @@ function renderReport(
     /** A reference's max is set by its lowest failed step: disturbed by other processes, it may understate the reference and flatter our ratio. */
     const noisyFail = (t: TargetName): boolean => {
       const st = stepAt(t, maxSustained(ladder.get(t)).failedAt);
-      return st !== undefined && otherCpuPct(st) > NOISY_PCT;
+      return st !== undefined && stepOtherPct(st) > NOISY_PCT;
     };
     const sustained = (m: { rate: number; capped: boolean }) => (m.rate ? `${f0(m.rate)}${m.capped ? '+' : ''}` : `< ${f0(Math.min(...opts.rates))}`);
     for (const t of targets) {
