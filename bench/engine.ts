@@ -111,7 +111,6 @@ function summarizeProfiles(dir: string | undefined): string | undefined {
   return text;
 }
 
-
 interface DrainResult {
   readonly store: StoreKind;
   readonly workers: WorkersConfig;
